@@ -1,0 +1,217 @@
+"""The producer API: ``chaz.Client`` and its ``agents``, ``sessions`` and ``jobs``.
+
+Everything returned is a pydantic model; every error is a
+:class:`chaz.errors.ChazError` with a stable ``code``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from chaz.domain.agents import AgentSpec, Limits
+from chaz.domain.entries import Entry, EntryType, agent_sender, parse_sender
+from chaz.domain.jobs import Job, JobStatus
+from chaz.domain.sessions import Session
+from chaz.errors import Timeout, ValidationError
+from chaz.services import Services
+from chaz.settings import Settings, get_settings
+from chaz.store.migrate import upgrade
+from chaz.watch import watch as _watch
+
+
+class Client:
+    """Entry point of the producer API. ``Client()`` reads the ``CHAZ_*`` settings."""
+
+    def __init__(self, settings: Settings | None = None, *, migrate: bool = True) -> None:
+        self.settings = settings or get_settings()
+        self.services = Services(self.settings)
+        if migrate:
+            upgrade(self.services.store.engine)
+        self.agents = Agents(self.services)
+        self.sessions = Sessions(self.services)
+        self.jobs = Jobs(self.services)
+
+    def close(self) -> None:
+        """Release connections."""
+        self.services.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Agents:
+    """Saved agent configurations."""
+
+    def __init__(self, services: Services) -> None:
+        self._svc = services
+
+    def put(self, spec: AgentSpec) -> AgentSpec:
+        """Create or replace an agent; its tools must exist."""
+        unknown = set(spec.tools) - set(self._svc.tools.names())
+        if unknown:
+            raise ValidationError(
+                f"unknown tools {sorted(unknown)}; known: {self._svc.tools.names()}"
+            )
+        return self._svc.store.put_agent(spec)
+
+    def get(self, agent_id: str) -> AgentSpec:
+        """One agent."""
+        return self._svc.store.get_agent(agent_id)
+
+    def list(self) -> list[AgentSpec]:
+        """Every agent."""
+        return self._svc.store.list_agents()
+
+
+class Sessions:
+    """Sessions: create, post into, read and watch."""
+
+    def __init__(self, services: Services) -> None:
+        self._svc = services
+
+    def create(
+        self, agent_id: str, name: str | None = None, limits: Limits | None = None
+    ) -> Session:
+        """A new session of ``agent_id`` (names are unique labels; ids are addresses)."""
+        return self._svc.store.create_session(agent_id, name=name, limits=limits)
+
+    def get(self, ref: str) -> Session:
+        """A session by id or name."""
+        return self._svc.store.get_session(ref)
+
+    def list(self, agent_id: str | None = None, limit: int = 50) -> list[Session]:
+        """Sessions, newest first."""
+        return self._svc.store.list_sessions(agent_id=agent_id, limit=limit)
+
+    def post(
+        self,
+        session_id: str,
+        content: str,
+        *,
+        sender: str = "user:user",
+        type: EntryType | str = EntryType.MESSAGE,
+        metadata: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Entry:
+        """Write an entry. A Message from a non-agent, or a Directive, admits a turn.
+
+        Raises :class:`chaz.errors.QueueFull` or :class:`chaz.errors.JobsExhausted`
+        when the turn cannot be admitted; then nothing is written.
+        """
+        try:
+            etype = EntryType(type)
+        except ValueError as exc:
+            raise ValidationError(
+                f"unknown entry type {type!r}; one of {[t.value for t in EntryType]}"
+            ) from exc
+        parse_sender(sender)
+        session = self._svc.store.get_session(session_id)
+        return self._svc.append(
+            session.id,
+            etype,
+            sender,
+            content,
+            metadata=metadata,
+            idempotency_key=idempotency_key,
+        ).entry
+
+    def entries(
+        self, session_id: str, after: int = 0, limit: int | None = None
+    ) -> list[Entry]:
+        """The session's entries with ``seq > after``, in order."""
+        session = self._svc.store.get_session(session_id)
+        return self._svc.store.entries(session.id, after=after, limit=limit)
+
+    def watch(
+        self, session_id: str, after: int = 0, timeout: float | None = None
+    ) -> Iterator[Entry]:
+        """Backlog then live entries, in seq order, with no gap and no duplicate."""
+        session = self._svc.store.get_session(session_id)
+        return _watch(
+            self._svc.store, self._svc.redis, session.id, after=after, timeout=timeout
+        )
+
+    def wait_for_reply(self, session_id: str, after: int = 0, timeout: float = 60.0) -> Entry:
+        """The agent's reply (Message) or Error for the turn that entry ``after`` started.
+
+        If that entry started no turn, the first reply or Error after it.
+        """
+        session = self._svc.store.get_session(session_id)
+        trigger = self._svc.store.entries(session.id, after=after - 1, until=after)
+        job_id = trigger[0].job_id if trigger and trigger[0].type in _TRIGGERS else None
+        me = agent_sender(session.agent_id)
+        for entry in _watch(
+            self._svc.store, self._svc.redis, session.id, after=after, timeout=timeout
+        ):
+            if job_id is not None and entry.job_id != job_id:
+                continue
+            if entry.type is EntryType.ERROR or (
+                entry.type is EntryType.MESSAGE and entry.sender == me
+            ):
+                return entry
+        raise Timeout(
+            f"no reply in session {session.id} after seq {after} within {timeout:g}s",
+            session_id=session.id,
+        )
+
+    def queue(self, session_id: str) -> list[Job]:
+        """What runs and what waits in the session, in admission order."""
+        session = self._svc.store.get_session(session_id)
+        return self._svc.store.list_jobs(
+            session_id=session.id,
+            statuses=[JobStatus.RUNNING, JobStatus.STOPPING, JobStatus.QUEUED],
+        )
+
+
+_TRIGGERS = (EntryType.MESSAGE, EntryType.DIRECTIVE)
+
+
+class Jobs:
+    """Executions: observe and control admitted turns."""
+
+    def __init__(self, services: Services) -> None:
+        self._svc = services
+
+    def get(self, execution_id: str) -> Job:
+        """One job."""
+        return self._svc.store.get_job(execution_id)
+
+    def list(
+        self,
+        session_id: str | None = None,
+        status: JobStatus | str | None = None,
+        limit: int = 100,
+    ) -> list[Job]:
+        """Jobs, optionally of one session or in one state."""
+        sid = self._svc.store.get_session(session_id).id if session_id else None
+        statuses = [JobStatus(status)] if status else None
+        return self._svc.store.list_jobs(session_id=sid, statuses=statuses, limit=limit)
+
+    def wait(self, execution_id: str, timeout: float = 60.0) -> Job:
+        """Block until the job is terminal; :class:`chaz.errors.Timeout` otherwise."""
+        from chaz.jobs import wait_terminal
+
+        return wait_terminal(self._svc, execution_id, timeout)
+
+    def cancel(
+        self,
+        execution_id: str,
+        *,
+        expected_version: int | None = None,
+        command_id: str | None = None,
+        reason: str = "",
+    ) -> dict[str, Any]:
+        """The ``execution.cancel`` command (seed 003 §1, §5.3). Returns its outcome."""
+        from chaz.jobs import cancel
+
+        return cancel(
+            self._svc,
+            execution_id,
+            expected_version=expected_version,
+            command_id=command_id,
+            reason=reason,
+        )

@@ -1,0 +1,62 @@
+"""The Redis key schema, in one place.
+
+======================================  ==========  ==========================================
+key                                     type        meaning
+======================================  ==========  ==========================================
+``chaz:lane:{sid}``                     string      lease on session ``sid``: ``TOKEN JOB_ID``,
+                                                    with a TTL renewed by the holder's heartbeat
+``chaz:entries:{sid}``                  channel     every committed entry of ``sid``, as JSON
+``chaz:q:{sid}``                        string      jobs admitted and waiting in ``sid``
+``chaz:cum:{sid}``                      string      jobs ever admitted in ``sid`` (never refunded)
+``chaz:live:{tree}``                    hash        job id -> session id of turns running in a
+                                                    tree, plus a sentinel field ``_``
+``chaz:wait:{tree}``                    zset        sessions whose head job waits for tree
+                                                    capacity (score: when it started waiting)
+``chaz:cancel:{job}``                   string      set while cancellation of ``job`` is requested
+``chaz:worker:{hostname}``              string      pid of a worker that is ready for tasks
+======================================  ==========  ==========================================
+"""
+
+from __future__ import annotations
+
+PREFIX = "chaz"
+
+
+def lane(session_id: str) -> str:
+    """The lease key of a session's lane."""
+    return f"{PREFIX}:lane:{session_id}"
+
+
+def entries_channel(session_id: str) -> str:
+    """The pub/sub channel that carries a session's new entries."""
+    return f"{PREFIX}:entries:{session_id}"
+
+
+def queued(session_id: str) -> str:
+    """Counter of admitted, waiting jobs in a session."""
+    return f"{PREFIX}:q:{session_id}"
+
+
+def cumulative(session_id: str) -> str:
+    """Counter of jobs ever admitted in a session."""
+    return f"{PREFIX}:cum:{session_id}"
+
+
+def live(tree_id: str) -> str:
+    """Set (hash) of jobs running now in a session tree."""
+    return f"{PREFIX}:live:{tree_id}"
+
+
+def cancel(job_id: str) -> str:
+    """Flag set while a job's cancellation is requested."""
+    return f"{PREFIX}:cancel:{job_id}"
+
+
+def waiting(tree_id: str) -> str:
+    """Sessions waiting for a free live slot in a tree."""
+    return f"{PREFIX}:wait:{tree_id}"
+
+
+def worker_ready(hostname: str) -> str:
+    """Set by a worker once it consumes tasks (its pid)."""
+    return f"{PREFIX}:worker:{hostname}"

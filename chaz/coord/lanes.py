@@ -1,0 +1,78 @@
+"""Per-session lanes: a lease in Redis that lets exactly one turn run per session.
+
+The lease value is ``TOKEN JOB_ID``. The token is random, so it stays unique
+even if Redis is flushed and a new lease is taken for the same job; the job row
+in the database records the token of the turn that owns it, which fences off
+a worker that lost its lease (its writes are refused).
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import redis
+
+from chaz.coord import keys
+
+# Renew or release only the lease we hold: compare, then act, atomically.
+_RENEW = """
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ' ' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+_RELEASE = """
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ' ' then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+"""
+
+
+class Lanes:
+    """Lease operations on session lanes."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._renew = client.register_script(_RENEW)
+        self._release = client.register_script(_RELEASE)
+
+    def acquire(self, session_id: str, job_id: str, ttl_seconds: float) -> str | None:
+        """Take the session's lease for ``job_id``; the token, or None if it is held."""
+        token = secrets.token_hex(8)
+        ok = self.client.set(
+            keys.lane(session_id), f"{token} {job_id}", nx=True, px=_ms(ttl_seconds)
+        )
+        return token if ok else None
+
+    def renew(self, session_id: str, token: str, ttl_seconds: float) -> bool:
+        """Extend our lease; False if it expired or another holder took it."""
+        return bool(self._renew(keys=[keys.lane(session_id)], args=[token, _ms(ttl_seconds)]))
+
+    def release(self, session_id: str, token: str) -> bool:
+        """Give the lease back; False if it was no longer ours."""
+        return bool(self._release(keys=[keys.lane(session_id)], args=[token]))
+
+    def holder(self, session_id: str) -> tuple[str, str] | None:
+        """``(token, job_id)`` of the current lease, if any."""
+        value = self.client.get(keys.lane(session_id))
+        if not value:
+            return None
+        token, _, job_id = str(value).partition(" ")
+        return token, job_id
+
+    def held(self, session_ids: list[str]) -> set[str]:
+        """Which of these sessions have a live lease (one round trip)."""
+        if not session_ids:
+            return set()
+        values = self.client.mget([keys.lane(s) for s in session_ids])
+        return {s for s, v in zip(session_ids, values, strict=True) if v}
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))

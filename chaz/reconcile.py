@@ -1,0 +1,70 @@
+"""The reconciler: rebuilds Redis coordination state from the database.
+
+Run periodically by beat (``chaz.reconcile``). It is the sweep behind
+"a lost notification delays work, it never loses it": a session with
+unfinished jobs and no lane lease gets a fresh wake-up, whether its wake-up
+message was lost, its worker died (the lease expired), or Redis was flushed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from chaz.domain.jobs import Job, JobStatus
+from chaz.ids import utcnow
+from chaz.services import Services
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReconcileReport:
+    """What one reconciler pass found and did."""
+
+    woken: list[str] = field(default_factory=list)
+    orphaned: list[str] = field(default_factory=list)
+    counters_rebuilt: int = 0
+
+
+class Reconciler:
+    """One pass over the active jobs."""
+
+    def __init__(self, services: Services, grace_seconds: float | None = None) -> None:
+        self.services = services
+        # A queued job younger than this is probably still on its way to a worker.
+        self.grace = timedelta(
+            seconds=grace_seconds
+            if grace_seconds is not None
+            else services.settings.reconcile_seconds
+        )
+
+    def run(self) -> ReconcileReport:
+        """Wake every session whose head job nobody is running."""
+        svc = self.services
+        report = ReconcileReport()
+        active = svc.store.active_jobs()
+        heads: dict[str, Job] = {}
+        for job in active:
+            heads.setdefault(job.session_id, job)
+        held = svc.lanes.held(list(heads))
+        now = utcnow()
+        for session_id, head in heads.items():
+            if session_id in held:
+                continue
+            if head.status in (JobStatus.RUNNING, JobStatus.STOPPING):
+                report.orphaned.append(head.id)
+            elif now - head.created_at < self.grace:
+                continue
+            svc.dispatcher.wake(session_id, head.id)
+            report.woken.append(session_id)
+        report.counters_rebuilt = self.rebuild_counters(active)
+        if report.woken:
+            log.info("reconciler woke %d sessions (%d orphaned turns)",
+                     len(report.woken), len(report.orphaned))
+        return report
+
+    def rebuild_counters(self, active: list[Job]) -> int:
+        """Restore missing quota counters from the database (see chaz.admission)."""
+        return self.services.admission.rebuild(active)

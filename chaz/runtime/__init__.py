@@ -1,0 +1,1 @@
+"""The agent runtime: the ReAct loop, model backends and the tool registry."""

@@ -1,0 +1,19 @@
+"""Model backends: ``scripted`` for demos and tests, ``openai`` for real models."""
+
+from __future__ import annotations
+
+from chaz.domain.agents import AgentSpec
+from chaz.runtime.backends.base import ModelBackend
+from chaz.settings import Settings
+
+
+def make_backend(spec: AgentSpec, settings: Settings) -> ModelBackend:
+    """The backend an agent's ``model`` names."""
+    kind = spec.model.split(":", 1)[0]
+    if kind == "scripted":
+        from chaz.runtime.backends.scripted import ScriptedBackend
+
+        return ScriptedBackend.from_script(spec.script or [])
+    from chaz.runtime.backends.openai_backend import OpenAIBackend
+
+    return OpenAIBackend.from_spec(spec, settings)

@@ -1,0 +1,57 @@
+"""The model backend port: what the ReAct loop needs from a model."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: A chat message in OpenAI Chat Completions form (role, content, tool_calls, ...).
+ChatMessage = dict[str, Any]
+
+
+class ToolCallRequest(BaseModel):
+    """One tool call a model asked for. ``arguments`` is the model's raw JSON text."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+
+class ModelResponse(BaseModel):
+    """One model step: either tool calls to run, or a final text answer."""
+
+    text: str | None = None
+    tool_calls: list[ToolCallRequest] = Field(default_factory=list)
+
+
+class ToolSpec(BaseModel):
+    """A tool as offered to the model: name, description and JSON-schema parameters."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class TurnContext(BaseModel):
+    """What a backend may know about the turn it serves."""
+
+    session_id: str
+    job_id: str
+    trigger_content: str
+    step: int = Field(0, description="Model steps already taken in this turn.")
+    last_result: str | None = None
+
+
+class ModelBackend(Protocol):
+    """A model. ``complete`` raises :class:`chaz.errors.ModelError` on failure."""
+
+    def complete(
+        self, messages: list[ChatMessage], tools: list[ToolSpec], turn: TurnContext
+    ) -> ModelResponse:
+        """Return the model's next step for this conversation."""
+        ...

@@ -1,0 +1,95 @@
+"""The scripted model: deterministic and programmable, for demos and tests.
+
+A turn takes the first rule whose ``match`` is found in the triggering entry's
+content (or that has no ``match``) and plays its steps in order, one model
+response per step; ``sleep`` steps only delay the response after them. The
+position in the script is derived from how many model steps the turn has
+taken, so a resumed turn continues where the dead one stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from chaz.domain.script import ScriptRule, ScriptStep, parse_script
+from chaz.errors import ModelError, TurnNotMatched
+from chaz.runtime.backends.base import (
+    ChatMessage,
+    ModelResponse,
+    ToolCallRequest,
+    ToolSpec,
+    TurnContext,
+)
+
+
+class ScriptedBackend:
+    """A :class:`~chaz.runtime.backends.base.ModelBackend` that plays a script."""
+
+    def __init__(self, rules: list[ScriptRule]) -> None:
+        self.rules = rules
+
+    @classmethod
+    def from_script(cls, script: list[dict[str, Any]]) -> ScriptedBackend:
+        """Build from an AgentSpec's raw ``script`` (validated again here)."""
+        return cls(parse_script(script))
+
+    def complete(
+        self, messages: list[ChatMessage], tools: list[ToolSpec], turn: TurnContext
+    ) -> ModelResponse:
+        """Play the response step number ``turn.step`` of the matching rule."""
+        rule = next((r for r in self.rules if r.matches(turn.trigger_content)), None)
+        if rule is None:
+            raise TurnNotMatched(
+                f"no script rule matches the input {turn.trigger_content[:80]!r}"
+            )
+        responses_seen = 0
+        for step in rule.steps:
+            if not step.is_response:
+                if responses_seen == turn.step:
+                    time.sleep(step.sleep or 0.0)
+                continue
+            if responses_seen == turn.step:
+                return self._respond(step, turn)
+            responses_seen += 1
+        # Out of steps without a `say`: the last tool result is the answer.
+        return ModelResponse(text=turn.last_result or "")
+
+    def _respond(self, step: ScriptStep, turn: TurnContext) -> ModelResponse:
+        if step.fail is not None:
+            raise ModelError(_fill(step.fail, turn))
+        if step.say is not None:
+            return ModelResponse(text=_fill(step.say, turn))
+        if step.echo:
+            return ModelResponse(text=turn.trigger_content)
+        calls: list[ToolCallRequest] = []
+        if step.call is not None:
+            raw = step.raw_args if step.raw_args is not None else _args(step.args or {}, turn)
+            calls.append(ToolCallRequest(id=f"call_{turn.step}_0", name=step.call, arguments=raw))
+        for i, c in enumerate(step.calls or []):
+            raw = c.raw_args if c.raw_args is not None else _args(c.args, turn)
+            calls.append(ToolCallRequest(id=f"call_{turn.step}_{i}", name=c.call, arguments=raw))
+        return ModelResponse(tool_calls=calls)
+
+
+def _fill(text: str, turn: TurnContext) -> str:
+    # Plain replacement, not str.format: scripts may contain other braces.
+    return (
+        text.replace("{input}", turn.trigger_content)
+        .replace("{last_result}", turn.last_result or "")
+        .replace("{session_id}", turn.session_id)
+    )
+
+
+def _args(args: dict[str, object], turn: TurnContext) -> str:
+    def fill(value: object) -> object:
+        if isinstance(value, str):
+            return _fill(value, turn)
+        if isinstance(value, dict):
+            return {k: fill(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [fill(v) for v in value]
+        return value
+
+    return json.dumps(fill(args))

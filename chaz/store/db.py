@@ -1,0 +1,54 @@
+"""Engine creation, with the SQLite settings that make several processes safe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; SQLite gets WAL, a busy timeout and IMMEDIATE writes."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(url)
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def _sqlite_engine(url: str) -> Engine:
+    database = make_url(url).database
+    if database and database != ":memory:":
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    # isolation_level=None hands transaction control to the events below, so
+    # that writes can start with BEGIN IMMEDIATE: a deferred transaction that
+    # upgrades to a write lock can fail with "database is locked" at once,
+    # without waiting for the busy timeout.
+    engine = create_engine(
+        url,
+        connect_args={"isolation_level": None, "check_same_thread": False, "timeout": 60},
+        pool_size=20,
+        max_overflow=20,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA busy_timeout=60000")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        mode = "IMMEDIATE" if conn.get_execution_options().get("chaz_write") else "DEFERRED"
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine
+
+
+def is_sqlite(engine: Engine) -> bool:
+    """True for the embedded SQLite store."""
+    return engine.dialect.name == "sqlite"

@@ -1,0 +1,122 @@
+"""SQLAlchemy 2.0 typed table models. Alembic revisions must match these."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every chaz table."""
+
+    type_annotation_map = {dict[str, Any]: JSON, datetime: DateTime(timezone=True)}
+
+
+class AgentRow(Base):
+    """A saved AgentSpec, stored whole as JSON."""
+
+    __tablename__ = "agents"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    spec: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class SessionRow(Base):
+    """A session. ``last_seq`` and ``last_ordinal`` are its counters.
+
+    Bumping ``last_seq`` with an UPDATE takes the row lock, which serializes
+    appends per session: commit order equals seq order, which ``watch`` needs.
+    """
+
+    __tablename__ = "sessions"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    agent_id: Mapped[str] = mapped_column(ForeignKey("agents.id"))
+    name: Mapped[str | None] = mapped_column(String(255), unique=True)
+    tree_id: Mapped[str] = mapped_column(String(32), index=True)
+    parent_job_id: Mapped[str | None] = mapped_column(String(32))
+    call_depth: Mapped[int] = mapped_column(Integer, default=0)
+    last_seq: Mapped[int] = mapped_column(Integer, default=0)
+    last_ordinal: Mapped[int] = mapped_column(Integer, default=0)
+    limits: Mapped[dict[str, Any] | None]
+    created_at: Mapped[datetime]
+
+
+class EntryRow(Base):
+    """One entry of a session's timeline."""
+
+    __tablename__ = "entries"
+    __table_args__ = (
+        UniqueConstraint("session_id", "seq", name="uq_entries_session_seq"),
+        UniqueConstraint("session_id", "idempotency_key", name="uq_entries_session_idem"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"))
+    seq: Mapped[int] = mapped_column(Integer)
+    type: Mapped[str] = mapped_column(String(32))
+    sender: Mapped[str] = mapped_column(String(160))
+    content: Mapped[str] = mapped_column(Text)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
+    job_id: Mapped[str | None] = mapped_column(String(32))
+    idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime]
+
+
+class JobRow(Base):
+    """One admitted agent turn (an execution). ``id`` is the execution_id."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("session_id", "ordinal", name="uq_jobs_session_ordinal"),
+        Index("ix_jobs_session_status_ordinal", "session_id", "status", "ordinal"),
+        Index("ix_jobs_status", "status"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"))
+    tree_id: Mapped[str] = mapped_column(String(32))
+    ordinal: Mapped[int] = mapped_column(Integer)
+    # Unique: a redelivered admission can never make a second job for one entry.
+    trigger_entry_id: Mapped[str | None] = mapped_column(String(32), unique=True)
+    status: Mapped[str] = mapped_column(String(16))
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    caller_session_id: Mapped[str | None] = mapped_column(String(32))
+    caller_entry_id: Mapped[str | None] = mapped_column(String(32))
+    parent_job_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    call_depth: Mapped[int] = mapped_column(Integer, default=0)
+    message_count: Mapped[int] = mapped_column(Integer, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    lease_token: Mapped[str | None] = mapped_column(String(64))
+    checkpoint: Mapped[dict[str, Any] | None]
+    result: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[dict[str, Any] | None]
+    created_at: Mapped[datetime]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+
+class CommandRow(Base):
+    """An applied control command (``execution.cancel``), kept for idempotency."""
+
+    __tablename__ = "commands"
+
+    command_id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    action: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[str] = mapped_column(String(32))
+    outcome: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]

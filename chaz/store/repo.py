@@ -1,0 +1,673 @@
+"""The repository: every read and write chaz makes to the database.
+
+Writes run in short transactions. Appending an entry bumps the session's
+``last_seq`` first; that UPDATE takes the session row's lock (SQLite: the
+database write lock), so per session, commit order is seq order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, and_, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+
+from chaz.domain.agents import AgentSpec, Limits
+from chaz.domain.entries import Entry, EntryType, parse_sender
+from chaz.domain.jobs import ACTIVE, Job, JobStatus, check_transition
+from chaz.domain.processing import admits_turn
+from chaz.domain.sessions import Session
+from chaz.errors import (
+    AgentNotFound,
+    JobNotFound,
+    LeaseLost,
+    NameTaken,
+    SessionNotFound,
+    ValidationError,
+    VersionConflict,
+)
+from chaz.ids import as_utc, new_id, utcnow
+from chaz.store.db import make_engine
+from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
+
+_ACTIVE = [s.value for s in ACTIVE]
+
+
+@dataclass(frozen=True)
+class JobFields:
+    """Lineage and topology of a job admitted by an append (spawns, deliveries)."""
+
+    caller_session_id: str | None = None
+    caller_entry_id: str | None = None
+    parent_job_id: str | None = None
+    call_depth: int = 0
+    message_count: int = 0
+
+
+@dataclass(frozen=True)
+class Appended:
+    """What an append did. ``created`` is False when an idempotency key matched."""
+
+    entry: Entry
+    job: Job | None
+    created: bool
+
+
+@dataclass(frozen=True)
+class Finish:
+    """Make the appended entry a turn's last: its job ends in the same transaction."""
+
+    job_id: str
+    status: JobStatus
+    result: str | None = None
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A turn's claim on its session: writes are refused once the token changes."""
+
+    job_id: str
+    token: str
+
+
+class Store:
+    """Typed access to the chaz database."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+
+    def close(self) -> None:
+        """Release pooled connections."""
+        self.engine.dispose()
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with self.engine.connect().execution_options(chaz_write=True) as conn, conn.begin():
+            yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    # -- agents ---------------------------------------------------------------
+
+    def put_agent(self, spec: AgentSpec) -> AgentSpec:
+        """Create or replace a saved agent."""
+        now = utcnow()
+        data = spec.model_dump(mode="json")
+        with self._write() as conn:
+            done = conn.execute(
+                update(AgentRow).where(AgentRow.id == spec.id).values(spec=data, updated_at=now)
+            ).rowcount
+            if not done:
+                conn.execute(
+                    insert(AgentRow).values(id=spec.id, spec=data, created_at=now, updated_at=now)
+                )
+        return spec
+
+    def get_agent(self, agent_id: str) -> AgentSpec:
+        """The saved agent, or :class:`AgentNotFound`."""
+        with self._read() as conn:
+            data = conn.scalar(select(AgentRow.spec).where(AgentRow.id == agent_id))
+        if data is None:
+            raise AgentNotFound(f"no agent {agent_id!r}", agent_id=agent_id)
+        return AgentSpec.model_validate(data)
+
+    def list_agents(self) -> list[AgentSpec]:
+        """Every saved agent, by id."""
+        with self._read() as conn:
+            rows = conn.scalars(select(AgentRow.spec).order_by(AgentRow.id)).all()
+        return [AgentSpec.model_validate(r) for r in rows]
+
+    # -- sessions -------------------------------------------------------------
+
+    def create_session(
+        self,
+        agent_id: str,
+        *,
+        name: str | None = None,
+        limits: Limits | None = None,
+        parent_job_id: str | None = None,
+        tree_id: str | None = None,
+        call_depth: int = 0,
+    ) -> Session:
+        """A new, empty session for ``agent_id``; a root of its own tree unless given one."""
+        if name is not None:
+            name = name.strip()
+            if not 1 <= len(name) <= 255:
+                raise ValidationError("a session name must have 1-255 characters")
+        sid = new_id()
+        values: dict[str, Any] = {
+            "id": sid,
+            "agent_id": agent_id,
+            "name": name,
+            "tree_id": tree_id or sid,
+            "parent_job_id": parent_job_id,
+            "call_depth": call_depth,
+            "last_seq": 0,
+            "last_ordinal": 0,
+            "limits": limits.model_dump(mode="json") if limits else None,
+            "created_at": utcnow(),
+        }
+        try:
+            with self._write() as conn:
+                if conn.scalar(select(AgentRow.id).where(AgentRow.id == agent_id)) is None:
+                    raise AgentNotFound(f"no agent {agent_id!r}", agent_id=agent_id)
+                conn.execute(insert(SessionRow).values(**values))
+        except IntegrityError as exc:
+            raise NameTaken(f"a session is already named {name!r}", name=name) from exc
+        return _session(values)
+
+    def get_session(self, ref: str) -> Session:
+        """A session by id or, failing that, by its unique name."""
+        with self._read() as conn:
+            row = conn.execute(select(SessionRow).where(SessionRow.id == ref)).mappings().first()
+            if row is None:
+                row = (
+                    conn.execute(select(SessionRow).where(SessionRow.name == ref))
+                    .mappings()
+                    .first()
+                )
+        if row is None:
+            raise SessionNotFound(f"no session {ref!r}", session=ref)
+        return _session(row)
+
+    def list_sessions(self, *, agent_id: str | None = None, limit: int = 50) -> list[Session]:
+        """Sessions, newest first."""
+        stmt = select(SessionRow).order_by(SessionRow.created_at.desc()).limit(limit)
+        if agent_id:
+            stmt = stmt.where(SessionRow.agent_id == agent_id)
+        with self._read() as conn:
+            return [_session(r) for r in conn.execute(stmt).mappings()]
+
+    # -- entries --------------------------------------------------------------
+
+    def append(
+        self,
+        session_id: str,
+        type: EntryType,
+        sender: str,
+        content: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        job_id: str | None = None,
+        admit: bool | None = None,
+        job_fields: JobFields | None = None,
+        fence: Fence | None = None,
+        finish: Finish | None = None,
+    ) -> Appended:
+        """Append one entry, and admit (or finish) its job in the same transaction.
+
+        ``admit=None`` applies the processing rule of seed 000. A repeated
+        ``idempotency_key`` returns the first append unchanged (``created`` is
+        False): the unique key in the database, not a check here, is what
+        makes this safe under concurrency. With ``finish``, the entry and the
+        job's terminal state commit together: whoever sees a turn's final entry
+        sees its job finished.
+        """
+        parse_sender(sender)
+        if idempotency_key is not None:
+            found = self._find_idempotent(session_id, idempotency_key)
+            if found:
+                return found
+        try:
+            with self._write() as conn:
+                if fence is not None:
+                    _check_fence(conn, fence)
+                if admit is None:
+                    admit = self._admits(conn, type, sender)
+                bump: dict[str, Any] = {"last_seq": SessionRow.last_seq + 1}
+                if admit:
+                    bump["last_ordinal"] = SessionRow.last_ordinal + 1
+                row = conn.execute(
+                    update(SessionRow)
+                    .where(SessionRow.id == session_id)
+                    .values(**bump)
+                    .returning(SessionRow.last_seq, SessionRow.last_ordinal, SessionRow.tree_id)
+                ).first()
+                if row is None:
+                    raise SessionNotFound(f"no session {session_id!r}", session=session_id)
+                now = utcnow()
+                entry_id = new_id()
+                job_row: dict[str, Any] | None = None
+                if admit:
+                    job_row = _new_job(
+                        session_id, row.tree_id, row.last_ordinal, entry_id, job_fields, now
+                    )
+                    job_id = job_row["id"]
+                entry_values = {
+                    "id": entry_id,
+                    "session_id": session_id,
+                    "seq": row.last_seq,
+                    "type": type.value,
+                    "sender": sender,
+                    "content": content,
+                    "meta": metadata or {},
+                    "job_id": job_id,
+                    "idempotency_key": idempotency_key,
+                    "created_at": now,
+                }
+                conn.execute(insert(EntryRow).values(**entry_values))
+                if job_row is not None:
+                    conn.execute(insert(JobRow).values(**job_row))
+                if finish is not None:
+                    _finish(conn, finish)
+        except IntegrityError:
+            if idempotency_key is None:
+                raise
+            # Lost a race with a concurrent append of the same key: theirs stands.
+            found = self._find_idempotent(session_id, idempotency_key)
+            if found is None:
+                raise
+            return found
+        return Appended(
+            entry=_entry(entry_values),
+            job=_job(job_row) if job_row is not None else None,
+            created=True,
+        )
+
+    def admits(self, type: EntryType, sender: str) -> bool:
+        """Whether an entry of this type from this sender admits a turn (seed 000)."""
+        with self._read() as conn:
+            return self._admits(conn, type, sender)
+
+    def find_idempotent(self, session_id: str, key: str) -> Appended | None:
+        """The earlier append made with this idempotency key, if there was one."""
+        return self._find_idempotent(session_id, key)
+
+    def _admits(self, conn: Connection, type: EntryType, sender: str) -> bool:
+        kind, name = parse_sender(sender)
+        known: set[str] = set()
+        if type is EntryType.MESSAGE and kind == "agent":
+            if conn.scalar(select(AgentRow.id).where(AgentRow.id == name)) is not None:
+                known.add(name)
+        return admits_turn(type, sender, known)
+
+    def _find_idempotent(self, session_id: str, key: str) -> Appended | None:
+        with self._read() as conn:
+            row = (
+                conn.execute(
+                    select(EntryRow).where(
+                        EntryRow.session_id == session_id, EntryRow.idempotency_key == key
+                    )
+                )
+                .mappings()
+                .first()
+            )
+            if row is None:
+                return None
+            job = (
+                conn.execute(select(JobRow).where(JobRow.trigger_entry_id == row["id"]))
+                .mappings()
+                .first()
+            )
+        return Appended(entry=_entry(row), job=_job(job) if job else None, created=False)
+
+    def entries(
+        self,
+        session_id: str,
+        *,
+        after: int = 0,
+        until: int | None = None,
+        limit: int | None = None,
+        types: Iterable[EntryType] | None = None,
+    ) -> list[Entry]:
+        """Entries with ``after < seq <= until``, in seq order."""
+        stmt = (
+            select(EntryRow)
+            .where(EntryRow.session_id == session_id, EntryRow.seq > after)
+            .order_by(EntryRow.seq)
+        )
+        if until is not None:
+            stmt = stmt.where(EntryRow.seq <= until)
+        if types is not None:
+            stmt = stmt.where(EntryRow.type.in_([t.value for t in types]))
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        with self._read() as conn:
+            return [_entry(r) for r in conn.execute(stmt).mappings()]
+
+    def last_entry(self, session_id: str, types: Iterable[EntryType]) -> Entry | None:
+        """The newest entry of the given types, if any."""
+        stmt = (
+            select(EntryRow)
+            .where(
+                EntryRow.session_id == session_id,
+                EntryRow.type.in_([t.value for t in types]),
+            )
+            .order_by(EntryRow.seq.desc())
+            .limit(1)
+        )
+        with self._read() as conn:
+            row = conn.execute(stmt).mappings().first()
+        return _entry(row) if row else None
+
+    def get_entry(self, entry_id: str) -> Entry:
+        """One entry by id."""
+        with self._read() as conn:
+            row = conn.execute(select(EntryRow).where(EntryRow.id == entry_id)).mappings().first()
+        if row is None:
+            raise ValidationError(f"no entry {entry_id!r}")
+        return _entry(row)
+
+    # -- jobs -----------------------------------------------------------------
+
+    def get_job(self, job_id: str) -> Job:
+        """One job, or :class:`JobNotFound`."""
+        with self._read() as conn:
+            row = conn.execute(select(JobRow).where(JobRow.id == job_id)).mappings().first()
+        if row is None:
+            raise JobNotFound(f"no job {job_id!r}", job_id=job_id)
+        return _job(row)
+
+    def get_jobs(self, job_ids: Iterable[str]) -> dict[str, Job]:
+        """Several jobs by id (missing ids are left out)."""
+        ids = list(job_ids)
+        if not ids:
+            return {}
+        with self._read() as conn:
+            rows = conn.execute(select(JobRow).where(JobRow.id.in_(ids))).mappings()
+            return {r["id"]: _job(r) for r in rows}
+
+    def checkpoint(self, job_id: str) -> dict[str, Any] | None:
+        """The turn's last checkpoint (kept off :class:`Job` to keep listings small)."""
+        with self._read() as conn:
+            value: dict[str, Any] | None = conn.scalar(
+                select(JobRow.checkpoint).where(JobRow.id == job_id)
+            )
+        return value
+
+    def head_job(self, session_id: str) -> Job | None:
+        """The session's oldest job that is not finished: the one whose turn is next."""
+        stmt = (
+            select(JobRow)
+            .where(JobRow.session_id == session_id, JobRow.status.in_(_ACTIVE))
+            .order_by(JobRow.ordinal)
+            .limit(1)
+        )
+        with self._read() as conn:
+            row = conn.execute(stmt).mappings().first()
+        return _job(row) if row else None
+
+    def list_jobs(
+        self,
+        *,
+        session_id: str | None = None,
+        statuses: Iterable[JobStatus] | None = None,
+        parent_job_id: str | None = None,
+        related_to_session: str | None = None,
+        limit: int = 100,
+    ) -> list[Job]:
+        """Jobs, oldest admission first within a session."""
+        stmt = select(JobRow).order_by(JobRow.created_at, JobRow.ordinal).limit(limit)
+        if session_id is not None:
+            stmt = stmt.where(JobRow.session_id == session_id)
+        if related_to_session is not None:
+            stmt = stmt.where(
+                or_(
+                    JobRow.session_id == related_to_session,
+                    JobRow.caller_session_id == related_to_session,
+                )
+            )
+        if statuses is not None:
+            stmt = stmt.where(JobRow.status.in_([s.value for s in statuses]))
+        if parent_job_id is not None:
+            stmt = stmt.where(JobRow.parent_job_id == parent_job_id)
+        with self._read() as conn:
+            return [_job(r) for r in conn.execute(stmt).mappings()]
+
+    def count_jobs(self, session_id: str, statuses: Iterable[JobStatus] | None = None) -> int:
+        """How many jobs a session has (in the given states)."""
+        stmt = select(func.count()).select_from(JobRow).where(JobRow.session_id == session_id)
+        if statuses is not None:
+            stmt = stmt.where(JobRow.status.in_([s.value for s in statuses]))
+        with self._read() as conn:
+            return int(conn.scalar(stmt) or 0)
+
+    def begin_turn(self, job_id: str, token: str) -> Job:
+        """Claim a job for a turn under ``token``: queued becomes running; a running
+        (or stopping) job whose worker died is taken over for a resume."""
+        with self._write() as conn:
+            row = _lock_job(conn, job_id)
+            status = JobStatus(row["status"])
+            values: dict[str, Any] = {
+                "lease_token": token,
+                "attempts": row["attempts"] + 1,
+                "version": row["version"] + 1,
+            }
+            if status is JobStatus.QUEUED:
+                check_transition(status, JobStatus.RUNNING)
+                values |= {"status": JobStatus.RUNNING.value, "started_at": utcnow()}
+            elif status not in (JobStatus.RUNNING, JobStatus.STOPPING):
+                check_transition(status, JobStatus.RUNNING)
+            conn.execute(update(JobRow).where(JobRow.id == job_id).values(**values))
+            return _job({**row, **values})
+
+    def save_checkpoint(self, fence: Fence, checkpoint: dict[str, Any]) -> None:
+        """Record the turn's progress; refused (LeaseLost) if another worker took over."""
+        with self._write() as conn:
+            _check_fence(conn, fence)
+            conn.execute(
+                update(JobRow).where(JobRow.id == fence.job_id).values(checkpoint=checkpoint)
+            )
+
+    def finish_job(
+        self,
+        job_id: str,
+        status: JobStatus,
+        *,
+        fence: Fence | None = None,
+        result: str | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> Job:
+        """Move a job to a terminal state through the transition gate."""
+        with self._write() as conn:
+            if fence is not None:
+                _check_fence(conn, fence)
+            return _finish(conn, Finish(job_id, status, result, error))
+
+    def transition(
+        self, job_id: str, target: JobStatus, *, expected_version: int | None = None
+    ) -> Job:
+        """The one gate for other status changes: checks the move and the version."""
+        with self._write() as conn:
+            row = _lock_job(conn, job_id)
+            if expected_version is not None and row["version"] != expected_version:
+                raise VersionConflict(
+                    f"job {job_id} is at version {row['version']}, not {expected_version}",
+                    job_id=job_id,
+                    version=row["version"],
+                )
+            check_transition(JobStatus(row["status"]), target)
+            values: dict[str, Any] = {"status": target.value, "version": row["version"] + 1}
+            if target.terminal:
+                values["finished_at"] = utcnow()
+            done = conn.execute(
+                update(JobRow)
+                .where(and_(JobRow.id == job_id, JobRow.version == row["version"]))
+                .values(**values)
+            ).rowcount
+            if not done:
+                raise VersionConflict(f"job {job_id} changed concurrently", job_id=job_id)
+            return _job({**row, **values})
+
+    def sessions_with_active_jobs(self) -> list[str]:
+        """Sessions that have queued or running work (for the reconciler)."""
+        stmt = select(JobRow.session_id).where(JobRow.status.in_(_ACTIVE)).distinct()
+        with self._read() as conn:
+            return list(conn.scalars(stmt))
+
+    def active_jobs(self) -> list[Job]:
+        """Every job not yet finished, in admission order per session."""
+        stmt = (
+            select(JobRow)
+            .where(JobRow.status.in_(_ACTIVE))
+            .order_by(JobRow.session_id, JobRow.ordinal)
+        )
+        with self._read() as conn:
+            return [_job(r) for r in conn.execute(stmt).mappings()]
+
+    # -- commands -------------------------------------------------------------
+
+    def get_command(self, command_id: str) -> dict[str, Any] | None:
+        """The recorded outcome of a control command, if it was applied before."""
+        with self._read() as conn:
+            value: dict[str, Any] | None = conn.scalar(
+                select(CommandRow.outcome).where(CommandRow.command_id == command_id)
+            )
+        return value
+
+    def record_command(
+        self, command_id: str, action: str, job_id: str, outcome: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Store a command's outcome; a concurrent duplicate gets the first outcome."""
+        try:
+            with self._write() as conn:
+                conn.execute(
+                    insert(CommandRow).values(
+                        command_id=command_id,
+                        action=action,
+                        job_id=job_id,
+                        outcome=outcome,
+                        created_at=utcnow(),
+                    )
+                )
+        except IntegrityError:
+            first = self.get_command(command_id)
+            if first is not None:
+                return first
+            raise
+        return outcome
+
+
+def _check_fence(conn: Connection, fence: Fence) -> None:
+    token = conn.scalar(
+        select(JobRow.lease_token).where(JobRow.id == fence.job_id).with_for_update()
+    )
+    if token != fence.token:
+        raise LeaseLost(
+            f"job {fence.job_id} is no longer held by this worker", job_id=fence.job_id
+        )
+
+
+def _finish(conn: Connection, finish: Finish) -> Job:
+    row = _lock_job(conn, finish.job_id)
+    check_transition(JobStatus(row["status"]), finish.status)
+    values = {
+        "status": finish.status.value,
+        "version": row["version"] + 1,
+        "result": finish.result,
+        "error": finish.error,
+        "finished_at": utcnow(),
+        "lease_token": None,
+    }
+    conn.execute(update(JobRow).where(JobRow.id == finish.job_id).values(**values))
+    return _job({**row, **values})
+
+
+def _lock_job(conn: Connection, job_id: str) -> dict[str, Any]:
+    row = conn.execute(select(JobRow).where(JobRow.id == job_id).with_for_update()).mappings().first()
+    if row is None:
+        raise JobNotFound(f"no job {job_id!r}", job_id=job_id)
+    return dict(row)
+
+
+def _new_job(
+    session_id: str,
+    tree_id: str,
+    ordinal: int,
+    entry_id: str | None,
+    fields: JobFields | None,
+    now: datetime,
+) -> dict[str, Any]:
+    f = fields or JobFields()
+    return {
+        "id": new_id(),
+        "session_id": session_id,
+        "tree_id": tree_id,
+        "ordinal": ordinal,
+        "trigger_entry_id": entry_id,
+        "status": JobStatus.QUEUED.value,
+        "version": 1,
+        "caller_session_id": f.caller_session_id,
+        "caller_entry_id": f.caller_entry_id,
+        "parent_job_id": f.parent_job_id,
+        "call_depth": f.call_depth,
+        "message_count": f.message_count,
+        "attempts": 0,
+        "lease_token": None,
+        "checkpoint": None,
+        "result": None,
+        "error": None,
+        "created_at": now,
+        "started_at": None,
+        "finished_at": None,
+    }
+
+
+def _ts(value: datetime | None) -> datetime | None:
+    return as_utc(value) if value is not None else None
+
+
+def _entry(row: Any) -> Entry:
+    return Entry(
+        id=row["id"],
+        session_id=row["session_id"],
+        seq=row["seq"],
+        type=EntryType(row["type"]),
+        sender=row["sender"],
+        content=row["content"],
+        # Selected rows carry the column name; freshly inserted values the attribute.
+        metadata=(row["metadata"] if "metadata" in row else row["meta"]) or {},
+        job_id=row["job_id"],
+        idempotency_key=row["idempotency_key"],
+        created_at=as_utc(row["created_at"]),
+    )
+
+
+def _job(row: Any) -> Job:
+    return Job(
+        id=row["id"],
+        session_id=row["session_id"],
+        tree_id=row["tree_id"],
+        ordinal=row["ordinal"],
+        trigger_entry_id=row["trigger_entry_id"],
+        status=JobStatus(row["status"]),
+        version=row["version"],
+        caller_session_id=row["caller_session_id"],
+        caller_entry_id=row["caller_entry_id"],
+        parent_job_id=row["parent_job_id"],
+        call_depth=row["call_depth"],
+        message_count=row["message_count"],
+        attempts=row["attempts"],
+        result=row["result"],
+        error=row["error"],
+        created_at=as_utc(row["created_at"]),
+        started_at=_ts(row["started_at"]),
+        finished_at=_ts(row["finished_at"]),
+    )
+
+
+def _session(row: Any) -> Session:
+    return Session(
+        id=row["id"],
+        agent_id=row["agent_id"],
+        name=row["name"],
+        tree_id=row["tree_id"],
+        parent_job_id=row["parent_job_id"],
+        call_depth=row["call_depth"],
+        last_seq=row["last_seq"],
+        limits=Limits.model_validate(row["limits"]) if row["limits"] else None,
+        created_at=as_utc(row["created_at"]),
+    )
+
+
+__all__ = ["Appended", "Fence", "Finish", "JobFields", "Store"]

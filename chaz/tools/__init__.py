@@ -1,0 +1,14 @@
+"""The tools agents can call. :func:`default_registry` holds all of them."""
+
+from __future__ import annotations
+
+from chaz.runtime.tools import ToolRegistry
+from chaz.tools import builtin
+
+
+def default_registry() -> ToolRegistry:
+    """A registry of every built-in tool."""
+    registry = ToolRegistry()
+    for tool in builtin.TOOLS:
+        registry.register(tool)
+    return registry

@@ -1,0 +1,65 @@
+"""Watching a session: the backlog from the database, then live entries from Redis.
+
+The subscription is opened *before* the backlog is read, so an entry committed
+in between is either in the backlog or on the channel (or both: duplicates are
+dropped by seq). Entries are yielded strictly in seq order with no gap: when a
+published entry skips ahead, or nothing is heard for ``poll`` seconds, the
+missing range is read from the database, which is the source of truth.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import redis
+
+from chaz.coord import keys
+from chaz.domain.entries import Entry
+from chaz.store.repo import Store
+
+
+def watch(
+    store: Store,
+    client: redis.Redis,
+    session_id: str,
+    *,
+    after: int = 0,
+    timeout: float | None = None,
+    poll: float = 1.0,
+) -> Iterator[Entry]:
+    """Yield the session's entries with ``seq > after``, forever or until ``timeout``."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pubsub = client.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(keys.entries_channel(session_id))
+    last = after
+    try:
+        for entry in store.entries(session_id, after=last):
+            yield entry
+            last = entry.seq
+        while True:
+            wait = poll
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    return
+            message = pubsub.get_message(timeout=wait)
+            if message is None or message.get("type") != "message":
+                # Quiet (or a lost notification): the database has the answer.
+                for entry in store.entries(session_id, after=last):
+                    yield entry
+                    last = entry.seq
+                continue
+            entry = Entry.model_validate_json(message["data"])
+            if entry.seq <= last:
+                continue
+            if entry.seq == last + 1:
+                yield entry
+                last = entry.seq
+                continue
+            # Skipped ahead: publishes can arrive out of commit order.
+            for missing in store.entries(session_id, after=last, until=entry.seq):
+                yield missing
+                last = missing.seq
+    finally:
+        pubsub.close()

@@ -1,0 +1,70 @@
+"""Celery tasks: ``chaz.turn`` (run a session's next turn) and ``chaz.reconcile``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from celery.signals import worker_process_shutdown, worker_ready, worker_shutting_down
+
+from chaz.coord import keys
+
+from chaz.reconcile import Reconciler
+from chaz.services import Services
+from chaz.settings import get_settings
+from chaz.turns import TurnRunner
+from workers.app import app
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_services: Services | None = None
+
+
+def services() -> Services:
+    """This worker process's connections, created on first use."""
+    global _services
+    if _services is None:
+        with _lock:
+            if _services is None:
+                _services = Services(get_settings())
+    return _services
+
+
+@worker_ready.connect
+def _announce(sender: Any, **_: Any) -> None:
+    # Launchers (chaz.embedded, tests) wait for this key rather than a control
+    # ping: a broadcast ping over Redis takes seconds to gather replies.
+    services().redis.set(keys.worker_ready(sender.hostname), os.getpid(), ex=24 * 3600)
+
+
+@worker_shutting_down.connect
+def _retract(sender: Any, **_: Any) -> None:
+    if _services is not None:
+        _services.redis.delete(keys.worker_ready(str(sender)))
+
+
+@worker_process_shutdown.connect
+def _close(**_: Any) -> None:
+    if _services is not None:
+        _services.close()
+
+
+@app.task(name="chaz.turn", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def turn(session_id: str, execution_id: str) -> dict[str, Any]:
+    """Run the next turn of ``session_id``; ``execution_id`` names the job expected."""
+    outcome = TurnRunner(services()).wake(session_id, execution_id)
+    return {"status": outcome.status, "job_id": outcome.job_id}
+
+
+@app.task(name="chaz.reconcile", ignore_result=True)
+def reconcile() -> dict[str, Any]:
+    """Rebuild coordination state from the database and wake stranded work."""
+    report = Reconciler(services()).run()
+    return {
+        "woken": len(report.woken),
+        "orphaned": report.orphaned,
+        "counters_rebuilt": report.counters_rebuilt,
+    }

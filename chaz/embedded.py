@@ -52,6 +52,7 @@ class WorkerProcess:
         name: str | None = None,
         loglevel: str = "WARNING",
         log_file: Path | None = None,
+        queues: str = "chaz.turns,chaz.control",
     ) -> None:
         self.settings = settings
         self.concurrency = concurrency
@@ -59,6 +60,7 @@ class WorkerProcess:
         self.name = name or f"chaz-{uuid.uuid4().hex[:8]}"
         self.loglevel = loglevel
         self.log_file = log_file
+        self.queues = queues
         self.proc: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
@@ -68,7 +70,7 @@ class WorkerProcess:
             "--pool", "threads",
             "--concurrency", str(self.concurrency),
             "--hostname", f"{self.name}@%h",
-            "--queues", "chaz.turns,chaz.control",
+            "--queues", self.queues,
             "--loglevel", self.loglevel,
             "--without-gossip", "--without-mingle",
             "--task-events",

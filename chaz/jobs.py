@@ -21,7 +21,7 @@ from typing import Any
 from chaz.coord import keys
 from chaz.domain.entries import EntryType
 from chaz.domain.jobs import Job, JobStatus
-from chaz.errors import Conflict, JobNotFound, Timeout, VersionConflict
+from chaz.errors import Conflict, JobNotFound, Timeout, Unauthorized, VersionConflict
 from chaz.services import Services
 
 CANCEL_ACTION = "execution.cancel"
@@ -151,4 +151,79 @@ def _outcome(job: Job, *, previous: JobStatus, changed: bool) -> dict[str, Any]:
         "status": job.status.value,
         "version": job.version,
         "changed": changed,
+    }
+
+
+def check_ownership(services: Services, job: Job, viewer_session_id: str) -> None:
+    """Allow the job's own session, its caller's, or an ancestor's (seed 003 §5.10).
+
+    Ancestry follows ``parent_job_id`` upwards, at most :data:`MAX_HOPS` hops;
+    a cycle ends the walk instead of hanging it.
+    """
+    if viewer_session_id in (job.session_id, job.caller_session_id):
+        return
+    seen = {job.id}
+    current = job
+    for _ in range(MAX_HOPS):
+        if current.parent_job_id is None or current.parent_job_id in seen:
+            break
+        seen.add(current.parent_job_id)
+        try:
+            current = services.store.get_job(current.parent_job_id)
+        except JobNotFound:
+            break
+        if current.session_id == viewer_session_id:
+            return
+    raise Unauthorized(
+        f"session {viewer_session_id} may not read job {job.id}",
+        job_id=job.id,
+        session_id=viewer_session_id,
+    )
+
+
+#: Results longer than this are cut to a head and a tail (seed 003 §5.6).
+RESULT_CAP = 30_000
+
+
+def excerpt(text: str, cap: int = RESULT_CAP) -> tuple[str, bool]:
+    """``text`` cut to at most ``cap`` characters (head and tail kept); and whether it was."""
+    if len(text) <= cap:
+        return text, False
+    marker = f"\n[... {len(text) - cap} characters omitted ...]\n"
+    keep = max(0, cap - len(marker))
+    head = keep * 2 // 3
+    return text[:head] + marker + text[len(text) - (keep - head) :], True
+
+
+def job_output(
+    services: Services,
+    job_id: str,
+    viewer_session_id: str | None,
+    *,
+    block: bool = True,
+    timeout: float = 30.0,
+) -> dict[str, Any]:
+    """A job's state and (bounded) result, after the ownership check.
+
+    ``viewer_session_id=None`` is the operator's view (the producer API), which
+    is authorized by whoever holds the client, not by session lineage.
+    """
+    job = services.store.get_job(job_id)
+    if viewer_session_id is not None:
+        check_ownership(services, job, viewer_session_id)
+    if block and not job.status.terminal:
+        try:
+            job = wait_terminal(services, job_id, timeout)
+        except Timeout:
+            job = services.store.get_job(job_id)
+    result, truncated = excerpt(job.result or "")
+    return {
+        "execution_id": job.id,
+        "job_id": job.id,
+        "session_id": job.session_id,
+        "status": job.status.value,
+        "version": job.version,
+        "result": result if job.result is not None else None,
+        "truncated": truncated,
+        "error": job.error,
     }

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -53,8 +55,15 @@ class TurnRunner:
     def __init__(self, services: Services) -> None:
         self.services = services
 
-    def wake(self, session_id: str, execution_id: str) -> WakeOutcome:
-        """Handle one wake-up for ``session_id`` (``execution_id`` is a hint)."""
+    def wake(
+        self, session_id: str, execution_id: str, *, lend_slot: bool = False
+    ) -> WakeOutcome:
+        """Handle one wake-up for ``session_id`` (``execution_id`` is a hint).
+
+        ``lend_slot`` runs the turn without taking a live slot of its tree: a
+        foreground parent that runs its child inline lends the child its own
+        slot while it waits, so a full tree cannot deadlock on itself.
+        """
         svc = self.services
         ttl = svc.settings.lease_seconds
         token = svc.lanes.acquire(session_id, execution_id, ttl)
@@ -65,13 +74,15 @@ class TurnRunner:
         try:
             job = svc.store.head_job(session_id)
             if job is not None:
-                if not svc.admission.start(job, effective_limits(svc, session_id)):
+                if not lend_slot and not svc.admission.start(
+                    job, effective_limits(svc, session_id)
+                ):
                     # The tree is at its live limit: the job stays queued and
                     # waits in the tree's waiting set; a finishing turn wakes it.
                     wake_next = False
                     outcome = WakeOutcome("waiting", job.id)
                 else:
-                    if self._run(job, token):
+                    if self._run(job, token) and not lend_slot:
                         self._hand_off(job)
                     outcome = WakeOutcome("ran", job.id)
         finally:
@@ -132,7 +143,8 @@ class TurnRunner:
             idempotency_key=f"job:{job.id}:ack",
             admit=False,
             fence=fence,
-            metadata={"attempt": job.attempts},
+            # Which process runs the turn: for operators (and the crash tests).
+            metadata={"attempt": job.attempts, "host": socket.gethostname(), "pid": os.getpid()},
         )
         sink = EventSink(lambda ev: self._write_event(job, fence, me, ev))
         try:
@@ -179,6 +191,7 @@ class TurnRunner:
     ) -> str:
         svc = self.services
         spec: AgentSpec = svc.store.get_agent(agent_id)
+        session = svc.store.get_session(job.session_id)
         trigger = (
             svc.store.get_entry(job.trigger_entry_id) if job.trigger_entry_id else None
         )
@@ -200,7 +213,7 @@ class TurnRunner:
             agent_id=agent_id,
             tree_id=job.tree_id,
             call_depth=job.call_depth,
-            allowed_tools=frozenset(spec.tools),
+            allowed_tools=frozenset(session.tools if session.tools is not None else spec.tools),
             services=svc,
         )
         ports = LoopPorts(

@@ -22,4 +22,5 @@ class Session(BaseModel):
     call_depth: int = 0
     last_seq: int
     limits: Limits | None = None
+    tools: list[str] | None = None
     created_at: datetime

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import pydantic
@@ -35,6 +35,8 @@ class ToolContext:
     call_depth: int
     allowed_tools: frozenset[str]
     services: Services | None = None
+    #: The id of the call being served (set per invocation): an idempotency handle.
+    call_id: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -108,7 +110,7 @@ class ToolRegistry:
             )
             return _error("tool.invalid_arguments", f"invalid arguments for {tool.name}: {problems}")
         try:
-            return ToolOutcome(tool.run(args, ctx))
+            return ToolOutcome(tool.run(args, replace(ctx, call_id=call.id)))
         except ChazError as exc:
             return ToolOutcome(json.dumps({"error": exc.to_dict()}), is_error=True)
         except Exception as exc:

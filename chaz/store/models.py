@@ -53,6 +53,8 @@ class SessionRow(Base):
     last_seq: Mapped[int] = mapped_column(Integer, default=0)
     last_ordinal: Mapped[int] = mapped_column(Integer, default=0)
     limits: Mapped[dict[str, Any] | None]
+    #: Tools the session's turns may use, narrowed from a spawning parent; None: the agent's.
+    tools: Mapped[list[str] | None] = mapped_column(JSON)
     created_at: Mapped[datetime]
 
 

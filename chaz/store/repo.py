@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, insert, or_, select, update
+from sqlalchemy import Connection, and_, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from chaz.domain.agents import AgentSpec, Limits
@@ -134,6 +134,7 @@ class Store:
         *,
         name: str | None = None,
         limits: Limits | None = None,
+        tools: list[str] | None = None,
         parent_job_id: str | None = None,
         tree_id: str | None = None,
         call_depth: int = 0,
@@ -154,6 +155,7 @@ class Store:
             "last_seq": 0,
             "last_ordinal": 0,
             "limits": limits.model_dump(mode="json") if limits else None,
+            "tools": tools,
             "created_at": utcnow(),
         }
         try:
@@ -164,6 +166,14 @@ class Store:
         except IntegrityError as exc:
             raise NameTaken(f"a session is already named {name!r}", name=name) from exc
         return _session(values)
+
+    def delete_empty_session(self, session_id: str) -> bool:
+        """Remove a session that never got an entry (undoing a refused spawn)."""
+        with self._write() as conn:
+            done = conn.execute(
+                delete(SessionRow).where(SessionRow.id == session_id, SessionRow.last_seq == 0)
+            ).rowcount
+        return bool(done)
 
     def get_session(self, ref: str) -> Session:
         """A session by id or, failing that, by its unique name."""
@@ -666,6 +676,7 @@ def _session(row: Any) -> Session:
         call_depth=row["call_depth"],
         last_seq=row["last_seq"],
         limits=Limits.model_validate(row["limits"]) if row["limits"] else None,
+        tools=row["tools"],
         created_at=as_utc(row["created_at"]),
     )
 

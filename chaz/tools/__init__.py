@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from chaz.runtime.tools import ToolRegistry
-from chaz.tools import builtin
+from chaz.tools import builtin, collab
 
 
 def default_registry() -> ToolRegistry:
     """A registry of every built-in tool."""
     registry = ToolRegistry()
-    for tool in builtin.TOOLS:
+    for tool in [*builtin.TOOLS, *collab.TOOLS]:
         registry.register(tool)
     return registry

@@ -62,7 +62,12 @@ class Stack:
         return self._client
 
     def workers(
-        self, n: int = 1, *, concurrency: int = 4, beat: bool = False
+        self,
+        n: int = 1,
+        *,
+        concurrency: int = 4,
+        beat: bool = False,
+        queues: str = "chaz.turns,chaz.control",
     ) -> list[WorkerProcess]:
         """Start ``n`` real ``celery worker`` processes and wait until they consume."""
         client = self.client
@@ -73,13 +78,17 @@ class Stack:
             started.append(
                 WorkerProcess(
                     self.settings, concurrency=concurrency, beat=beat, log_file=log,
-                    loglevel="INFO",
+                    loglevel="INFO", queues=queues,
                 ).start()
             )
         for w in started:
             w.wait_ready(client)
         self._workers.extend(started)
         return started
+
+    def housekeeper(self) -> WorkerProcess:
+        """A process that runs beat and the reconciler only (it takes no turns)."""
+        return self.workers(1, concurrency=1, beat=True, queues="chaz.control")[0]
 
     def logs(self) -> str:
         """Every worker's log, for failure messages."""

@@ -37,6 +37,7 @@ def upgrade() -> None:
         sa.Column("last_seq", sa.Integer(), nullable=False),
         sa.Column("last_ordinal", sa.Integer(), nullable=False),
         sa.Column("limits", sa.JSON(), nullable=True),
+        sa.Column("tools", sa.JSON(), nullable=True),
         sa.Column("created_at", TS, nullable=False),
     )
     op.create_index("ix_sessions_tree_id", "sessions", ["tree_id"])

@@ -197,6 +197,14 @@ class Jobs:
 
         return wait_terminal(self._svc, execution_id, timeout)
 
+    def output(
+        self, execution_id: str, *, block: bool = True, timeout: float = 30.0
+    ) -> dict[str, Any]:
+        """The job's state and bounded result (the API twin of the ``job_output`` tool)."""
+        from chaz.jobs import job_output
+
+        return job_output(self._svc, execution_id, None, block=block, timeout=timeout)
+
     def cancel(
         self,
         execution_id: str,

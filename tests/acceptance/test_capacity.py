@@ -1,0 +1,141 @@
+"""Tree capacity (max_live_per_tree) and the lane race, broken on purpose."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import chaz
+from chaz.domain.entries import EntryType
+from chaz.services import Services
+from chaz.turns import TurnRunner
+from tests.support.stack import Stack
+
+
+def test_a_tree_runs_at_most_max_live_and_other_trees_are_not_blocked(tmp_path: Path) -> None:
+    stack = Stack.embedded(tmp_path / "home", max_live_per_tree=2)
+    try:
+        stack.workers(1, concurrency=8)
+        client = stack.client
+        client.agents.put(
+            chaz.AgentSpec(id="nap", script=[{"steps": [{"sleep": 0.6}, {"say": "rested"}]}])
+        )
+        fan = [
+            {"call": "spawn_agent", "args": {"agent_id": "nap", "task": f"t{i}", "async": True}}
+            for i in range(6)
+        ]
+        client.agents.put(
+            chaz.AgentSpec(
+                id="boss", tools=["spawn_agent"], script=[{"steps": [*fan, {"say": "spawned"}]}]
+            )
+        )
+        root = client.sessions.create(agent_id="boss")
+        e = client.sessions.post(root.id, "fan out", sender="user:a")
+        assert client.sessions.wait_for_reply(root.id, after=e.seq, timeout=30).content == "spawned"
+
+        # Another tree is not held up by the full one.
+        other = client.sessions.create(agent_id="nap")
+        t0 = time.monotonic()
+        o = client.sessions.post(other.id, "me too", sender="user:b")
+        client.sessions.wait_for_reply(other.id, after=o.seq, timeout=30)
+        assert time.monotonic() - t0 < 3.0
+
+        children = [j for j in client.jobs.list() if j.parent_job_id == e.job_id]
+        assert len(children) == 6
+        finals = [client.jobs.wait(j.id, timeout=60) for j in children]
+        assert all(f.status is chaz.JobStatus.SUCCEEDED for f in finals)
+        # At no moment did more than two turns of the tree run.
+        spans = [(f.started_at, f.finished_at) for f in finals]
+        for start, _ in spans:
+            live = sum(1 for s, f in spans if s <= start < f)  # type: ignore[operator]
+            assert live <= 2, spans
+    finally:
+        stack.close()
+
+
+class RecordingDispatcher:
+    """Stands in for the broker so the race can be driven step by step."""
+
+    def __init__(self) -> None:
+        self.wakes: list[tuple[str, str]] = []
+
+    def wake(self, session_id: str, execution_id: str) -> None:
+        self.wakes.append((session_id, execution_id))
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_job_admitted_while_the_lane_is_released_still_runs(stack: Stack) -> None:
+    svc = Services(stack.settings)
+    stack.client.agents.put(chaz.AgentSpec(id="echo", script=[{"steps": [{"echo": True}]}]))
+    recorder = RecordingDispatcher()
+    svc.__dict__["dispatcher"] = recorder  # no workers: this test is the worker
+    runner = TurnRunner(svc)
+    s = svc.store.create_session("echo")
+
+    # Order 1: B is admitted while A's turn holds the lane. B's own wake-up
+    # finds the lane busy; A's release must wake B.
+    a = svc.append(s.id, EntryType.MESSAGE, "user:u", "a").job
+    assert a is not None
+    token = svc.lanes.acquire(s.id, a.id, 30)
+    assert token is not None
+    b = svc.append(s.id, EntryType.MESSAGE, "user:u", "b").job
+    assert b is not None
+    assert runner.wake(s.id, b.id).status == "busy"
+    svc.lanes.release(s.id, token)
+    recorder.wakes.clear()
+    assert runner.wake(s.id, a.id).job_id == a.id
+    assert recorder.wakes == [(s.id, b.id)], "releasing the lane must wake the next job"
+    assert runner.wake(s.id, b.id).job_id == b.id
+
+    # Order 2: the releaser looked for work before C committed; C's own
+    # wake-up then finds the lane free and runs it.
+    recorder.wakes.clear()
+    c = svc.append(s.id, EntryType.MESSAGE, "user:u", "c").job
+    assert c is not None
+    assert recorder.wakes == [(s.id, c.id)]
+    assert runner.wake(s.id, c.id).job_id == c.id
+    replies = [
+        x.content for x in svc.store.entries(s.id)
+        if x.type is EntryType.MESSAGE and x.sender == "agent:echo"
+    ]
+    assert replies == ["a", "b", "c"]
+    svc.close()
+
+
+def test_openai_compatible_model_runs_a_turn_with_a_tool_call(stack: Stack) -> None:
+    from tests.support.fake_openai import FakeOpenAI
+
+    with FakeOpenAI(model="fake-model") as srv:
+        srv.push_tool_call("word_count", {"text": "one two three"})
+        srv.push_text("There are 3 words.")
+        stack.workers(1)
+        client = stack.client
+        client.agents.put(
+            chaz.AgentSpec(
+                id="gpt",
+                model="openai:fake-model",
+                tools=["word_count"],
+                options={"base_url": srv.base_url, "api_key": "test"},
+            )
+        )
+        s = client.sessions.create(agent_id="gpt")
+        e = client.sessions.post(s.id, "count: one two three", sender="user:a")
+        reply = client.sessions.wait_for_reply(s.id, after=e.seq, timeout=30)
+        assert reply.content == "There are 3 words."
+        entries = client.sessions.entries(s.id)
+        result = next(x for x in entries if x.type is EntryType.TOOL_RESULT)
+        assert result.content == "3"
+        first, second = srv.requests
+        assert first["model"] == "fake-model"
+        assert [t["function"]["name"] for t in first["tools"]] == ["word_count"]
+        assert first["messages"][-1] == {
+            "role": "user", "content": "count: one two three", "name": "user_a"
+        }
+        tool_msg = second["messages"][-1]
+        assert tool_msg["role"] == "tool" and tool_msg["content"] == "3"
+        assert json.loads(second["messages"][-2]["tool_calls"][0]["function"]["arguments"]) == {
+            "text": "one two three"
+        }

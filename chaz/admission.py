@@ -67,6 +67,7 @@ class Admission:
         self._reserve = r.register_script(lua.RESERVE)
         self._decrement = r.register_script(lua.DECREMENT)
         self._seed = r.register_script(lua.SEED)
+        self._seed_hash = r.register_script(lua.SEED_HASH)
         self._start = r.register_script(lua.START)
         self._finish = r.register_script(lua.FINISH)
 
@@ -75,7 +76,7 @@ class Admission:
     def reserve(self, session_id: str, limits: EffectiveLimits) -> None:
         """Count one admission, or raise QueueFull / JobsExhausted having counted nothing."""
         ks = [keys.queued(session_id), keys.cumulative(session_id)]
-        args = [
+        args: list[str | int | float] = [
             _arg(limits.max_queued_per_session),
             _arg(limits.max_jobs_per_session),
             COUNTER_TTL_MS,
@@ -121,7 +122,7 @@ class Admission:
     def start(self, job: Job, limits: EffectiveLimits) -> bool:
         """Take a live slot in the job's tree; False if the tree is full (it waits)."""
         ks = [keys.live(job.tree_id), keys.waiting(job.tree_id), keys.queued(job.session_id)]
-        args = [
+        args: list[str | int | float] = [
             job.id,
             _arg(limits.max_live_per_tree),
             job.session_id,
@@ -136,27 +137,25 @@ class Admission:
 
     def finished(self, job: Job) -> str | None:
         """Free the job's live slot; the session that should run next in the tree."""
-        woken = self._finish(keys=[keys.live(job.tree_id), keys.waiting(job.tree_id)], args=[job.id])
+        woken = self._finish(
+            keys=[keys.live(job.tree_id), keys.waiting(job.tree_id)], args=[job.id]
+        )
         return str(woken) if woken else None
 
     def _rebuild_tree(self, tree_id: str) -> None:
         running = [
             j
-            for j in self.services.store.active_jobs()
-            if j.tree_id == tree_id and j.status is not JobStatus.QUEUED
+            for j in self.services.store.active_jobs(tree_id=tree_id)
+            if j.status is not JobStatus.QUEUED
         ]
         self._seed_live(tree_id, running)
 
     def _seed_live(self, tree_id: str, running: Iterable[Job]) -> None:
-        mapping = {_SENTINEL: "1"} | {j.id: j.session_id for j in running}
-        pipe = self.services.redis.pipeline(transaction=True)
-        pipe.watch(keys.live(tree_id))
-        if pipe.exists(keys.live(tree_id)):
-            pipe.reset()
-            return
-        pipe.multi()
-        pipe.hset(keys.live(tree_id), mapping=mapping)
-        pipe.execute()
+        # Seeding is a no-op if the hash exists: a concurrent seeder won.
+        pairs: list[str] = [_SENTINEL, "1"]
+        for j in running:
+            pairs += [j.id, j.session_id]
+        self._seed_hash(keys=[keys.live(tree_id)], args=pairs)
 
     # -- reconciler -------------------------------------------------------------
 

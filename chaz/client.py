@@ -6,6 +6,7 @@ Everything returned is a pydantic model; every error is a
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterator
 from typing import Any
 
@@ -62,7 +63,7 @@ class Agents:
         """One agent."""
         return self._svc.store.get_agent(agent_id)
 
-    def list(self) -> list[AgentSpec]:
+    def list(self) -> builtins.list[AgentSpec]:
         """Every agent."""
         return self._svc.store.list_agents()
 
@@ -83,7 +84,7 @@ class Sessions:
         """A session by id or name."""
         return self._svc.store.get_session(ref)
 
-    def list(self, agent_id: str | None = None, limit: int = 50) -> list[Session]:
+    def list(self, agent_id: str | None = None, limit: int = 50) -> builtins.list[Session]:
         """Sessions, newest first."""
         return self._svc.store.list_sessions(agent_id=agent_id, limit=limit)
 
@@ -121,7 +122,7 @@ class Sessions:
 
     def entries(
         self, session_id: str, after: int = 0, limit: int | None = None
-    ) -> list[Entry]:
+    ) -> builtins.list[Entry]:
         """The session's entries with ``seq > after``, in order."""
         session = self._svc.store.get_session(session_id)
         return self._svc.store.entries(session.id, after=after, limit=limit)
@@ -131,9 +132,7 @@ class Sessions:
     ) -> Iterator[Entry]:
         """Backlog then live entries, in seq order, with no gap and no duplicate."""
         session = self._svc.store.get_session(session_id)
-        return _watch(
-            self._svc.store, self._svc.redis, session.id, after=after, timeout=timeout
-        )
+        return _watch(self._svc.store, self._svc.redis, session.id, after=after, timeout=timeout)
 
     def wait_for_reply(self, session_id: str, after: int = 0, timeout: float = 60.0) -> Entry:
         """The agent's reply (Message) or Error for the turn that entry ``after`` started.
@@ -158,7 +157,7 @@ class Sessions:
             session_id=session.id,
         )
 
-    def queue(self, session_id: str) -> list[Job]:
+    def queue(self, session_id: str) -> builtins.list[Job]:
         """What runs and what waits in the session, in admission order."""
         session = self._svc.store.get_session(session_id)
         return self._svc.store.list_jobs(
@@ -185,7 +184,7 @@ class Jobs:
         session_id: str | None = None,
         status: JobStatus | str | None = None,
         limit: int = 100,
-    ) -> list[Job]:
+    ) -> builtins.list[Job]:
         """Jobs, optionally of one session or in one state."""
         sid = self._svc.store.get_session(session_id).id if session_id else None
         statuses = [JobStatus(status)] if status else None

@@ -66,13 +66,24 @@ class WorkerProcess:
     def command(self) -> list[str]:
         """The command line this worker runs."""
         cmd = [
-            sys.executable, "-m", "celery", "-A", "workers", "worker",
-            "--pool", "threads",
-            "--concurrency", str(self.concurrency),
-            "--hostname", f"{self.name}@%h",
-            "--queues", self.queues,
-            "--loglevel", self.loglevel,
-            "--without-gossip", "--without-mingle",
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "workers",
+            "worker",
+            "--pool",
+            "threads",
+            "--concurrency",
+            str(self.concurrency),
+            "--hostname",
+            f"{self.name}@%h",
+            "--queues",
+            self.queues,
+            "--loglevel",
+            self.loglevel,
+            "--without-gossip",
+            "--without-mingle",
             "--task-events",
         ]
         if self.beat:

@@ -61,8 +61,11 @@ class Reconciler:
             report.woken.append(session_id)
         report.counters_rebuilt = self.rebuild_counters(active)
         if report.woken:
-            log.info("reconciler woke %d sessions (%d orphaned turns)",
-                     len(report.woken), len(report.orphaned))
+            log.info(
+                "reconciler woke %d sessions (%d orphaned turns)",
+                len(report.woken),
+                len(report.orphaned),
+            )
         return report
 
     def rebuild_counters(self, active: list[Job]) -> int:

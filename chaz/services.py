@@ -8,11 +8,13 @@ Redis client, the lanes and the dispatcher. Writing an entry goes through
 from __future__ import annotations
 
 import threading
+import time
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import redis
 
+from chaz.coord import keys
 from chaz.coord.lanes import Lanes
 from chaz.coord.pubsub import publish
 from chaz.coord.redis import connect
@@ -96,25 +98,74 @@ class Services:
             admit = self.store.admits(type, sender)
         if not admit:
             return self._append(
-                session_id, type, sender, content, metadata=metadata,
-                idempotency_key=idempotency_key, job_id=job_id, admit=False,
-                job_fields=job_fields, fence=fence, finish=finish,
+                session_id,
+                type,
+                sender,
+                content,
+                metadata=metadata,
+                idempotency_key=idempotency_key,
+                job_id=job_id,
+                admit=False,
+                job_fields=job_fields,
+                fence=fence,
+                finish=finish,
             )
         from chaz.admission import effective_limits
 
-        self.admission.reserve(session_id, effective_limits(self, session_id))
+        claim = None
+        if idempotency_key is not None:
+            # Concurrent retries of one request: the first admits, the others
+            # wait for its entry instead of spending (or being refused) quota.
+            claim = keys.idempotency_claim(session_id, idempotency_key)
+            if not self.redis.set(claim, "1", nx=True, ex=30):
+                found = self._await_idempotent(session_id, idempotency_key)
+                if found is not None:
+                    return found
+                claim = None
+        try:
+            self.admission.reserve(session_id, effective_limits(self, session_id))
+        except BaseException:
+            if claim:
+                self.redis.delete(claim)
+            raise
         try:
             done = self._append(
-                session_id, type, sender, content, metadata=metadata,
-                idempotency_key=idempotency_key, job_id=job_id, admit=True,
-                job_fields=job_fields, fence=fence, finish=finish,
+                session_id,
+                type,
+                sender,
+                content,
+                metadata=metadata,
+                idempotency_key=idempotency_key,
+                job_id=job_id,
+                admit=True,
+                job_fields=job_fields,
+                fence=fence,
+                finish=finish,
             )
         except BaseException:
             self.admission.refund(session_id)
             raise
+        finally:
+            if claim:
+                self.redis.delete(claim)
         if not done.created:
             self.admission.refund(session_id)
         return done
+
+    def _await_idempotent(
+        self, session_id: str, key: str, timeout: float = 10.0
+    ) -> Appended | None:
+        claim = keys.idempotency_claim(session_id, key)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = self.store.find_idempotent(session_id, key)
+            if found is not None:
+                return found
+            if not self.redis.exists(claim):
+                # The first caller gave up (refused or failed): look once more.
+                return self.store.find_idempotent(session_id, key)
+            time.sleep(0.01)
+        return None
 
     def _append(
         self,

@@ -31,9 +31,7 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(
         30.0, gt=0, description="Lane lease length; a heartbeat renews it at a third of this."
     )
-    reconcile_seconds: float = Field(
-        5.0, gt=0, description="How often beat runs the reconciler."
-    )
+    reconcile_seconds: float = Field(5.0, gt=0, description="How often beat runs the reconciler.")
     max_queued_per_session: int | None = Field(
         None, gt=0, description="Admitted jobs that may wait in one session (null: unlimited)."
     )

@@ -55,9 +55,7 @@ class TurnRunner:
     def __init__(self, services: Services) -> None:
         self.services = services
 
-    def wake(
-        self, session_id: str, execution_id: str, *, lend_slot: bool = False
-    ) -> WakeOutcome:
+    def wake(self, session_id: str, execution_id: str, *, lend_slot: bool = False) -> WakeOutcome:
         """Handle one wake-up for ``session_id`` (``execution_id`` is a hint).
 
         ``lend_slot`` runs the turn without taking a live slot of its tree: a
@@ -192,9 +190,7 @@ class TurnRunner:
         svc = self.services
         spec: AgentSpec = svc.store.get_agent(agent_id)
         session = svc.store.get_session(job.session_id)
-        trigger = (
-            svc.store.get_entry(job.trigger_entry_id) if job.trigger_entry_id else None
-        )
+        trigger = svc.store.get_entry(job.trigger_entry_id) if job.trigger_entry_id else None
         history = svc.store.entries(
             job.session_id,
             until=trigger.seq if trigger else None,

@@ -30,7 +30,7 @@ def watch(
 ) -> Iterator[Entry]:
     """Yield the session's entries with ``seq > after``, forever or until ``timeout``."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    pubsub = client.pubsub(ignore_subscribe_messages=True)
+    pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
     pubsub.subscribe(keys.entries_channel(session_id))
     last = after
     try:

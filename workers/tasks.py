@@ -10,7 +10,6 @@ from typing import Any
 from celery.signals import worker_process_shutdown, worker_ready, worker_shutting_down
 
 from chaz.coord import keys
-
 from chaz.reconcile import Reconciler
 from chaz.services import Services
 from chaz.settings import get_settings

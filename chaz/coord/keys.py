@@ -13,6 +13,8 @@ key                                     type        meaning
 ``chaz:wait:{tree}``                    zset        sessions whose head job waits for tree
                                                     capacity (score: when it started waiting)
 ``chaz:cancel:{job}``                   string      set while cancellation of ``job`` is requested
+``chaz:idem:{sid}:{key}``               string      held while one caller admits with that
+                                                    idempotency key (retries wait for it)
 ``chaz:worker:{hostname}``              string      pid of a worker that is ready for tasks
 ======================================  ==========  ==========================================
 """
@@ -55,6 +57,11 @@ def cancel(job_id: str) -> str:
 def waiting(tree_id: str) -> str:
     """Sessions waiting for a free live slot in a tree."""
     return f"{PREFIX}:wait:{tree_id}"
+
+
+def idempotency_claim(session_id: str, key: str) -> str:
+    """Single-flight claim on an idempotency key while its admission is under way."""
+    return f"{PREFIX}:idem:{session_id}:{key}"
 
 
 def worker_ready(hostname: str) -> str:

@@ -44,6 +44,13 @@ end
 return 1
 """
 
+#: Seed a missing hash. KEYS: the hash. ARGV: field, value, field, value, ...
+SEED_HASH = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1
+"""
+
 #: Start a turn in a tree if it has capacity.
 #: KEYS: live hash, waiting zset, queued counter.
 #: ARGV: job id, max_live (-1: none), session id, was_queued (1/0), now (score).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import redis
 
 from chaz.coord import keys
@@ -14,8 +16,6 @@ def publish(client: redis.Redis, entry: Entry) -> None:
     A lost publish only delays a watcher: ``watch`` re-reads the database when
     it sees a gap or hears nothing for a while.
     """
-    try:
+    # The entry is durable; a watcher's periodic re-read finds it if this fails.
+    with contextlib.suppress(redis.RedisError):
         client.publish(keys.entries_channel(entry.session_id), entry.model_dump_json())
-    except redis.RedisError:
-        # The entry is durable; a watcher's periodic re-read will find it.
-        pass

@@ -16,21 +16,25 @@ class Limits(BaseModel):
     max_queued_per_session: int | None = Field(None, gt=0)
     max_jobs_per_session: int | None = Field(None, gt=0)
     max_live_per_tree: int | None = Field(None, gt=0)
-    max_call_depth: int = Field(1, ge=0, description="Spawn nesting allowed below this agent.")
+    max_call_depth: int | None = Field(
+        None, ge=0, description="Spawn nesting allowed below this agent (unset: 1)."
+    )
     max_turn_steps: int | None = Field(None, gt=0)
 
     def narrowed(self, other: Limits | None) -> Limits:
-        """The tighter of two limit sets, field by field (topology kept from ``self``)."""
+        """The tighter of two limit sets, field by field; an unset field inherits."""
         if other is None:
             return self
         merged: dict[str, Any] = {}
         for name in type(self).model_fields:
             a, b = getattr(self, name), getattr(other, name)
-            if name == "max_call_depth":
-                merged[name] = min(a, b)
-            else:
-                merged[name] = b if a is None else a if b is None else min(a, b)
+            merged[name] = b if a is None else a if b is None else min(a, b)
         return Limits(**merged)
+
+    @property
+    def call_depth_limit(self) -> int:
+        """``max_call_depth`` with its default (one level of sub-agents) filled in."""
+        return 1 if self.max_call_depth is None else self.max_call_depth
 
 
 _AGENT_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")

@@ -34,7 +34,9 @@ _SENDER = re.compile(r"^(user|agent|system):[A-Za-z0-9_.@\-]{1,128}$")
 
 def parse_sender(sender: str) -> tuple[str, str]:
     """Split ``kind:name`` and check it; kinds are ``user``, ``agent``, ``system``."""
-    if not _SENDER.match(sender):
+    # fullmatch: `$` would accept a trailing newline, and "agent:me\n" would
+    # then pass for a stranger and let an agent re-trigger itself.
+    if not _SENDER.fullmatch(sender):
         raise ValidationError(
             f"sender {sender!r} must look like 'user:NAME', 'agent:NAME' or 'system:NAME'",
             sender=sender,

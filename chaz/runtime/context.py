@@ -24,7 +24,10 @@ def build_context(system_prompt: str, entries: Sequence[Entry], agent_id: str) -
     for entry in entries[start:]:
         if entry.type is EntryType.SUMMARY:
             messages.append(
-                {"role": "system", "content": f"Summary of the conversation so far:\n{entry.content}"}
+                {
+                    "role": "system",
+                    "content": f"Summary of the conversation so far:\n{entry.content}",
+                }
             )
         elif entry.type is EntryType.DIRECTIVE:
             messages.append({"role": "user", "content": entry.content})

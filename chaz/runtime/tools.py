@@ -99,16 +99,23 @@ class ToolRegistry:
             raw = json.loads(call.arguments or "{}")
         except json.JSONDecodeError as exc:
             return _error("tool.malformed", f"arguments are not valid JSON: {exc}")
+        except RecursionError:
+            # A model (or an attacker) can nest brackets deeper than the parser goes.
+            return _error("tool.malformed", "arguments are nested too deeply")
         if not isinstance(raw, dict):
             return _error("tool.malformed", "arguments must be a JSON object")
         try:
             args = tool.args.model_validate(raw)
+        except RecursionError:
+            return _error("tool.malformed", "arguments are nested too deeply")
         except pydantic.ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
                 for e in exc.errors()
             )
-            return _error("tool.invalid_arguments", f"invalid arguments for {tool.name}: {problems}")
+            return _error(
+                "tool.invalid_arguments", f"invalid arguments for {tool.name}: {problems}"
+            )
         try:
             return ToolOutcome(tool.run(args, replace(ctx, call_id=call.id)))
         except ChazError as exc:

@@ -225,7 +225,7 @@ class Store:
         """
         parse_sender(sender)
         if idempotency_key is not None:
-            found = self._find_idempotent(session_id, idempotency_key)
+            found = self.find_idempotent(session_id, idempotency_key)
             if found:
                 return found
         try:
@@ -274,7 +274,7 @@ class Store:
             if idempotency_key is None:
                 raise
             # Lost a race with a concurrent append of the same key: theirs stands.
-            found = self._find_idempotent(session_id, idempotency_key)
+            found = self.find_idempotent(session_id, idempotency_key)
             if found is None:
                 raise
             return found
@@ -289,19 +289,17 @@ class Store:
         with self._read() as conn:
             return self._admits(conn, type, sender)
 
-    def find_idempotent(self, session_id: str, key: str) -> Appended | None:
-        """The earlier append made with this idempotency key, if there was one."""
-        return self._find_idempotent(session_id, key)
-
     def _admits(self, conn: Connection, type: EntryType, sender: str) -> bool:
         kind, name = parse_sender(sender)
         known: set[str] = set()
-        if type is EntryType.MESSAGE and kind == "agent":
-            if conn.scalar(select(AgentRow.id).where(AgentRow.id == name)) is not None:
-                known.add(name)
+        # Only an agent's Message needs the lookup: is the sender a known agent?
+        is_agent_message = type is EntryType.MESSAGE and kind == "agent"
+        if is_agent_message and conn.scalar(select(AgentRow.id).where(AgentRow.id == name)):
+            known.add(name)
         return admits_turn(type, sender, known)
 
-    def _find_idempotent(self, session_id: str, key: str) -> Appended | None:
+    def find_idempotent(self, session_id: str, key: str) -> Appended | None:
+        """The earlier append made with this idempotency key, if there was one."""
         with self._read() as conn:
             row = (
                 conn.execute(
@@ -515,13 +513,15 @@ class Store:
         with self._read() as conn:
             return list(conn.scalars(stmt))
 
-    def active_jobs(self) -> list[Job]:
-        """Every job not yet finished, in admission order per session."""
+    def active_jobs(self, tree_id: str | None = None) -> list[Job]:
+        """Every job not yet finished (of one tree), in admission order per session."""
         stmt = (
             select(JobRow)
             .where(JobRow.status.in_(_ACTIVE))
             .order_by(JobRow.session_id, JobRow.ordinal)
         )
+        if tree_id is not None:
+            stmt = stmt.where(JobRow.tree_id == tree_id)
         with self._read() as conn:
             return [_job(r) for r in conn.execute(stmt).mappings()]
 
@@ -563,9 +563,7 @@ def _check_fence(conn: Connection, fence: Fence) -> None:
         select(JobRow.lease_token).where(JobRow.id == fence.job_id).with_for_update()
     )
     if token != fence.token:
-        raise LeaseLost(
-            f"job {fence.job_id} is no longer held by this worker", job_id=fence.job_id
-        )
+        raise LeaseLost(f"job {fence.job_id} is no longer held by this worker", job_id=fence.job_id)
 
 
 def _finish(conn: Connection, finish: Finish) -> Job:
@@ -584,7 +582,9 @@ def _finish(conn: Connection, finish: Finish) -> Job:
 
 
 def _lock_job(conn: Connection, job_id: str) -> dict[str, Any]:
-    row = conn.execute(select(JobRow).where(JobRow.id == job_id).with_for_update()).mappings().first()
+    row = (
+        conn.execute(select(JobRow).where(JobRow.id == job_id).with_for_update()).mappings().first()
+    )
     if row is None:
         raise JobNotFound(f"no job {job_id!r}", job_id=job_id)
     return dict(row)

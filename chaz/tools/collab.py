@@ -74,7 +74,7 @@ def spawn_agent(args: SpawnArgs, ctx: ToolContext) -> str:
     caller = svc.store.get_agent(ctx.agent_id)
     child_spec = svc.store.get_agent(args.agent_id)
     depth = ctx.call_depth + 1
-    limit = caller.limits.max_call_depth
+    limit = caller.limits.call_depth_limit
     if depth > limit:
         raise DepthExceeded(
             f"spawning would nest {depth} deep; {ctx.agent_id} allows {limit}",

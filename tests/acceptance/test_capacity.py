@@ -139,3 +139,21 @@ def test_openai_compatible_model_runs_a_turn_with_a_tool_call(stack: Stack) -> N
         assert json.loads(second["messages"][-2]["tool_calls"][0]["function"]["arguments"]) == {
             "text": "one two three"
         }
+
+
+def test_a_saturated_session_does_not_block_other_sessions(stack: Stack) -> None:
+    stack.workers(1, concurrency=4)
+    client = stack.client
+    client.agents.put(
+        chaz.AgentSpec(id="slow", script=[{"steps": [{"sleep": 0.5}, {"echo": True}]}])
+    )
+    busy = client.sessions.create(agent_id="slow")
+    for i in range(30):  # 15 s of queued work in one lane
+        client.sessions.post(busy.id, f"backlog {i}", sender="user:a")
+    quiet = client.sessions.create(agent_id="slow")
+    t0 = time.monotonic()
+    e = client.sessions.post(quiet.id, "hello", sender="user:b")
+    assert client.sessions.wait_for_reply(quiet.id, after=e.seq, timeout=30).content == "hello"
+    assert time.monotonic() - t0 < 5.0
+    waiting = client.sessions.queue(busy.id)
+    assert len(waiting) > 20 and waiting[0].status is chaz.JobStatus.RUNNING

@@ -87,18 +87,29 @@ def test_sigkill_mid_turn_resumes_without_duplicates(stack: Stack) -> None:
 
 def test_a_turn_whose_worker_keeps_dying_ends_interrupted(stack: Stack) -> None:
     client = stack.client
-    client.agents.put(CRASHY)
-    s = client.sessions.create(agent_id="crashy")
+    naps = [{"call": "sleep", "args": {"seconds": 5}} for _ in range(4)]
+    client.agents.put(
+        chaz.AgentSpec(
+            id="doomed",
+            tools=["sleep"],
+            script=[{"match": "^quick", "steps": [{"echo": True}]}, {"steps": naps}],
+        )
+    )
+    s = client.sessions.create(agent_id="doomed")
     posted = client.sessions.post(s.id, "doomed", sender="user:alice")
     stack.housekeeper()
+
+    def sleeps() -> int:
+        return sum(
+            1 for e in client.sessions.entries(s.id)
+            if e.type is EntryType.TOOL_CALL and e.metadata.get("tool") == "sleep"
+        )
+
     for attempt in range(1, 4):
         [worker] = stack.workers(1, concurrency=1, queues="chaz.turns")
+        # Each attempt reports the previous in-flight nap interrupted and starts the next.
         wait_for(
-            lambda a=attempt: client.jobs.get(posted.job_id or "").attempts >= a
-            and any(
-                e.type is EntryType.TOOL_CALL and e.metadata.get("tool") == "sleep"
-                for e in client.sessions.entries(s.id)
-            ),
+            lambda a=attempt: client.jobs.get(posted.job_id or "").attempts >= a and sleeps() >= a,
             30,
             stack,
             f"attempt {attempt}",

@@ -10,6 +10,7 @@ taken, so a resumed turn continues where the dead one stopped.
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
@@ -41,9 +42,7 @@ class ScriptedBackend:
         """Play the response step number ``turn.step`` of the matching rule."""
         rule = next((r for r in self.rules if r.matches(turn.trigger_content)), None)
         if rule is None:
-            raise TurnNotMatched(
-                f"no script rule matches the input {turn.trigger_content[:80]!r}"
-            )
+            raise TurnNotMatched(f"no script rule matches the input {turn.trigger_content[:80]!r}")
         responses_seen = 0
         for step in rule.steps:
             if not step.is_response:
@@ -73,13 +72,18 @@ class ScriptedBackend:
         return ModelResponse(tool_calls=calls)
 
 
+_PLACEHOLDER = re.compile(r"\{(input|last_result|session_id)\}")
+
+
 def _fill(text: str, turn: TurnContext) -> str:
-    # Plain replacement, not str.format: scripts may contain other braces.
-    return (
-        text.replace("{input}", turn.trigger_content)
-        .replace("{last_result}", turn.last_result or "")
-        .replace("{session_id}", turn.session_id)
-    )
+    # One pass, not str.format or chained replace: scripts may contain other
+    # braces, and a user's input that reads "{session_id}" must stay as written.
+    values = {
+        "input": turn.trigger_content,
+        "last_result": turn.last_result or "",
+        "session_id": turn.session_id,
+    }
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
 
 
 def _args(args: dict[str, object], turn: TurnContext) -> str:

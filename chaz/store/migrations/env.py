@@ -30,6 +30,8 @@ else:  # `alembic` run by hand with -x url=...
     url = context.get_x_argument(as_dictionary=True).get("url") or config.get_main_option(
         "sqlalchemy.url"
     )
+    if not url:
+        raise SystemExit("give the database: alembic -x url=postgresql+psycopg://...")
     with create_engine(url).connect() as conn:
         _run(conn)
         conn.commit()

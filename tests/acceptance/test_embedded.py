@@ -1,0 +1,41 @@
+"""The embedded default: chaz.embedded() brings up and tears down a whole stack."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import chaz
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_embedded_runs_a_turn_and_leaves_nothing_running(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with chaz.embedded(workers=2, home=home) as client:
+        client.agents.put(chaz.AgentSpec(id="echo", script=[{"steps": [{"echo": True}]}]))
+        s = client.sessions.create(agent_id="echo", name="embedded-demo")
+        e = client.sessions.post(s.id, "hello", sender="user:alice")
+        assert client.sessions.wait_for_reply(s.id, after=e.seq, timeout=30).content == "hello"
+        assert client.sessions.get("embedded-demo").id == s.id
+        redis_pid = int((home / "redis.pid").read_text())
+        assert _alive(redis_pid)
+    deadline = time.monotonic() + 10
+    while _alive(redis_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(redis_pid), "the embedded Redis outlived the stack"
+    assert (home / "chaz.db").exists()
+    # The data stays: a new embedded stack on the same home sees the session.
+    with chaz.embedded(workers=1, home=home, beat=False) as client:
+        entries = client.sessions.entries("embedded-demo")
+        assert [x.content for x in entries if x.type is chaz.EntryType.MESSAGE] == [
+            "hello",
+            "hello",
+        ]

@@ -1,0 +1,147 @@
+"""Session lanes: Redis leases with tokens, on the embedded and the server Redis."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from chaz.coord import keys
+from chaz.coord.lanes import Lanes
+from chaz.ids import new_id
+from chaz.services import Services
+from tests.support.stack import Stack
+
+
+@pytest.fixture(scope="module", params=["embedded", "server"])
+def mstack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    """conftest's ``stack``, once per module: each test uses lanes of its own, and
+    stopping an embedded Redis per test would cost most of the suite's time budget."""
+    home = tmp_path_factory.mktemp("lanes") / "home"
+    if request.param == "embedded":
+        s = Stack.embedded(home)
+    else:
+        s = Stack.server(
+            home, request.getfixturevalue("pg_url"), request.getfixturevalue("redis_url")
+        )
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def services(mstack: Stack) -> Iterator[Services]:
+    svc = Services(mstack.settings)
+    try:
+        yield svc
+    finally:
+        svc.close()
+
+
+@pytest.fixture
+def lanes(services: Services) -> Lanes:
+    return services.lanes
+
+
+def test_acquire_is_exclusive_across_threads(lanes: Lanes) -> None:
+    sid = new_id()
+    n = 20
+    barrier = threading.Barrier(n)
+    tokens: list[str | None] = [None] * n
+    errors: list[BaseException] = []
+
+    def grab(i: int) -> None:
+        barrier.wait()
+        try:
+            tokens[i] = lanes.acquire(sid, f"job{i}", ttl_seconds=10)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=grab, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == []
+    winners = [(i, t) for i, t in enumerate(tokens) if t is not None]
+    assert len(winners) == 1, tokens
+    i, token = winners[0]
+    assert lanes.holder(sid) == (token, f"job{i}")
+    assert lanes.held([sid, new_id()]) == {sid}
+    # While it is held nobody else gets it, not even the same job again.
+    assert lanes.acquire(sid, f"job{i}", ttl_seconds=10) is None
+    assert lanes.release(sid, token)
+    assert lanes.holder(sid) is None
+    assert lanes.acquire(sid, "next", ttl_seconds=10) is not None
+
+
+def test_release_with_a_wrong_token_does_nothing(lanes: Lanes, services: Services) -> None:
+    sid = new_id()
+    token = lanes.acquire(sid, "job1", ttl_seconds=10)
+    assert token is not None
+    ttl_before = services.redis.pttl(keys.lane(sid))
+    for wrong in ("", "nope", token[:8], token + "x", "job1", f"{token[:-1]}0 job1"):
+        if wrong == token:
+            continue
+        assert lanes.release(sid, wrong) is False
+        assert lanes.renew(sid, wrong, ttl_seconds=60) is False
+    assert lanes.holder(sid) == (token, "job1")
+    # A failed renew did not extend the lease either.
+    assert services.redis.pttl(keys.lane(sid)) <= ttl_before
+    assert lanes.release(sid, token) is True
+    assert lanes.release(sid, token) is False  # twice is harmless
+    assert lanes.holder(sid) is None
+
+
+def test_renew_extends_the_lease(lanes: Lanes, services: Services) -> None:
+    sid = new_id()
+    token = lanes.acquire(sid, "job1", ttl_seconds=0.5)
+    assert token is not None
+    assert 0 < services.redis.pttl(keys.lane(sid)) <= 500
+    assert lanes.renew(sid, token, ttl_seconds=5) is True
+    assert 4000 < services.redis.pttl(keys.lane(sid)) <= 5000
+    time.sleep(0.7)  # past the original expiry
+    assert lanes.holder(sid) == (token, "job1")
+    assert lanes.acquire(sid, "job2", ttl_seconds=5) is None
+
+
+def test_an_expired_lease_passes_to_another_holder(lanes: Lanes) -> None:
+    sid = new_id()
+    old = lanes.acquire(sid, "job1", ttl_seconds=0.2)
+    assert old is not None
+    assert lanes.acquire(sid, "job2", ttl_seconds=5) is None
+    time.sleep(0.35)
+    assert lanes.holder(sid) is None
+    new = lanes.acquire(sid, "job2", ttl_seconds=5)
+    assert new is not None and new != old
+    # The old holder can neither renew nor release what is now someone else's.
+    assert lanes.renew(sid, old, ttl_seconds=60) is False
+    assert lanes.release(sid, old) is False
+    assert lanes.holder(sid) == (new, "job2")
+    assert lanes.renew(sid, new, ttl_seconds=5) is True
+    assert lanes.release(sid, new) is True
+
+
+def test_an_expired_lease_cannot_be_renewed_back(lanes: Lanes) -> None:
+    sid = new_id()
+    token = lanes.acquire(sid, "job1", ttl_seconds=0.1)
+    assert token is not None
+    time.sleep(0.25)
+    assert lanes.renew(sid, token, ttl_seconds=5) is False
+    assert lanes.holder(sid) is None
+
+
+def test_lanes_of_different_sessions_are_independent(lanes: Lanes) -> None:
+    a, b = new_id(), new_id()
+    ta = lanes.acquire(a, "job", ttl_seconds=5)
+    tb = lanes.acquire(b, "job", ttl_seconds=5)
+    assert ta is not None and tb is not None and ta != tb
+    assert lanes.release(a, tb) is False
+    assert lanes.held([a, b]) == {a, b}
+    assert lanes.release(a, ta) and lanes.release(b, tb)
+    assert lanes.held([a, b]) == set()

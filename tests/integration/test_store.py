@@ -1,0 +1,372 @@
+"""The store on a real SQLite file and a real PostgreSQL: seq, idempotency, fences."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+from sqlalchemy import func, insert, select
+from sqlalchemy.exc import IntegrityError
+
+import chaz
+from chaz.domain.entries import EntryType
+from chaz.domain.jobs import JobStatus
+from chaz.errors import IllegalTransition, LeaseLost, SessionNotFound
+from chaz.ids import new_id, utcnow
+from chaz.store import Store
+from chaz.store.migrate import upgrade
+from chaz.store.models import EntryRow, JobRow
+from chaz.store.repo import Appended, Fence, Finish
+from tests.support.stack import Stack
+
+T = TypeVar("T")
+
+AGENT = chaz.AgentSpec(id="bot", script=[{"steps": [{"say": "ok"}]}])
+
+
+@pytest.fixture(scope="module", params=["embedded", "server"])
+def mstack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    """conftest's ``stack``, once per module: every test here makes its own sessions, and
+    stopping an embedded Redis per test would cost most of the suite's time budget."""
+    home = tmp_path_factory.mktemp("store") / "home"
+    if request.param == "embedded":
+        s = Stack.embedded(home)
+    else:
+        s = Stack.server(
+            home, request.getfixturevalue("pg_url"), request.getfixturevalue("redis_url")
+        )
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def store(mstack: Stack) -> Iterator[Store]:
+    s = Store(mstack.settings.effective_database_url())
+    upgrade(s.engine)
+    s.put_agent(AGENT)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def race(n: int, fn: Callable[[int], T]) -> list[T | BaseException]:
+    """Run ``fn(i)`` in ``n`` threads released at once; results (or exceptions) by index."""
+    barrier = threading.Barrier(n)
+    out: list[T | BaseException] = [RuntimeError("not run")] * n
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            out[i] = fn(i)
+        except BaseException as exc:
+            out[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return out
+
+
+def ok(results: list[T | BaseException]) -> list[T]:
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert not errors, errors
+    return [r for r in results if not isinstance(r, BaseException)]
+
+
+def count(store: Store, table: Any, **where: Any) -> int:
+    stmt = select(func.count()).select_from(table)
+    for column, value in where.items():
+        stmt = stmt.where(getattr(table, column) == value)
+    with store.engine.connect() as conn:
+        return int(conn.scalar(stmt) or 0)
+
+
+def test_seq_is_strictly_increasing_per_session(store: Store) -> None:
+    a = store.create_session("bot")
+    b = store.create_session("bot")
+    seqs_a = [store.append(a.id, EntryType.ACK, "system:t", f"a{i}").entry.seq for i in range(10)]
+    seqs_b = [store.append(b.id, EntryType.ACK, "system:t", f"b{i}").entry.seq for i in range(3)]
+    assert seqs_a == list(range(1, 11))
+    assert seqs_b == [1, 2, 3]
+    assert store.get_session(a.id).last_seq == 10
+    assert [e.seq for e in store.entries(a.id)] == list(range(1, 11))
+    assert [e.content for e in store.entries(a.id, after=7)] == ["a7", "a8", "a9"]
+
+
+def test_append_admits_by_the_processing_rule(store: Store) -> None:
+    s = store.create_session("bot")
+    m = store.append(s.id, EntryType.MESSAGE, "user:alice", "hi")
+    own = store.append(s.id, EntryType.MESSAGE, "agent:bot", "reply")
+    stranger = store.append(s.id, EntryType.MESSAGE, "agent:x", "hello")
+    d = store.append(s.id, EntryType.DIRECTIVE, "agent:bot", "do it")
+    ack = store.append(s.id, EntryType.ACK, "system:w", "working")
+    assert m.job is not None and m.entry.job_id == m.job.id
+    assert m.job.trigger_entry_id == m.entry.id and m.job.status is JobStatus.QUEUED
+    assert own.job is None and own.entry.job_id is None
+    assert stranger.job is not None
+    assert d.job is not None
+    assert ack.job is None
+    assert [j.ordinal for j in store.list_jobs(session_id=s.id)] == [1, 2, 3]
+
+
+def test_append_to_a_missing_session_writes_nothing(store: Store) -> None:
+    with pytest.raises(SessionNotFound):
+        store.append("nope", EntryType.MESSAGE, "user:a", "x")
+    assert count(store, EntryRow, session_id="nope") == 0
+    assert count(store, JobRow, session_id="nope") == 0
+
+
+def test_idempotency_key_returns_the_first_append(store: Store) -> None:
+    s = store.create_session("bot")
+    first = store.append(s.id, EntryType.MESSAGE, "user:a", "hi", idempotency_key="k1")
+    again = store.append(s.id, EntryType.MESSAGE, "user:a", "different", idempotency_key="k1")
+    assert first.created and not again.created
+    assert again.entry == first.entry
+    assert first.job is not None and again.job is not None and again.job.id == first.job.id
+    assert count(store, EntryRow, session_id=s.id) == 1
+    assert count(store, JobRow, session_id=s.id) == 1
+    assert store.get_session(s.id).last_seq == 1
+    # The same key in another session is another entry.
+    other = store.create_session("bot")
+    third = store.append(other.id, EntryType.MESSAGE, "user:a", "hi", idempotency_key="k1")
+    assert third.created and third.entry.id != first.entry.id
+
+
+def test_idempotency_key_under_a_race(store: Store) -> None:
+    s = store.create_session("bot")
+
+    def post(i: int) -> Appended:
+        return store.append(s.id, EntryType.MESSAGE, "user:a", f"try {i}", idempotency_key="dup")
+
+    results = ok(race(8, post))
+    assert sum(r.created for r in results) == 1
+    assert len({r.entry.id for r in results}) == 1
+    assert len({r.job.id for r in results if r.job}) == 1
+    assert all(r.job is not None for r in results)
+    assert count(store, EntryRow, session_id=s.id) == 1
+    assert count(store, JobRow, session_id=s.id) == 1
+    assert store.get_session(s.id).last_seq == 1
+    # Nothing was burnt by the losers: the next append is seq 2, ordinal 2.
+    nxt = store.append(s.id, EntryType.MESSAGE, "user:a", "next")
+    assert nxt.entry.seq == 2 and nxt.job is not None and nxt.job.ordinal == 2
+
+
+def _job_values(session_id: str, ordinal: int, trigger: str | None) -> dict[str, Any]:
+    return {
+        "id": new_id(),
+        "session_id": session_id,
+        "tree_id": session_id,
+        "ordinal": ordinal,
+        "trigger_entry_id": trigger,
+        "status": "queued",
+        "version": 1,
+        "call_depth": 0,
+        "message_count": 0,
+        "attempts": 0,
+        "created_at": utcnow(),
+    }
+
+
+def test_two_jobs_for_one_trigger_entry_are_impossible(store: Store) -> None:
+    s = store.create_session("bot")
+    done = store.append(s.id, EntryType.MESSAGE, "user:a", "hi")
+    assert done.job is not None
+    with pytest.raises(IntegrityError), store.engine.begin() as conn:
+        conn.execute(insert(JobRow).values(**_job_values(s.id, 99, done.entry.id)))
+    # Same ordinal twice is refused as well.
+    with pytest.raises(IntegrityError), store.engine.begin() as conn:
+        conn.execute(insert(JobRow).values(**_job_values(s.id, 1, None)))
+    assert count(store, JobRow, session_id=s.id) == 1
+    # Jobs without a trigger entry (NULL) do not collide with each other.
+    with store.engine.begin() as conn:
+        conn.execute(insert(JobRow).values(**_job_values(s.id, 100, None)))
+        conn.execute(insert(JobRow).values(**_job_values(s.id, 101, None)))
+    assert count(store, JobRow, session_id=s.id) == 3
+
+
+def test_seq_and_idempotency_key_are_unique_in_the_database(store: Store) -> None:
+    s = store.create_session("bot")
+    e = store.append(s.id, EntryType.ACK, "system:t", "x", idempotency_key="k").entry
+    base = {
+        "session_id": s.id,
+        "type": "ack",
+        "sender": "system:t",
+        "content": "y",
+        "metadata": {},
+        "created_at": utcnow(),
+    }
+    with pytest.raises(IntegrityError), store.engine.begin() as conn:
+        conn.execute(insert(EntryRow.__table__).values(id=new_id(), seq=e.seq, **base))
+    with pytest.raises(IntegrityError), store.engine.begin() as conn:
+        conn.execute(
+            insert(EntryRow.__table__).values(id=new_id(), seq=99, idempotency_key="k", **base)
+        )
+    assert count(store, EntryRow, session_id=s.id) == 1
+
+
+def test_concurrent_appends_leave_no_gap_and_no_duplicate(store: Store) -> None:
+    s = store.create_session("bot")
+    per_thread = 50
+
+    def writer(i: int) -> list[tuple[int, int | None]]:
+        out = []
+        for k in range(per_thread):
+            done = store.append(s.id, EntryType.MESSAGE, f"user:w{i}", f"{i}-{k}")
+            out.append((done.entry.seq, done.job.ordinal if done.job else None))
+        return out
+
+    results = ok(race(8, writer))
+    seqs = sorted(seq for r in results for seq, _ in r)
+    assert seqs == list(range(1, 401))
+    for r in results:
+        # Each writer sees its own appends in increasing order.
+        assert [seq for seq, _ in r] == sorted(seq for seq, _ in r)
+    ordinals = sorted(o for r in results for _, o in r if o is not None)
+    assert ordinals == list(range(1, 401))
+    stored = store.entries(s.id)
+    assert [e.seq for e in stored] == list(range(1, 401))
+    assert store.get_session(s.id).last_seq == 400
+    jobs = store.list_jobs(session_id=s.id, limit=1000)
+    by_entry = {e.id: e for e in stored}
+    assert len(jobs) == 400
+    for job in jobs:
+        trigger = by_entry[job.trigger_entry_id or ""]
+        assert trigger.job_id == job.id
+    # Admission order follows seq order.
+    assert [
+        j.ordinal for j in sorted(jobs, key=lambda j: by_entry[j.trigger_entry_id or ""].seq)
+    ] == list(range(1, 401))
+
+
+def _running_job(store: Store, session_id: str, token: str) -> str:
+    done = store.append(session_id, EntryType.MESSAGE, "user:a", "go")
+    assert done.job is not None
+    job = store.begin_turn(done.job.id, token)
+    assert job.status is JobStatus.RUNNING
+    return job.id
+
+
+def test_a_stale_fence_writes_nothing(store: Store) -> None:
+    s = store.create_session("bot")
+    job_id = _running_job(store, s.id, "tok-1")
+    old, new = Fence(job_id, "tok-1"), Fence(job_id, "tok-2")
+    store.save_checkpoint(old, {"steps": 1})
+    store.append(s.id, EntryType.ACK, "agent:bot", "working", job_id=job_id, fence=old)
+    assert store.checkpoint(job_id) == {"steps": 1}
+
+    taken = store.begin_turn(job_id, "tok-2")  # another worker took the turn over
+    assert taken.attempts == 2 and taken.status is JobStatus.RUNNING
+    last_seq = store.get_session(s.id).last_seq
+    version = store.get_job(job_id).version
+
+    with pytest.raises(LeaseLost) as info:
+        store.save_checkpoint(old, {"steps": 99})
+    assert info.value.code == "lane.lease_lost"
+    assert store.checkpoint(job_id) == {"steps": 1}
+
+    with pytest.raises(LeaseLost):
+        store.append(s.id, EntryType.TOOL_CALL, "agent:bot", "stale", job_id=job_id, fence=old)
+    with pytest.raises(LeaseLost):
+        store.append(
+            s.id,
+            EntryType.MESSAGE,
+            "agent:bot",
+            "stale reply",
+            job_id=job_id,
+            admit=False,
+            fence=old,
+            finish=Finish(job_id, JobStatus.SUCCEEDED, result="stale"),
+        )
+    with pytest.raises(LeaseLost):
+        store.finish_job(job_id, JobStatus.FAILED, fence=old)
+    assert store.get_session(s.id).last_seq == last_seq
+    assert [e.content for e in store.entries(s.id)] == ["go", "working"]
+    job = store.get_job(job_id)
+    assert job.status is JobStatus.RUNNING and job.version == version and job.result is None
+
+    # The new holder writes fine.
+    store.save_checkpoint(new, {"steps": 2})
+    assert store.checkpoint(job_id) == {"steps": 2}
+
+
+def test_a_fence_on_a_missing_job_is_refused(store: Store) -> None:
+    s = store.create_session("bot")
+    with pytest.raises(LeaseLost):
+        store.append(s.id, EntryType.ACK, "agent:bot", "x", fence=Fence("ghost", "t"))
+    assert store.get_session(s.id).last_seq == 0
+
+
+def test_finish_commits_the_entry_and_the_job_together(store: Store) -> None:
+    s = store.create_session("bot")
+    job_id = _running_job(store, s.id, "tok")
+    fence = Fence(job_id, "tok")
+    done = store.append(
+        s.id,
+        EntryType.MESSAGE,
+        "agent:bot",
+        "the answer",
+        job_id=job_id,
+        admit=False,
+        fence=fence,
+        finish=Finish(job_id, JobStatus.SUCCEEDED, result="the answer"),
+    )
+    assert done.job is None and done.entry.job_id == job_id
+    job = store.get_job(job_id)
+    assert job.status is JobStatus.SUCCEEDED
+    assert job.result == "the answer" and job.finished_at is not None
+    assert store.entries(s.id)[-1].content == "the answer"
+    # Finishing released the fence: the old holder can write no more.
+    with pytest.raises(LeaseLost):
+        store.save_checkpoint(fence, {"late": True})
+
+
+def test_a_failed_finish_rolls_back_its_entry(store: Store) -> None:
+    s = store.create_session("bot")
+    job_id = _running_job(store, s.id, "tok")
+    store.finish_job(job_id, JobStatus.SUCCEEDED, fence=Fence(job_id, "tok"), result="r")
+    before = store.get_session(s.id).last_seq
+    # The job is already terminal: the transition is illegal, so the entry must not stay.
+    with pytest.raises(IllegalTransition):
+        store.append(
+            s.id,
+            EntryType.ERROR,
+            "system:worker",
+            "late failure",
+            job_id=job_id,
+            admit=False,
+            finish=Finish(job_id, JobStatus.FAILED, error={"code": "x"}),
+        )
+    assert store.get_session(s.id).last_seq == before
+    assert [e.content for e in store.entries(s.id)] == ["go"]
+    job = store.get_job(job_id)
+    assert job.status is JobStatus.SUCCEEDED and job.result == "r" and job.error is None
+    # The seq was not burnt.
+    assert store.append(s.id, EntryType.ACK, "system:t", "next").entry.seq == before + 1
+
+
+def test_transition_checks_version_and_the_state_machine(store: Store) -> None:
+    s = store.create_session("bot")
+    done = store.append(s.id, EntryType.MESSAGE, "user:a", "hi")
+    assert done.job is not None
+    job = done.job
+    with pytest.raises(IllegalTransition):
+        store.transition(job.id, JobStatus.SUCCEEDED)
+    with pytest.raises(chaz.errors.VersionConflict):
+        store.transition(job.id, JobStatus.CANCELLED, expected_version=job.version + 1)
+    cancelled = store.transition(job.id, JobStatus.CANCELLED, expected_version=job.version)
+    assert cancelled.status is JobStatus.CANCELLED and cancelled.version == job.version + 1
+    assert store.get_job(job.id) == cancelled
+    with pytest.raises(IllegalTransition):
+        store.transition(job.id, JobStatus.QUEUED)
+    with pytest.raises(IllegalTransition):
+        store.begin_turn(job.id, "tok")
+    assert store.get_job(job.id).status is JobStatus.CANCELLED

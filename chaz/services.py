@@ -90,13 +90,11 @@ class Services:
         if the write does not happen, so a rejected admission raises and
         leaves the session unchanged.
         """
-        if idempotency_key is not None:
-            found = self.store.find_idempotent(session_id, idempotency_key)
-            if found is not None:
-                return found
         if admit is None:
             admit = self.store.admits(type, sender)
         if not admit:
+            # No quota at stake: the unique key in the database settles a
+            # repeated idempotency key without a read first.
             return self._append(
                 session_id,
                 type,
@@ -112,6 +110,10 @@ class Services:
             )
         from chaz.admission import effective_limits
 
+        if idempotency_key is not None:
+            found = self.store.find_idempotent(session_id, idempotency_key)
+            if found is not None:
+                return found
         claim = None
         if idempotency_key is not None:
             # Concurrent retries of one request: the first admits, the others
@@ -194,6 +196,7 @@ class Services:
             job_fields=job_fields,
             fence=fence,
             finish=finish,
+            precheck=False,
         )
         if done.created:
             publish(self.redis, done.entry)

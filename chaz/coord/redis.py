@@ -112,12 +112,22 @@ def stop_embedded(settings: Settings, timeout: float = 10.0) -> None:
     except ProcessLookupError:
         return
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
+    while time.monotonic() < deadline and _running(pid):
         time.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie: the daemonized server is PID 1's child, and PID 1
+    in a container may be slow to reap it."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def redis_server_binary() -> str:

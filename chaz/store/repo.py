@@ -213,6 +213,7 @@ class Store:
         job_fields: JobFields | None = None,
         fence: Fence | None = None,
         finish: Finish | None = None,
+        precheck: bool = True,
     ) -> Appended:
         """Append one entry, and admit (or finish) its job in the same transaction.
 
@@ -221,10 +222,11 @@ class Store:
         False): the unique key in the database, not a check here, is what
         makes this safe under concurrency. With ``finish``, the entry and the
         job's terminal state commit together: whoever sees a turn's final entry
-        sees its job finished.
+        sees its job finished. ``precheck=False`` skips the read for an earlier
+        append with the same key (the caller already looked, or expects none).
         """
         parse_sender(sender)
-        if idempotency_key is not None:
+        if idempotency_key is not None and precheck:
             found = self.find_idempotent(session_id, idempotency_key)
             if found:
                 return found
@@ -286,6 +288,8 @@ class Store:
 
     def admits(self, type: EntryType, sender: str) -> bool:
         """Whether an entry of this type from this sender admits a turn (seed 000)."""
+        if type is not EntryType.MESSAGE or parse_sender(sender)[0] != "agent":
+            return admits_turn(type, sender, ())
         with self._read() as conn:
             return self._admits(conn, type, sender)
 

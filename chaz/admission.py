@@ -105,7 +105,11 @@ class Admission:
         self._decrement(keys=[keys.queued(session_id), keys.cumulative(session_id)])
 
     def dequeued(self, session_id: str) -> None:
-        """A queued job left the queue without starting (it was cancelled)."""
+        """A queued job left the queue: it started, or it was cancelled.
+
+        Called by whoever won the job's QUEUED transition in the database, so
+        exactly once per job.
+        """
         self._decrement(keys=[keys.queued(session_id)])
 
     def _rebuild_session(self, session_id: str) -> None:
@@ -121,12 +125,11 @@ class Admission:
 
     def start(self, job: Job, limits: EffectiveLimits) -> bool:
         """Take a live slot in the job's tree; False if the tree is full (it waits)."""
-        ks = [keys.live(job.tree_id), keys.waiting(job.tree_id), keys.queued(job.session_id)]
+        ks = [keys.live(job.tree_id), keys.waiting(job.tree_id)]
         args: list[str | int | float] = [
             job.id,
             _arg(limits.max_live_per_tree),
             job.session_id,
-            "1" if job.status is JobStatus.QUEUED else "0",
             time.time(),
         ]
         answer = self._start(keys=ks, args=args)
@@ -156,6 +159,29 @@ class Admission:
         for j in running:
             pairs += [j.id, j.session_id]
         self._seed_hash(keys=[keys.live(tree_id)], args=pairs)
+
+    def prune(self) -> list[str]:
+        """Free live slots held by jobs that are no longer active.
+
+        A worker that dies between finishing a turn and handing its slot on
+        leaves the slot taken; without this the tree would lose capacity for
+        good. Returns the sessions to wake (the slots' next takers).
+        """
+        r = self.services.redis
+        woken: list[str] = []
+        for key in r.scan_iter(match=keys.live("*"), count=500):
+            tree_id = str(key).rsplit(":", 1)[-1]
+            fields = [str(f) for f in r.hkeys(key) if f != _SENTINEL]
+            if not fields:
+                continue
+            jobs = self.services.store.get_jobs(fields)
+            for job_id in fields:
+                job = jobs.get(job_id)
+                if job is None or job.status.terminal:
+                    nxt = self._finish(keys=[key, keys.waiting(tree_id)], args=[job_id])
+                    if nxt:
+                        woken.append(str(nxt))
+        return woken
 
     # -- reconciler -------------------------------------------------------------
 

@@ -7,18 +7,50 @@ Everything returned is a pydantic model; every error is a
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterator
-from typing import Any
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any, ParamSpec, TypeVar
+
+import redis
+import sqlalchemy.exc
 
 from chaz.domain.agents import AgentSpec, Limits
 from chaz.domain.entries import Entry, EntryType, agent_sender, parse_sender
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.sessions import Session
-from chaz.errors import Timeout, ValidationError
+from chaz.errors import BackendUnavailable, Timeout, ValidationError
 from chaz.services import Services
 from chaz.settings import Settings, get_settings
 from chaz.store.migrate import upgrade
 from chaz.watch import watch as _watch
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+_C = TypeVar("_C", bound=type)
+
+
+def _backend_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Report an unreachable Redis or database as a chaz error with a stable code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except redis.RedisError as exc:
+            raise BackendUnavailable(f"Redis is unavailable: {exc}") from exc
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as exc:
+            raise BackendUnavailable(f"the database is unavailable: {exc.orig}") from exc
+
+    return wrapper
+
+
+def _translating(cls: _C) -> _C:
+    """Apply :func:`_backend_errors` to every public method of a namespace."""
+    for name, value in list(vars(cls).items()):
+        if callable(value) and not name.startswith("_"):
+            setattr(cls, name, _backend_errors(value))
+    return cls
 
 
 class Client:
@@ -44,6 +76,7 @@ class Client:
         self.close()
 
 
+@_translating
 class Agents:
     """Saved agent configurations."""
 
@@ -68,6 +101,7 @@ class Agents:
         return self._svc.store.list_agents()
 
 
+@_translating
 class Sessions:
     """Sessions: create, post into, read and watch."""
 
@@ -169,6 +203,7 @@ class Sessions:
 _TRIGGERS = (EntryType.MESSAGE, EntryType.DIRECTIVE)
 
 
+@_translating
 class Jobs:
     """Executions: observe and control admitted turns."""
 

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from chaz.coord import keys
 from chaz.domain.jobs import Job, JobStatus
 from chaz.ids import utcnow
 from chaz.services import Services
@@ -60,6 +61,15 @@ class Reconciler:
             svc.dispatcher.wake(session_id, head.id)
             report.woken.append(session_id)
         report.counters_rebuilt = self.rebuild_counters(active)
+        for session_id in svc.admission.prune():
+            waiting = svc.store.head_job(session_id)
+            if waiting is not None:
+                svc.dispatcher.wake(session_id, waiting.id)
+                report.woken.append(session_id)
+        # A cancel requested before a flush must still stop its turn.
+        for job in active:
+            if job.status is JobStatus.STOPPING:
+                svc.redis.set(keys.cancel(job.id), "cancelled", nx=True)
         if report.woken:
             log.info(
                 "reconciler woke %d sessions (%d orphaned turns)",

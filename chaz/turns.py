@@ -24,7 +24,7 @@ from chaz.coord import keys
 from chaz.domain.agents import AgentSpec
 from chaz.domain.entries import Entry, EntryType, agent_sender
 from chaz.domain.jobs import Job, JobStatus
-from chaz.errors import Cancelled, ChazError, LeaseLost
+from chaz.errors import Cancelled, ChazError, IllegalTransition, LeaseLost
 from chaz.runtime.backends import make_backend
 from chaz.runtime.backends.base import TurnContext
 from chaz.runtime.context import build_context
@@ -104,7 +104,14 @@ class TurnRunner:
     def _run(self, job: Job, token: str) -> bool:
         """Run the job's turn; True when the job has reached a terminal state."""
         svc = self.services
-        job = svc.store.begin_turn(job.id, token)
+        try:
+            job = svc.store.begin_turn(job.id, token)
+        except IllegalTransition:
+            # Cancelled (or finished) since we read the head: nothing to run.
+            return True
+        if job.attempts == 1:
+            # It left the queue now (a resumed turn left it on its first start).
+            svc.admission.dequeued(job.session_id)
         fence = Fence(job.id, token)
         session = svc.store.get_session(job.session_id)
         if job.attempts > MAX_ATTEMPTS:
@@ -197,6 +204,7 @@ class TurnRunner:
             types=(EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY),
         )
         context = build_context(spec.system_prompt, history, agent_id)
+        limits = spec.limits.narrowed(session.limits)
         resume = Checkpoint.from_json(svc.store.checkpoint(job.id)) if job.attempts > 1 else None
         turn = TurnContext(
             session_id=job.session_id,
@@ -211,6 +219,8 @@ class TurnRunner:
             call_depth=job.call_depth,
             allowed_tools=frozenset(session.tools if session.tools is not None else spec.tools),
             services=svc,
+            limits=limits,
+            message_count=job.message_count,
         )
         ports = LoopPorts(
             backend=make_backend(spec, svc.settings),
@@ -219,7 +229,9 @@ class TurnRunner:
             save=lambda cp: svc.store.save_checkpoint(fence, cp.to_json()),
             stop_check=lambda: self._stop_check(job.id, heartbeat),
         )
-        max_steps = spec.limits.max_turn_steps or svc.settings.max_turn_steps
+        max_steps = min(
+            limits.max_turn_steps or svc.settings.max_turn_steps, svc.settings.max_turn_steps
+        )
         return run_loop(ports, context, turn, tool_ctx, max_steps, resume)
 
     def _stop_check(self, job_id: str, heartbeat: _Heartbeat) -> None:

@@ -52,23 +52,18 @@ return 1
 """
 
 #: Start a turn in a tree if it has capacity.
-#: KEYS: live hash, waiting zset, queued counter.
-#: ARGV: job id, max_live (-1: none), session id, was_queued (1/0), now (score).
+#: KEYS: live hash, waiting zset. ARGV: job id, max_live (-1: none), session id, now (score).
 #: The live hash keeps a sentinel field "_" so that a missing hash means "rebuild".
 START = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 'rebuild' end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 'ok' end
 local max_live = tonumber(ARGV[2])
 if max_live >= 0 and (redis.call('HLEN', KEYS[1]) - 1) >= max_live then
-  redis.call('ZADD', KEYS[2], 'NX', ARGV[5], ARGV[3])
+  redis.call('ZADD', KEYS[2], 'NX', ARGV[4], ARGV[3])
   return 'wait'
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 redis.call('ZREM', KEYS[2], ARGV[3])
-if ARGV[4] == '1' then
-  local v = redis.call('GET', KEYS[3])
-  if v and tonumber(v) > 0 then redis.call('DECR', KEYS[3]) end
-end
 return 'ok'
 """
 

@@ -7,19 +7,34 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+#: Topology limits (seed 003 §5.1): 0 disables the check; unset takes the default.
+TOPOLOGY_DEFAULTS = {"max_call_depth": 1, "max_spawn_fanout": 8, "max_messages": 8}
+
 
 class Limits(BaseModel):
-    """Per-agent (or per-session) limits. ``None`` inherits; a value may only narrow."""
+    """Per-agent (or per-session) limits. ``None`` inherits; a value may only narrow.
+
+    Resource limits (``max_queued_per_session``, ``max_jobs_per_session``,
+    ``max_live_per_tree``, ``max_turn_steps``) are positive when set. Topology
+    limits (``max_call_depth``, ``max_spawn_fanout``, ``max_messages``) follow
+    seed 003: ``0`` disables that check.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     max_queued_per_session: int | None = Field(None, gt=0)
     max_jobs_per_session: int | None = Field(None, gt=0)
     max_live_per_tree: int | None = Field(None, gt=0)
-    max_call_depth: int | None = Field(
-        None, ge=0, description="Spawn nesting allowed below this agent (unset: 1)."
-    )
     max_turn_steps: int | None = Field(None, gt=0)
+    max_call_depth: int | None = Field(
+        None, ge=0, description="Spawn generations below a root turn (default 1; 0: no limit)."
+    )
+    max_spawn_fanout: int | None = Field(
+        None, ge=0, description="Sub-agents one turn may create (default 8; 0: no limit)."
+    )
+    max_messages: int | None = Field(
+        None, ge=0, description="Message depth along a lineage (default 8; 0: no limit)."
+    )
 
     def narrowed(self, other: Limits | None) -> Limits:
         """The tighter of two limit sets, field by field; an unset field inherits."""
@@ -27,14 +42,27 @@ class Limits(BaseModel):
             return self
         merged: dict[str, Any] = {}
         for name in type(self).model_fields:
-            a, b = getattr(self, name), getattr(other, name)
-            merged[name] = b if a is None else a if b is None else min(a, b)
+            merged[name] = _tighter(name, getattr(self, name), getattr(other, name))
         return Limits(**merged)
 
-    @property
-    def call_depth_limit(self) -> int:
-        """``max_call_depth`` with its default (one level of sub-agents) filled in."""
-        return 1 if self.max_call_depth is None else self.max_call_depth
+    def topology(self, name: str) -> int:
+        """A topology limit with its default filled in (0: unlimited)."""
+        value: int | None = getattr(self, name)
+        return TOPOLOGY_DEFAULTS[name] if value is None else value
+
+
+def _tighter(name: str, a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if name in TOPOLOGY_DEFAULTS:
+        # 0 means "no limit" here, so it is the loosest value, not the tightest.
+        if a == 0:
+            return b
+        if b == 0:
+            return a
+    return min(a, b)
 
 
 _AGENT_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic
 
+from chaz.domain.agents import Limits
 from chaz.errors import ChazError
 from chaz.runtime.backends.base import ToolCallRequest, ToolSpec
 
@@ -35,6 +36,10 @@ class ToolContext:
     call_depth: int
     allowed_tools: frozenset[str]
     services: Services | None = None
+    #: The calling turn's effective limits (agent narrowed by session).
+    limits: Limits = field(default_factory=Limits)
+    #: Message depth of the calling job along its lineage (seed 003 §5.1).
+    message_count: int = 0
     #: The id of the call being served (set per invocation): an idempotency handle.
     call_id: str = ""
     extra: dict[str, Any] = field(default_factory=dict)

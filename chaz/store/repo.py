@@ -417,9 +417,14 @@ class Store:
         parent_job_id: str | None = None,
         related_to_session: str | None = None,
         limit: int = 100,
+        newest_first: bool = False,
     ) -> list[Job]:
-        """Jobs, oldest admission first within a session."""
-        stmt = select(JobRow).order_by(JobRow.created_at, JobRow.ordinal).limit(limit)
+        """Jobs in admission order; ``newest_first`` keeps the latest when ``limit`` cuts."""
+        if newest_first:
+            order = (JobRow.created_at.desc(), JobRow.ordinal.desc())
+        else:
+            order = (JobRow.created_at.asc(), JobRow.ordinal.asc())
+        stmt = select(JobRow).order_by(*order).limit(limit)
         if session_id is not None:
             stmt = stmt.where(JobRow.session_id == session_id)
         if related_to_session is not None:
@@ -435,6 +440,12 @@ class Store:
             stmt = stmt.where(JobRow.parent_job_id == parent_job_id)
         with self._read() as conn:
             return [_job(r) for r in conn.execute(stmt).mappings()]
+
+    def count_children(self, job_id: str) -> int:
+        """How many jobs name ``job_id`` as their parent (a turn's fan-out)."""
+        stmt = select(func.count()).select_from(JobRow).where(JobRow.parent_job_id == job_id)
+        with self._read() as conn:
+            return int(conn.scalar(stmt) or 0)
 
     def count_jobs(self, session_id: str, statuses: Iterable[JobStatus] | None = None) -> int:
         """How many jobs a session has (in the given states)."""

@@ -13,12 +13,19 @@ allowance and stay available when topology limits are exhausted.
 from __future__ import annotations
 
 import json
+import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from chaz.domain.entries import EntryType, agent_sender
 from chaz.domain.jobs import JobStatus
-from chaz.errors import ConfigError, DepthExceeded, ToolError
+from chaz.errors import (
+    ConfigError,
+    DepthExceeded,
+    FanoutExceeded,
+    MessagesExceeded,
+    ToolError,
+)
 from chaz.runtime.tools import Tool, ToolContext
 from chaz.services import Services
 from chaz.store.repo import JobFields
@@ -71,16 +78,8 @@ def spawn_agent(args: SpawnArgs, ctx: ToolContext) -> str:
     from chaz.turns import TurnRunner
 
     svc = _services(ctx)
-    caller = svc.store.get_agent(ctx.agent_id)
     child_spec = svc.store.get_agent(args.agent_id)
-    depth = ctx.call_depth + 1
-    limit = caller.limits.call_depth_limit
-    if depth > limit:
-        raise DepthExceeded(
-            f"spawning would nest {depth} deep; {ctx.agent_id} allows {limit}",
-            depth=depth,
-            max_call_depth=limit,
-        )
+    depth, messages = _check_topology(svc, ctx)
     # Transitive narrowing: a child never gets a tool its parent lacks.
     tools = sorted(set(child_spec.tools) & ctx.allowed_tools)
     child = svc.store.create_session(
@@ -103,6 +102,7 @@ def spawn_agent(args: SpawnArgs, ctx: ToolContext) -> str:
                 caller_session_id=ctx.session_id,
                 parent_job_id=ctx.job_id,
                 call_depth=depth,
+                message_count=messages,
             ),
             metadata={"spawned_from_session": ctx.session_id, "parent_job_id": ctx.job_id},
         )
@@ -117,10 +117,19 @@ def spawn_agent(args: SpawnArgs, ctx: ToolContext) -> str:
             {"execution_id": job.id, "session_id": child.id, "status": job.status.value}
         )
     # Run the child here rather than wait for a free worker thread: with one
-    # thread per worker, waiting would deadlock. If another worker got there
-    # first, this wake-up finds the lane busy and we simply wait.
-    TurnRunner(svc).wake(child.id, job.id, lend_slot=True)
-    final = wait_terminal(svc, job.id, args.timeout)
+    # thread per worker, waiting would deadlock. If a worker holds the child's
+    # lane (running it, or just parking it for tree capacity), try again until
+    # the child has finished, whoever ran it.
+    runner = TurnRunner(svc)
+    deadline = time.monotonic() + args.timeout
+    while True:
+        runner.wake(child.id, job.id, lend_slot=True)
+        final = svc.store.get_job(job.id)
+        if final.status.terminal:
+            break
+        if time.monotonic() >= deadline:
+            final = wait_terminal(svc, job.id, 0)  # raises Timeout with the state
+        time.sleep(0.05)
     if final.status is JobStatus.SUCCEEDED:
         return final.result or ""
     reason = (final.error or {}).get("message", final.status.value)
@@ -131,6 +140,32 @@ def spawn_agent(args: SpawnArgs, ctx: ToolContext) -> str:
     )
 
 
+def _check_topology(svc: Services, ctx: ToolContext) -> tuple[int, int]:
+    """Depth, message depth and fan-out of a new child (seed 003 §5.1); 0 disables."""
+    depth = ctx.call_depth + 1
+    limit = ctx.limits.topology("max_call_depth")
+    if limit and depth > limit:
+        raise DepthExceeded(
+            f"spawning would nest {depth} deep; {ctx.agent_id} allows {limit}",
+            depth=depth,
+            max_call_depth=limit,
+        )
+    messages = ctx.message_count + 1
+    limit = ctx.limits.topology("max_messages")
+    if limit and messages > limit:
+        raise MessagesExceeded(
+            f"this lineage has used its {limit} messages",
+            message_count=messages,
+            max_messages=limit,
+        )
+    limit = ctx.limits.topology("max_spawn_fanout")
+    if limit and svc.store.count_children(ctx.job_id) >= limit:
+        raise FanoutExceeded(
+            f"this turn has already created {limit} sub-agents", max_spawn_fanout=limit
+        )
+    return depth, messages
+
+
 def list_jobs(args: ListJobsArgs, ctx: ToolContext) -> str:
     """Jobs that run in this session or that this session started."""
     svc = _services(ctx)
@@ -138,6 +173,7 @@ def list_jobs(args: ListJobsArgs, ctx: ToolContext) -> str:
         related_to_session=ctx.session_id,
         statuses=[args.status] if args.status else None,
         limit=args.limit,
+        newest_first=True,
     )
     return json.dumps(
         [

@@ -251,3 +251,55 @@ def test_concurrent_cancel_commands_with_one_id_apply_once(stack: Stack) -> None
     assert client.jobs.get(job_id).status is chaz.JobStatus.CANCELLED
     errors = [x for x in client.sessions.entries(s.id) if x.type is EntryType.ERROR]
     assert len(errors) == 1
+
+
+def test_fanout_and_message_limits_refuse_only_new_branches(stack: Stack) -> None:
+    stack.workers(1, concurrency=2)
+    client = stack.client
+    client.agents.put(LEAF)
+    spawn = [
+        {"call": "spawn_agent", "args": {"agent_id": "leaf", "task": f"t{i}", "async": True}}
+        for i in range(3)
+    ]
+    client.agents.put(
+        chaz.AgentSpec(
+            id="fan",
+            tools=["spawn_agent", "list_jobs", "job_output", "echo"],
+            limits=chaz.Limits(max_spawn_fanout=2, max_call_depth=0),
+            script=[{"steps": [*spawn, {"call": "list_jobs", "args": {}}, {"say": "done"}]}],
+        )
+    )
+    s = client.sessions.create(agent_id="fan")
+    e = client.sessions.post(s.id, "fan out", sender="user:a")
+    assert client.sessions.wait_for_reply(s.id, after=e.seq, timeout=60).content == "done"
+    results = [x for x in client.sessions.entries(s.id) if x.type is EntryType.TOOL_RESULT]
+    codes = [json.loads(r.content).get("error", {}).get("code") for r in results[:3]]
+    assert codes == [None, None, "topology.fanout"]
+    # Observation still works with the allowance spent (seed 003 C5).
+    listed = json.loads(results[3].content)
+    assert results[3].metadata["is_error"] is False
+    assert len([j for j in listed if j["parent_job_id"] == e.job_id]) == 2
+
+    # Message depth: each spawn passes its count + 1 down the lineage.
+    client.agents.put(
+        chaz.AgentSpec(
+            id="talky",
+            tools=["spawn_agent", "echo", "sleep"],
+            limits=chaz.Limits(max_messages=1, max_call_depth=0),
+            script=[
+                {
+                    "steps": [
+                        {"call": "spawn_agent", "args": {"agent_id": "talky", "task": "{input}"}},
+                        {"say": "talky: {last_result}"},
+                    ]
+                }
+            ],
+        )
+    )
+    t = client.sessions.create(agent_id="talky")
+    e = client.sessions.post(t.id, "pass it on", sender="user:a")
+    reply = client.sessions.wait_for_reply(t.id, after=e.seq, timeout=60)
+    assert "topology.messages" in reply.content
+    assert len([x for x in client.sessions.list() if x.agent_id == "talky"]) == 2
+    child = next(j for j in client.jobs.list() if j.parent_job_id == e.job_id)
+    assert child.message_count == 1

@@ -211,10 +211,22 @@ def test_limits_narrowed_by_none_is_unchanged() -> None:
     assert limits.narrowed(None) == limits
 
 
-def test_limits_narrowed_call_depth_takes_the_smaller() -> None:
-    assert Limits(max_call_depth=3).narrowed(Limits(max_call_depth=1)).max_call_depth == 1
-    assert Limits(max_call_depth=1).narrowed(Limits(max_call_depth=3)).max_call_depth == 1
-    assert Limits(max_call_depth=0).narrowed(Limits(max_call_depth=5)).max_call_depth == 0
+@pytest.mark.parametrize("field", ["max_call_depth", "max_spawn_fanout", "max_messages"])
+def test_topology_limits_narrow_and_zero_means_unlimited(field: str) -> None:
+    def narrowed(a: int | None, b: int | None) -> int | None:
+        value: int | None = getattr(Limits(**{field: a}).narrowed(Limits(**{field: b})), field)
+        return value
+
+    assert narrowed(3, 1) == 1
+    assert narrowed(1, 3) == 1
+    # Seed 003 §5.1: a topology limit of 0 disables the check, so it is the
+    # loosest value and never wins a narrowing against a real limit.
+    assert narrowed(0, 5) == 5
+    assert narrowed(5, 0) == 5
+    assert narrowed(0, 0) == 0
+    assert narrowed(None, 0) == 0
+    assert Limits().topology(field) == {"max_call_depth": 1}.get(field, 8)
+    assert Limits(**{field: 0}).topology(field) == 0
 
 
 def test_limits_narrowed_is_a_fold() -> None:

@@ -1,0 +1,36 @@
+"""An unreachable backend is a chaz error with a stable code, not a driver exception."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import chaz
+from chaz.errors import BackendUnavailable
+from chaz.settings import Settings
+from tests.conftest import free_port
+
+
+def test_unreachable_redis_is_backend_unavailable(tmp_path: Path) -> None:
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None, home=tmp_path, redis_url=f"redis://127.0.0.1:{free_port()}/0"
+    )
+    client = chaz.Client(settings)
+    client.agents.put(chaz.AgentSpec(id="echo", script=[{"steps": [{"echo": True}]}]))
+    s = client.sessions.create(agent_id="echo")
+    with pytest.raises(BackendUnavailable) as err:
+        client.sessions.post(s.id, "hi", sender="user:a")
+    assert err.value.code == "backend.unavailable" and err.value.retryable
+    # Nothing was written: the admission never reached the database.
+    assert client.sessions.entries(s.id) == []
+    client.close()
+
+
+def test_unreachable_database_is_backend_unavailable(tmp_path: Path) -> None:
+    url = f"postgresql+psycopg://nobody@127.0.0.1:{free_port()}/none"
+    settings = Settings(_env_file=None, home=tmp_path, database_url=url)  # type: ignore[call-arg]
+    client = chaz.Client(settings, migrate=False)
+    with pytest.raises(BackendUnavailable):
+        client.agents.list()
+    client.close()

@@ -1,0 +1,108 @@
+"""The reconciler rebuilds Redis state from the database and wakes stranded work."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import chaz
+from chaz.coord import keys
+from chaz.domain.entries import EntryType
+from chaz.domain.jobs import JobStatus
+from chaz.reconcile import Reconciler
+from chaz.services import Services
+from tests.support.stack import Stack
+
+
+class RecordingDispatcher:
+    """Records wake-ups instead of sending them (this test has no workers)."""
+
+    def __init__(self) -> None:
+        self.wakes: list[tuple[str, str]] = []
+
+    def wake(self, session_id: str, execution_id: str) -> None:
+        self.wakes.append((session_id, execution_id))
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def svc(stack: Stack) -> Iterator[Services]:
+    stack.client.agents.put(chaz.AgentSpec(id="echo", script=[{"steps": [{"echo": True}]}]))
+    services = Services(stack.settings)
+    services.__dict__["dispatcher"] = RecordingDispatcher()
+    yield services
+    services.close()
+
+
+def test_orphaned_running_job_is_woken_and_held_lanes_are_left_alone(svc: Services) -> None:
+    s1 = svc.store.create_session("echo")
+    s2 = svc.store.create_session("echo")
+    j1 = svc.append(s1.id, EntryType.MESSAGE, "user:u", "x").job
+    j2 = svc.append(s2.id, EntryType.MESSAGE, "user:u", "y").job
+    assert j1 is not None and j2 is not None
+    svc.store.begin_turn(j1.id, "dead-worker")  # running, but nobody holds its lease
+    svc.store.begin_turn(j2.id, "live-worker")
+    assert svc.lanes.acquire(s2.id, j2.id, 30) is not None
+    report = Reconciler(svc, grace_seconds=0).run()
+    assert report.orphaned == [j1.id]
+    assert report.woken == [s1.id]
+
+
+def test_young_queued_jobs_are_left_to_their_wake_up(svc: Services) -> None:
+    s = svc.store.create_session("echo")
+    svc.append(s.id, EntryType.MESSAGE, "user:u", "x")
+    assert Reconciler(svc, grace_seconds=60).run().woken == []
+    assert Reconciler(svc, grace_seconds=0).run().woken == [s.id]
+
+
+def test_flushed_counters_and_cancel_flags_come_back(svc: Services) -> None:
+    s = svc.store.create_session("echo")
+    jobs = [svc.append(s.id, EntryType.MESSAGE, "user:u", str(i)).job for i in range(3)]
+    assert all(jobs)
+    running = jobs[0]
+    assert running is not None
+    svc.store.begin_turn(running.id, "t")
+    svc.store.transition(running.id, JobStatus.STOPPING)
+    svc.redis.flushdb()
+    report = Reconciler(svc, grace_seconds=0).run()
+    assert report.counters_rebuilt >= 2  # the session's counters and the tree's live set
+    assert svc.redis.get(keys.queued(s.id)) == "2"
+    assert svc.redis.get(keys.cumulative(s.id)) == "3"
+    assert svc.redis.hexists(keys.live(s.tree_id), running.id)
+    assert svc.redis.exists(keys.cancel(running.id))
+
+
+def test_slots_of_finished_jobs_are_freed_and_their_waiters_woken(svc: Services) -> None:
+    s = svc.store.create_session("echo")
+    done = svc.append(s.id, EntryType.MESSAGE, "user:u", "x").job
+    waiting = svc.append(svc.store.create_session("echo").id, EntryType.MESSAGE, "user:u", "y")
+    assert done is not None and waiting.job is not None
+    svc.store.begin_turn(done.id, "t")
+    svc.store.finish_job(done.id, JobStatus.SUCCEEDED)
+    # The worker died before handing its slot on; another session waits for one.
+    svc.redis.hset(keys.live(s.tree_id), mapping={"_": "1", done.id: s.id})
+    svc.redis.zadd(keys.waiting(s.tree_id), {waiting.entry.session_id: 1})
+    report = Reconciler(svc, grace_seconds=60).run()
+    assert not svc.redis.hexists(keys.live(s.tree_id), done.id)
+    assert waiting.entry.session_id in report.woken
+
+
+def test_queued_counter_drops_once_whether_a_job_starts_or_is_cancelled(svc: Services) -> None:
+    from chaz.jobs import cancel
+
+    s = svc.store.create_session("echo")
+    a = svc.append(s.id, EntryType.MESSAGE, "user:u", "a").job
+    b = svc.append(s.id, EntryType.MESSAGE, "user:u", "b").job
+    assert a is not None and b is not None
+    assert svc.redis.get(keys.queued(s.id)) == "2"
+    cancel(svc, b.id)
+    assert svc.redis.get(keys.queued(s.id)) == "1"
+    from chaz.turns import TurnRunner
+
+    TurnRunner(svc).wake(s.id, a.id, lend_slot=True)  # the inline (foreground) path
+    assert svc.store.get_job(a.id).status is JobStatus.SUCCEEDED
+    assert svc.redis.get(keys.queued(s.id)) == "0"
+    assert svc.redis.get(keys.cumulative(s.id)) == "2"

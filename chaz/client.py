@@ -24,7 +24,6 @@ from chaz.settings import Settings, get_settings
 from chaz.store.migrate import upgrade
 from chaz.watch import watch as _watch
 
-
 P = ParamSpec("P")
 R = TypeVar("R")
 _C = TypeVar("_C", bound=type)

@@ -19,10 +19,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from chaz.coord import keys, lua
-from chaz.domain.agents import Limits
+from chaz.domain.agents import AgentSpec, Limits
 from chaz.domain.jobs import Job, JobStatus
+from chaz.domain.sessions import Session
 from chaz.errors import JobsExhausted, QueueFull
 from chaz.services import Services
+from chaz.settings import Settings
 
 #: Counters of idle sessions expire; the next admission rebuilds them.
 COUNTER_TTL_MS = 7 * 24 * 3600 * 1000
@@ -40,9 +42,13 @@ class EffectiveLimits:
 
 def effective_limits(services: Services, session_id: str) -> EffectiveLimits:
     """Resolve a session's limits (settings, then the agent's, then the session's)."""
-    s = services.settings
     session = services.store.get_session(session_id)
     agent = services.store.get_agent(session.agent_id)
+    return resolve_limits(services.settings, session, agent)
+
+
+def resolve_limits(s: Settings, session: Session, agent: AgentSpec) -> EffectiveLimits:
+    """The quota limits in force for a session whose rows are already loaded."""
     base = Limits(
         max_queued_per_session=s.max_queued_per_session,
         max_jobs_per_session=s.max_jobs_per_session,

@@ -83,12 +83,14 @@ class Services:
         job_fields: JobFields | None = None,
         fence: Fence | None = None,
         finish: Finish | None = None,
+        durable: bool = True,
     ) -> Appended:
         """Commit an entry (and its job), then publish it and wake a worker.
 
         When the entry admits a job, its quota is reserved first and refunded
         if the write does not happen, so a rejected admission raises and
-        leaves the session unchanged.
+        leaves the session unchanged. ``durable=False`` is for a turn's audit
+        entries (see :meth:`chaz.store.Store.append`); admissions are durable.
         """
         if admit is None:
             admit = self.store.admits(type, sender)
@@ -107,6 +109,7 @@ class Services:
                 job_fields=job_fields,
                 fence=fence,
                 finish=finish,
+                durable=durable,
             )
         from chaz.admission import effective_limits
 
@@ -183,6 +186,7 @@ class Services:
         job_fields: JobFields | None,
         fence: Fence | None,
         finish: Finish | None = None,
+        durable: bool = True,
     ) -> Appended:
         done = self.store.append(
             session_id,
@@ -197,6 +201,7 @@ class Services:
             fence=fence,
             finish=finish,
             precheck=False,
+            durable=durable,
         )
         if done.created:
             publish(self.redis, done.entry)

@@ -42,6 +42,9 @@ class Settings(BaseSettings):
         None, gt=0, description="Turns running at once across one session tree (null: unlimited)."
     )
     max_turn_steps: int = Field(32, gt=0, description="Model steps one turn may take.")
+    max_context_entries: int = Field(
+        200, gt=0, description="Newest context entries (after the latest Summary) a turn reads."
+    )
     worker_concurrency: int = Field(8, gt=0, description="Threads per worker process.")
     openai_base_url: str | None = Field(None, description="Default base URL for model='openai'.")
     openai_api_key: str | None = Field(None, description="API key for model='openai'.")

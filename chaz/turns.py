@@ -19,11 +19,12 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from chaz.admission import effective_limits
+from chaz.admission import resolve_limits
 from chaz.coord import keys
 from chaz.domain.agents import AgentSpec
 from chaz.domain.entries import Entry, EntryType, agent_sender
 from chaz.domain.jobs import Job, JobStatus
+from chaz.domain.sessions import Session
 from chaz.errors import Cancelled, ChazError, IllegalTransition, LeaseLost
 from chaz.runtime.backends import make_backend
 from chaz.runtime.backends.base import TurnContext
@@ -72,15 +73,17 @@ class TurnRunner:
         try:
             job = svc.store.head_job(session_id)
             if job is not None:
-                if not lend_slot and not svc.admission.start(
-                    job, effective_limits(svc, session_id)
-                ):
+                # Loaded once per turn: limits, context and tools all need them.
+                session = svc.store.get_session(session_id)
+                spec = svc.store.get_agent(session.agent_id)
+                limits = resolve_limits(svc.settings, session, spec)
+                if not lend_slot and not svc.admission.start(job, limits):
                     # The tree is at its live limit: the job stays queued and
                     # waits in the tree's waiting set; a finishing turn wakes it.
                     wake_next = False
                     outcome = WakeOutcome("waiting", job.id)
                 else:
-                    if self._run(job, token) and not lend_slot:
+                    if self._run(job, token, session, spec) and not lend_slot:
                         self._hand_off(job)
                     outcome = WakeOutcome("ran", job.id)
         finally:
@@ -101,7 +104,7 @@ class TurnRunner:
 
     # -- one job --------------------------------------------------------------
 
-    def _run(self, job: Job, token: str) -> bool:
+    def _run(self, job: Job, token: str, session: Session, spec: AgentSpec) -> bool:
         """Run the job's turn; True when the job has reached a terminal state."""
         svc = self.services
         try:
@@ -113,7 +116,6 @@ class TurnRunner:
             # It left the queue now (a resumed turn left it on its first start).
             svc.admission.dequeued(job.session_id)
         fence = Fence(job.id, token)
-        session = svc.store.get_session(job.session_id)
         if job.attempts > MAX_ATTEMPTS:
             self._fail(
                 job,
@@ -127,7 +129,7 @@ class TurnRunner:
         heartbeat = _Heartbeat(svc, job.session_id, token)
         heartbeat.start()
         try:
-            self._turn(job, fence, session.agent_id, heartbeat)
+            self._turn(job, fence, session, spec, heartbeat)
         except LeaseLost:
             # Another worker took this job over; it owns the session now.
             log.warning("lost the lease of job %s; leaving it to its new holder", job.id)
@@ -136,8 +138,11 @@ class TurnRunner:
             heartbeat.stop()
         return True
 
-    def _turn(self, job: Job, fence: Fence, agent_id: str, heartbeat: _Heartbeat) -> None:
+    def _turn(
+        self, job: Job, fence: Fence, session: Session, spec: AgentSpec, heartbeat: _Heartbeat
+    ) -> None:
         svc = self.services
+        agent_id = session.agent_id
         me = agent_sender(agent_id)
         svc.append(
             job.session_id,
@@ -148,12 +153,13 @@ class TurnRunner:
             idempotency_key=f"job:{job.id}:ack",
             admit=False,
             fence=fence,
+            durable=False,
             # Which process runs the turn: for operators (and the crash tests).
             metadata={"attempt": job.attempts, "host": socket.gethostname(), "pid": os.getpid()},
         )
         sink = EventSink(lambda ev: self._write_event(job, fence, me, ev))
         try:
-            text = self._think(job, fence, agent_id, sink, heartbeat)
+            text = self._think(job, fence, session, spec, sink, heartbeat)
             sink.close()
         except LeaseLost:
             _close_quietly(sink)
@@ -192,16 +198,18 @@ class TurnRunner:
         self._clear_cancel(job.id)
 
     def _think(
-        self, job: Job, fence: Fence, agent_id: str, sink: EventSink, heartbeat: _Heartbeat
+        self,
+        job: Job,
+        fence: Fence,
+        session: Session,
+        spec: AgentSpec,
+        sink: EventSink,
+        heartbeat: _Heartbeat,
     ) -> str:
         svc = self.services
-        spec: AgentSpec = svc.store.get_agent(agent_id)
-        session = svc.store.get_session(job.session_id)
-        trigger = svc.store.get_entry(job.trigger_entry_id) if job.trigger_entry_id else None
-        history = svc.store.entries(
-            job.session_id,
-            until=trigger.seq if trigger else None,
-            types=(EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY),
+        agent_id = session.agent_id
+        history, trigger = svc.store.turn_context(
+            job.session_id, job.trigger_entry_id, svc.settings.max_context_entries
         )
         context = build_context(spec.system_prompt, history, agent_id)
         limits = spec.limits.narrowed(session.limits)
@@ -258,6 +266,7 @@ class TurnRunner:
             idempotency_key=f"job:{job.id}:{suffix}:{event.call_id}",
             admit=False,
             fence=fence,
+            durable=False,
             metadata=meta,
         )
 

@@ -87,8 +87,19 @@ class Store:
         self.engine.dispose()
 
     @contextmanager
-    def _write(self) -> Iterator[Connection]:
+    def _write(self, durable: bool = True) -> Iterator[Connection]:
+        """A write transaction. ``durable=False`` lets PostgreSQL acknowledge the
+        commit before its WAL reaches disk (``synchronous_commit=off``).
+
+        Used only for writes whose loss in a *database* crash is repaired by
+        the next durable commit or by a resumed turn (a turn's start, its Ack,
+        its audit entries): the next durable commit flushes the WAL before it,
+        so ordering is kept. Admissions, checkpoints and a turn's final entry
+        stay durable.
+        """
         with self.engine.connect().execution_options(chaz_write=True) as conn, conn.begin():
+            if not durable and conn.dialect.name == "postgresql":
+                conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
             yield conn
 
     @contextmanager
@@ -214,6 +225,7 @@ class Store:
         fence: Fence | None = None,
         finish: Finish | None = None,
         precheck: bool = True,
+        durable: bool = True,
     ) -> Appended:
         """Append one entry, and admit (or finish) its job in the same transaction.
 
@@ -231,7 +243,7 @@ class Store:
             if found:
                 return found
         try:
-            with self._write() as conn:
+            with self._write(durable=durable or admit is not False or finish is not None) as conn:
                 if fence is not None:
                     _check_fence(conn, fence)
                 if admit is None:
@@ -347,6 +359,47 @@ class Store:
         with self._read() as conn:
             return [_entry(r) for r in conn.execute(stmt).mappings()]
 
+    def turn_context(
+        self, session_id: str, trigger_entry_id: str | None, limit: int
+    ) -> tuple[list[Entry], Entry | None]:
+        """A turn's context entries and its trigger, in one read.
+
+        Context is Message, Directive and Summary entries up to the trigger,
+        starting at the latest Summary, and at most the last ``limit`` of them:
+        a long session must not make every turn read its whole history.
+        """
+        context_types = [
+            t.value for t in (EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY)
+        ]
+        with self._read() as conn:
+            until: int | None = None
+            trigger: Entry | None = None
+            if trigger_entry_id is not None:
+                row = (
+                    conn.execute(select(EntryRow).where(EntryRow.id == trigger_entry_id))
+                    .mappings()
+                    .first()
+                )
+                if row is not None:
+                    trigger = _entry(row)
+                    until = trigger.seq
+            stmt = select(EntryRow).where(
+                EntryRow.session_id == session_id, EntryRow.type.in_(context_types)
+            )
+            if until is not None:
+                stmt = stmt.where(EntryRow.seq <= until)
+            summaries = select(func.max(EntryRow.seq)).where(
+                EntryRow.session_id == session_id, EntryRow.type == EntryType.SUMMARY.value
+            )
+            if until is not None:
+                summaries = summaries.where(EntryRow.seq <= until)
+            boundary = summaries.scalar_subquery()
+            stmt = stmt.where(EntryRow.seq >= func.coalesce(boundary, 0))
+            rows = conn.execute(stmt.order_by(EntryRow.seq.desc()).limit(limit)).mappings()
+            history = [_entry(r) for r in rows]
+        history.reverse()
+        return history, trigger
+
     def last_entry(self, session_id: str, types: Iterable[EntryType]) -> Entry | None:
         """The newest entry of the given types, if any."""
         stmt = (
@@ -458,7 +511,9 @@ class Store:
     def begin_turn(self, job_id: str, token: str) -> Job:
         """Claim a job for a turn under ``token``: queued becomes running; a running
         (or stopping) job whose worker died is taken over for a resume."""
-        with self._write() as conn:
+        # Not durable: if a database crash loses this, the job is still queued
+        # (or held by the old token) and the reconciler runs it again.
+        with self._write(durable=False) as conn:
             row = _lock_job(conn, job_id)
             status = JobStatus(row["status"])
             values: dict[str, Any] = {
@@ -643,7 +698,8 @@ def _ts(value: datetime | None) -> datetime | None:
 
 
 def _entry(row: Any) -> Entry:
-    return Entry(
+    # Rows come from our own schema: skip validation, it dominated context reads.
+    return Entry.model_construct(
         id=row["id"],
         session_id=row["session_id"],
         seq=row["seq"],

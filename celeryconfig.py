@@ -60,7 +60,8 @@ worker_concurrency = _settings.worker_concurrency
 broker_connection_retry_on_startup = True
 broker_heartbeat = 0
 
-#: The reconciler: restores lanes and counters from the database and finds
+#: The reconciler: restores counters and cancel flags from the database, frees
+#: slots of finished jobs, and finds
 #: admitted work that nobody picked up (a lost wake-up, a dead worker).
 beat_schedule = {
     "chaz-reconcile": {

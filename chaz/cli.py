@@ -47,7 +47,6 @@ from chaz.domain.agents import AgentSpec
 from chaz.domain.entries import Entry, EntryType, agent_sender
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.sessions import Session
-from chaz.embedded import WorkerProcess, embedded
 from chaz.errors import (
     BackendUnavailable,
     ChazError,
@@ -57,6 +56,7 @@ from chaz.errors import (
     ValidationError,
 )
 from chaz.settings import Settings, mask_url
+from chaz.stack import WorkerProcess, embedded
 
 #: The agent ``chaz demo`` registers: one built-in tool call, then a reply.
 DEMO_AGENT = AgentSpec(
@@ -871,7 +871,9 @@ def _job_rows(jobs: Sequence[Job]) -> list[list[Any]]:
 def cmd_jobs_ls(ctx: Context) -> int:
     """List jobs, optionally of one session or in one state."""
     args = ctx.args
-    jobs = ctx.client.jobs.list(session_id=args.session, status=args.status, limit=args.limit)
+    jobs = ctx.client.jobs.list(
+        session_id=args.session, status=args.status, limit=args.limit, newest_first=True
+    )
     if ctx.out.json_mode:
         ctx.out.json([j.model_dump(mode="json") for j in jobs])
         return EXIT_OK

@@ -218,11 +218,17 @@ class Jobs:
         session_id: str | None = None,
         status: JobStatus | str | None = None,
         limit: int = 100,
+        newest_first: bool = False,
     ) -> builtins.list[Job]:
-        """Jobs, optionally of one session or in one state."""
+        """Jobs, optionally of one session or in one state, in admission order.
+
+        ``newest_first`` reverses the order, so that ``limit`` keeps the latest.
+        """
         sid = self._svc.store.get_session(session_id).id if session_id else None
         statuses = [JobStatus(status)] if status else None
-        return self._svc.store.list_jobs(session_id=sid, statuses=statuses, limit=limit)
+        return self._svc.store.list_jobs(
+            session_id=sid, statuses=statuses, limit=limit, newest_first=newest_first
+        )
 
     def wait(self, execution_id: str, timeout: float = 60.0) -> Job:
         """Block until the job is terminal; :class:`chaz.errors.Timeout` otherwise."""

@@ -26,9 +26,7 @@ from tests.support.stack import Stack  # noqa: E402
 PG_ADMIN = os.environ.get("CHAZ_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
 # A database number per test process, so two test runs on one machine (or a
 # benchmark) do not flush each other's broker.
-REDIS_URL = os.environ.get(
-    "CHAZ_TEST_REDIS_URL", f"redis://127.0.0.1:6379/{1 + os.getpid() % 12}"
-)
+REDIS_URL = os.environ.get("CHAZ_TEST_REDIS_URL", f"redis://127.0.0.1:6379/{1 + os.getpid() % 12}")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 

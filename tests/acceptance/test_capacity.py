@@ -98,7 +98,8 @@ def test_a_job_admitted_while_the_lane_is_released_still_runs(stack: Stack) -> N
     assert recorder.wakes == [(s.id, c.id)]
     assert runner.wake(s.id, c.id).job_id == c.id
     replies = [
-        x.content for x in svc.store.entries(s.id)
+        x.content
+        for x in svc.store.entries(s.id)
         if x.type is EntryType.MESSAGE and x.sender == "agent:echo"
     ]
     assert replies == ["a", "b", "c"]
@@ -132,7 +133,9 @@ def test_openai_compatible_model_runs_a_turn_with_a_tool_call(stack: Stack) -> N
         assert first["model"] == "fake-model"
         assert [t["function"]["name"] for t in first["tools"]] == ["word_count"]
         assert first["messages"][-1] == {
-            "role": "user", "content": "count: one two three", "name": "user_a"
+            "role": "user",
+            "content": "count: one two three",
+            "name": "user_a",
         }
         tool_msg = second["messages"][-1]
         assert tool_msg["role"] == "tool" and tool_msg["content"] == "3"

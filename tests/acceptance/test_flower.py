@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 
 import chaz
-from chaz.embedded import settings_env
+from chaz.stack import settings_env
 from tests.conftest import free_port
 from tests.support.stack import Stack
 
@@ -22,8 +22,15 @@ def test_flower_finds_the_turn(stack: Stack) -> None:
     env = {**os.environ, **settings_env(stack.settings)}
     flower = subprocess.Popen(
         [
-            sys.executable, "-m", "celery", "-A", "workers", "flower",
-            f"--port={port}", "--address=127.0.0.1", "--basic-auth=ops:secret",
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "workers",
+            "flower",
+            f"--port={port}",
+            "--address=127.0.0.1",
+            "--basic-auth=ops:secret",
         ],
         env=env,
         stdout=subprocess.DEVNULL,
@@ -32,7 +39,9 @@ def test_flower_finds_the_turn(stack: Stack) -> None:
     auth = "Basic " + base64.b64encode(b"ops:secret").decode()
 
     def get(path: str) -> object:
-        req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Authorization": auth})
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}{path}", headers={"Authorization": auth}
+        )
         with urllib.request.urlopen(req, timeout=5) as resp:
             return json.loads(resp.read())
 
@@ -59,9 +68,7 @@ def test_flower_finds_the_turn(stack: Stack) -> None:
         while found is None:
             tasks = get("/api/tasks?taskname=chaz.turn")
             assert isinstance(tasks, dict)
-            found = next(
-                (t for t in tasks.values() if e.job_id in str(t.get("kwargs", ""))), None
-            )
+            found = next((t for t in tasks.values() if e.job_id in str(t.get("kwargs", ""))), None)
             if found is None:
                 assert time.monotonic() < deadline, f"turn not in flower: {tasks}"
                 time.sleep(0.3)

@@ -81,7 +81,9 @@ def test_sigkill_mid_turn_resumes_without_duplicates(stack: Stack) -> None:
     assert [e.type for e in mine].count(EntryType.MESSAGE) == 2  # the trigger and the reply
     # The next turn started only after the recovered one finished.
     last_of_first = max(e.seq for e in mine)
-    first_of_second = min(e.seq for e in entries if e.job_id == second.job_id and e.type is EntryType.ACK)
+    first_of_second = min(
+        e.seq for e in entries if e.job_id == second.job_id and e.type is EntryType.ACK
+    )
     assert last_of_first < first_of_second
 
 
@@ -101,7 +103,8 @@ def test_a_turn_whose_worker_keeps_dying_ends_interrupted(stack: Stack) -> None:
 
     def sleeps() -> int:
         return sum(
-            1 for e in client.sessions.entries(s.id)
+            1
+            for e in client.sessions.entries(s.id)
             if e.type is EntryType.TOOL_CALL and e.metadata.get("tool") == "sleep"
         )
 
@@ -121,7 +124,9 @@ def test_a_turn_whose_worker_keeps_dying_ends_interrupted(stack: Stack) -> None:
     err = client.sessions.wait_for_reply(s.id, after=posted.seq, timeout=10)
     assert err.type is EntryType.ERROR and err.metadata["code"] == "turn.interrupted"
     after = client.sessions.post(s.id, "quick again", sender="user:alice")
-    assert client.sessions.wait_for_reply(s.id, after=after.seq, timeout=30).content == "quick again"
+    assert (
+        client.sessions.wait_for_reply(s.id, after=after.seq, timeout=30).content == "quick again"
+    )
 
 
 def test_a_message_delivered_twice_runs_its_turn_once(stack: Stack) -> None:

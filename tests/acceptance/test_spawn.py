@@ -71,9 +71,7 @@ def test_third_level_beyond_max_call_depth_is_refused_and_spawns_nothing(stack: 
     assert "topology.depth" in reply.content
     assert sorted(x.agent_id for x in client.sessions.list()) == ["a", "b", "c"]
     c_session = next(x for x in client.sessions.list() if x.agent_id == "c")
-    results = [
-        x for x in client.sessions.entries(c_session.id) if x.type is EntryType.TOOL_RESULT
-    ]
+    results = [x for x in client.sessions.entries(c_session.id) if x.type is EntryType.TOOL_RESULT]
     assert results[0].metadata["is_error"] is True
     assert json.loads(results[0].content)["error"]["code"] == "topology.depth"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import defaultdict
@@ -102,7 +103,9 @@ def test_failures_end_as_clear_entries_and_the_session_goes_on(stack: Stack) -> 
 def test_no_matching_rule_is_an_error_entry(stack: Stack) -> None:
     stack.workers(1)
     client = stack.client
-    client.agents.put(chaz.AgentSpec(id="picky", script=[{"match": "^yes$", "steps": [{"say": "y"}]}]))
+    client.agents.put(
+        chaz.AgentSpec(id="picky", script=[{"match": "^yes$", "steps": [{"say": "y"}]}])
+    )
     s = client.sessions.create(agent_id="picky")
     e = client.sessions.post(s.id, "no", sender="user:bob")
     r = client.sessions.wait_for_reply(s.id, after=e.seq, timeout=30)
@@ -112,7 +115,9 @@ def test_no_matching_rule_is_an_error_entry(stack: Stack) -> None:
 def test_turns_of_one_session_never_overlap_and_keep_admission_order(stack: Stack) -> None:
     stack.workers(3, concurrency=4)
     client = stack.client
-    client.agents.put(chaz.AgentSpec(id="slow", script=[{"steps": [{"sleep": 0.002}, {"echo": True}]}]))
+    client.agents.put(
+        chaz.AgentSpec(id="slow", script=[{"steps": [{"sleep": 0.002}, {"echo": True}]}])
+    )
     s = client.sessions.create(agent_id="slow")
     posted: list[chaz.Entry] = []
     lock = threading.Lock()
@@ -149,7 +154,7 @@ def test_turns_of_one_session_never_overlap_and_keep_admission_order(stack: Stac
     # Turns start (Ack) in admission order, and each ends before the next starts.
     order = sorted(by_job, key=lambda j: by_job[j][0].seq)
     assert order == sorted(jobs, key=lambda j: trigger_seq[j])
-    for prev, nxt in zip(order, order[1:], strict=False):
+    for prev, nxt in itertools.pairwise(order):
         assert by_job[prev][-1].seq < by_job[nxt][0].seq, "turns overlapped"
         assert by_job[prev][-1].created_at <= by_job[nxt][0].created_at
     for job in order:
@@ -159,10 +164,14 @@ def test_turns_of_one_session_never_overlap_and_keep_admission_order(stack: Stac
 def test_many_sessions_run_in_parallel(stack: Stack) -> None:
     stack.workers(2, concurrency=8)
     client = stack.client
-    client.agents.put(chaz.AgentSpec(id="nap", script=[{"steps": [{"sleep": 0.2}, {"echo": True}]}]))
+    client.agents.put(
+        chaz.AgentSpec(id="nap", script=[{"steps": [{"sleep": 0.2}, {"echo": True}]}])
+    )
     sessions = [client.sessions.create(agent_id="nap") for _ in range(200)]
     start = time.monotonic()
-    posted = [(s, client.sessions.post(s.id, f"hi {i}", sender="user:a")) for i, s in enumerate(sessions)]
+    posted = [
+        (s, client.sessions.post(s.id, f"hi {i}", sender="user:a")) for i, s in enumerate(sessions)
+    ]
     for s, e in posted:
         r = client.sessions.wait_for_reply(s.id, after=e.seq, timeout=120)
         assert r.content == e.content

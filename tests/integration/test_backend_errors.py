@@ -13,7 +13,7 @@ from tests.conftest import free_port
 
 
 def test_unreachable_redis_is_backend_unavailable(tmp_path: Path) -> None:
-    settings = Settings(  # type: ignore[call-arg]
+    settings = Settings(
         _env_file=None, home=tmp_path, redis_url=f"redis://127.0.0.1:{free_port()}/0"
     )
     client = chaz.Client(settings)
@@ -29,7 +29,7 @@ def test_unreachable_redis_is_backend_unavailable(tmp_path: Path) -> None:
 
 def test_unreachable_database_is_backend_unavailable(tmp_path: Path) -> None:
     url = f"postgresql+psycopg://nobody@127.0.0.1:{free_port()}/none"
-    settings = Settings(_env_file=None, home=tmp_path, database_url=url)  # type: ignore[call-arg]
+    settings = Settings(_env_file=None, home=tmp_path, database_url=url)
     client = chaz.Client(settings, migrate=False)
     with pytest.raises(BackendUnavailable):
         client.agents.list()

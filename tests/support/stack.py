@@ -10,8 +10,8 @@ from sqlalchemy import text
 
 import chaz
 from chaz.coord.redis import ensure_embedded, stop_embedded
-from chaz.embedded import WorkerProcess
 from chaz.settings import Settings
+from chaz.stack import WorkerProcess
 from chaz.store import Store
 from chaz.store.migrate import upgrade
 
@@ -32,14 +32,21 @@ class Stack:
     @classmethod
     def embedded(cls, home: Path, **overrides: Any) -> Stack:
         """SQLite and an embedded Redis under ``home``."""
-        settings = Settings(_env_file=None, home=home, **{**FAST, **overrides})  # type: ignore[call-arg]
+        # Explicit Nones: CHAZ_* variables of the shell must not leak into tests.
+        settings = Settings(
+            _env_file=None,
+            home=home,
+            database_url=None,
+            redis_url=None,
+            **{**FAST, **overrides},
+        )
         ensure_embedded(settings)
         return cls("embedded", settings)
 
     @classmethod
     def server(cls, home: Path, pg_url: str, redis_url: str, **overrides: Any) -> Stack:
         """The machine's PostgreSQL and Redis, emptied first."""
-        settings = Settings(  # type: ignore[call-arg]
+        settings = Settings(
             _env_file=None,
             home=home,
             database_url=pg_url,
@@ -77,8 +84,12 @@ class Stack:
             self.settings.home.mkdir(parents=True, exist_ok=True)
             started.append(
                 WorkerProcess(
-                    self.settings, concurrency=concurrency, beat=beat, log_file=log,
-                    loglevel="INFO", queues=queues,
+                    self.settings,
+                    concurrency=concurrency,
+                    beat=beat,
+                    log_file=log,
+                    loglevel="INFO",
+                    queues=queues,
                 ).start()
             )
         for w in started:

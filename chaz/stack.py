@@ -7,6 +7,7 @@ server over a Unix socket in ``CHAZ_HOME``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -89,7 +90,7 @@ class WorkerProcess:
         if self.beat:
             home = self.settings.home.resolve()
             home.mkdir(parents=True, exist_ok=True)
-            cmd += ["--beat", "--schedule", str(home / f"beat-{self.name}")]
+            cmd += ["--beat", "--schedule", str(home / "celerybeat-schedule")]
         return cmd
 
     def start(self) -> WorkerProcess:
@@ -124,8 +125,12 @@ class WorkerProcess:
         raise BackendUnavailable(f"worker {self.name} did not become ready in {timeout:g}s")
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
-        """Send a signal to the worker's whole process group."""
-        if self.proc is not None and self.alive():
+        """Send a signal to the worker's whole process group (beat included)."""
+        if self.proc is None:
+            return
+        # The group outlives its leader: an embedded beat child can still run
+        # after the worker process itself died.
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, sig)
 
     def stop(self, timeout: float = 15.0) -> None:
@@ -139,6 +144,7 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.kill(signal.SIGKILL)
                 self.proc.wait(5)
+        self.kill(signal.SIGKILL)  # whatever is left of the group
         self.proc = None
 
 
@@ -158,25 +164,32 @@ def embedded(
     """
     if settings is None:
         settings = Settings(home=Path(home)) if home is not None else Settings()
-    started_redis = ensure_embedded(settings) if settings.embedded_redis else False
-    store = Store(settings.effective_database_url())
+    settings.home.resolve().mkdir(parents=True, exist_ok=True)
+    started_redis = False
+    client: Client | None = None
+    worker: WorkerProcess | None = None
     try:
-        upgrade(store.engine)
-    finally:
-        store.close()
-    client = Client(settings, migrate=False)
-    worker = WorkerProcess(
-        settings,
-        concurrency=workers,
-        beat=beat,
-        log_file=settings.home.resolve() / "worker.log",
-    )
-    try:
+        started_redis = ensure_embedded(settings) if settings.embedded_redis else False
+        store = Store(settings.effective_database_url())
+        try:
+            upgrade(store.engine)
+        finally:
+            store.close()
+        client = Client(settings, migrate=False)
+        worker = WorkerProcess(
+            settings,
+            concurrency=workers,
+            beat=beat,
+            log_file=settings.home.resolve() / "worker.log",
+        )
         worker.start()
         worker.wait_ready(client)
         yield client
     finally:
-        worker.stop()
-        client.close()
+        # Whatever got started is stopped, even if start-up was interrupted.
+        if worker is not None:
+            worker.stop()
+        if client is not None:
+            client.close()
         if started_redis:
             stop_embedded(settings)

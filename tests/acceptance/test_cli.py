@@ -1,0 +1,420 @@
+"""Acceptance: the real ``chaz`` command line, run as a subprocess.
+
+Each test gives the CLI its own ``CHAZ_HOME`` (or the ``stack`` fixture's
+settings) and no other ``CHAZ_*`` variable, so nothing leaks in from the
+machine. stdout is a pipe here, so the CLI prints its plain-text form.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import chaz
+from chaz.coord.redis import stop_embedded
+from chaz.domain.jobs import JobStatus
+from chaz.settings import Settings
+from chaz.stack import settings_env
+from tests.support.stack import Stack
+
+CLI = [sys.executable, "-m", "chaz.cli"]
+#: A timeline line in plain text: "HH:MM:SS #SEQ Label sender content".
+LINE = re.compile(r"^\d\d:\d\d:\d\d #(\d+)\s+(\w+)\s+(\S+)\s+(.*)$")
+
+COUNTER = {
+    "id": "counter",
+    "tools": ["word_count"],
+    "script": [
+        {"match": "^fail", "steps": [{"fail": "the model is down"}]},
+        {"steps": [{"call": "word_count", "args": {"text": "{input}"}}, {"say": "{last_result}"}]},
+    ],
+}
+#: A turn of ~10 s in short steps: it surely still runs while the CLI reads the
+#: queue, even on a loaded machine, yet a cancel stops it within half a second
+#: (cancellation takes effect at step boundaries).
+SLOW = chaz.AgentSpec(
+    id="slow",
+    tools=["clock"],
+    script=[{"steps": [{"sleep": 0.5}, {"call": "clock"}] * 20 + [{"say": "done"}]}],
+)
+
+
+def cli_env(
+    *, home: Path | None = None, settings: Settings | None = None, **extra: str
+) -> dict[str, str]:
+    """The machine's environment minus every CHAZ_* (and colour forcing), plus ours."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("CHAZ_") and k not in ("FORCE_COLOR", "TTY_COMPATIBLE")
+    }
+    if settings is not None:
+        env.update(settings_env(settings))
+    if home is not None:
+        env["CHAZ_HOME"] = str(home)
+    env.update(extra)
+    return env
+
+
+def chaz_cli(
+    *args: str, env: dict[str, str], stdin: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run ``chaz ARGS`` to completion (in the home's parent: no stray .env is read)."""
+    return subprocess.run(
+        [*CLI, *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=Path(env.get("CHAZ_HOME", ".")).parent,
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    """stdout of a run that must have succeeded (its output in the failure message)."""
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.stdout
+
+
+def timeline(text: str) -> list[tuple[int, str, str, str]]:
+    """(seq, label, sender, content) of every timeline line in ``text``."""
+    rows = []
+    for line in text.splitlines():
+        m = LINE.match(line)
+        if m:
+            rows.append((int(m[1]), m[2], m[3], m[4]))
+    return rows
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper counts as dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def redis_servers_of(home: Path) -> list[int]:
+    """Pids of redis-server processes serving ``home``'s socket."""
+    sock = str(home.resolve() / "redis.sock")
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "redis-server" in cmdline and sock in cmdline and alive(int(proc.name)):
+            pids.append(int(proc.name))
+    return pids
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None:
+    """Poll ``predicate()`` until it is true."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+# --------------------------------------------------------------------------- embedded, fresh home
+
+
+def test_demo_on_a_fresh_home_prints_the_turn_and_cleans_up(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    proc = subprocess.Popen(
+        # --home rather than CHAZ_HOME: the flag must win over the default (./.chaz).
+        [*CLI, "demo", "--home", str(home), "--message", "count these four words"],
+        env=cli_env(),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # The pid file goes away when Redis stops, so note the pid while it runs.
+    pidfile = home / "redis.pid"
+    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 30, "redis.pid")
+    redis_pid = int(pidfile.read_text().strip())
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, f"{stdout}\n{stderr}"
+    assert "Traceback" not in stderr
+    rows = timeline(stdout)
+    assert [(label, sender) for _, label, sender, _ in rows] == [
+        ("Message", "user:you"),
+        ("Ack", "agent:demo"),
+        ("ToolCall", "agent:demo"),
+        ("ToolResult", "agent:demo"),
+        ("Message", "agent:demo"),
+    ]
+    assert [seq for seq, *_ in rows] == [1, 2, 3, 4, 5]
+    assert rows[0][3] == "count these four words"
+    assert rows[2][3].startswith("word_count(")
+    assert rows[3][3] == "word_count -> 4"
+    assert rows[4][3] == "Your message has 4 words."
+    # Nothing keeps running: the demo started Redis and the worker, and stopped both.
+    assert not alive(redis_pid)
+    assert redis_servers_of(home) == []
+    assert (home / "chaz.db").exists()
+
+
+def test_demo_on_real_servers(tmp_path: Path, pg_url: str, redis_url: str) -> None:
+    servers = Stack.server(tmp_path / "home", pg_url, redis_url)  # emptied first
+    try:
+        env = cli_env(settings=servers.settings)
+        rows = timeline(ok(chaz_cli("demo", "--message", "just three words", env=env)))
+        assert [label for _, label, *_ in rows] == [
+            "Message",
+            "Ack",
+            "ToolCall",
+            "ToolResult",
+            "Message",
+        ]
+        assert rows[-1][3] == "Your message has 3 words."
+        # The servers were used: no embedded Redis, no SQLite file.
+        assert not (tmp_path / "home" / "redis.pid").exists()
+        assert not (tmp_path / "home" / "chaz.db").exists()
+        assert [s.agent_id for s in servers.client.sessions.list()] == ["demo"]
+    finally:
+        servers.close()
+
+
+def test_config_masks_secrets(tmp_path: Path) -> None:
+    env = cli_env(
+        home=tmp_path / "home",
+        CHAZ_DATABASE_URL="postgresql+psycopg://u:pw-s3cr3t@h/db",
+        CHAZ_REDIS_URL="redis://:hunter2@h:6379/0",
+        CHAZ_OPENAI_API_KEY="sk-very-private",
+    )
+    text = ok(chaz_cli("config", env=env))
+    assert "postgresql+psycopg://u:****@h/db" in text
+    data = json.loads(ok(chaz_cli("config", "--json", env=env)))
+    assert data["database_url"] == "postgresql+psycopg://u:****@h/db"
+    assert data["redis_url"] == "redis://:****@h:6379/0"
+    assert data["openai_api_key"] == "****"
+    for secret in ("s3cr3t", "hunter2", "very-private"):
+        assert secret not in text
+        assert secret not in json.dumps(data)
+
+
+def test_agents_put_from_stdin_and_ls_json(tmp_path: Path) -> None:
+    env = cli_env(home=tmp_path / "home")
+    out = ok(chaz_cli("agents", "put", "-", env=env, stdin=json.dumps(COUNTER)))
+    assert "saved agent counter" in out
+    # A list is validated as a whole before anything is written.
+    bad_list = [{"id": "fine", "script": [{"steps": [{"echo": True}]}]}, {"id": "bad id!"}]
+    r = chaz_cli("agents", "put", "-", env=env, stdin=json.dumps(bad_list))
+    assert r.returncode == 2 and "error [request.invalid]" in r.stderr
+    assert "stdin[1]" in r.stderr
+    r = chaz_cli("agents", "put", "-", env=env, stdin="{not json")
+    assert r.returncode == 2 and "not valid JSON" in r.stderr
+
+    # --json works after the subcommand and before it.
+    for args in (["agents", "ls", "--json"], ["--json", "agents", "ls"]):
+        agents = json.loads(ok(chaz_cli(*args, env=env)))
+        assert [a["id"] for a in agents] == ["counter"]
+        assert agents[0]["tools"] == ["word_count"]
+
+
+def test_errors_are_one_line_with_a_code_and_an_exit_status(tmp_path: Path) -> None:
+    env = cli_env(home=tmp_path / "home")
+    r = chaz_cli("sessions", "show", "nope", env=env)
+    assert (r.returncode, r.stderr.strip()) == (2, "error [session.not_found]: no session 'nope'")
+    r = chaz_cli("--json", "jobs", "show", "nope", env=env)
+    assert r.returncode == 2
+    assert json.loads(r.stderr)["error"]["code"] == "job.not_found"
+    r = chaz_cli("sessions", "ls", "--no-such-option", env=env)
+    assert r.returncode == 2 and "unrecognized arguments" in r.stderr
+    r = chaz_cli("config", env={**env, "CHAZ_LEASE_SECONDS": "-1"})
+    assert r.returncode == 2 and "error [config.invalid]" in r.stderr
+    # Client commands have migrated already: migrate again is a no-op that says where.
+    assert re.search(r"is at revision \w+", ok(chaz_cli("migrate", env=env)))
+
+
+# --------------------------------------------------------------------------- against a stack
+
+
+def test_sessions_send_jobs_and_the_queue_against_a_worker(stack: Stack) -> None:
+    stack.workers(1)
+    client = stack.client
+    client.agents.put(chaz.AgentSpec.model_validate(COUNTER))
+    env = cli_env(settings=stack.settings)
+
+    sid = ok(chaz_cli("sessions", "new", "counter", "--name", "talk", env=env)).strip()
+    assert client.sessions.get("talk").id == sid
+    reply = chaz_cli("send", "talk", "three little words", "--wait", "--timeout", "30", env=env)
+    assert ok(reply).strip() == "3", stack.logs()
+
+    # A bad sender changes nothing and says why.
+    before = client.sessions.get(sid).last_seq
+    r = chaz_cli("send", sid, "hi", "--sender", "bogus", env=env)
+    assert r.returncode == 2
+    assert r.stderr.startswith("error [request.invalid]: "), r.stderr
+    assert "Traceback" not in r.stderr
+    assert client.sessions.get(sid).last_seq == before
+
+    # A turn that fails: the Error entry is the answer, exit status 1.
+    r = chaz_cli("send", sid, "fail now", "--wait", "--timeout", "30", env=env)
+    assert r.returncode == 1 and "error [model.error]: the model is down" in r.stderr
+
+    jobs = json.loads(ok(chaz_cli("jobs", "ls", "--json", "--session", sid, env=env)))
+    assert [j["status"] for j in jobs] == ["succeeded", "failed"]
+    assert all(j["session_id"] == sid for j in jobs)
+
+    # The queue: one turn runs, the ones admitted after it wait, in admission order.
+    client.agents.put(SLOW)
+    s = client.sessions.create("slow")
+    posted = [client.sessions.post(s.id, f"m{i}", sender="user:you") for i in range(3)]
+    job_ids = [e.job_id or "" for e in posted]
+    wait_for(lambda: client.jobs.get(job_ids[0]).status is JobStatus.RUNNING, 20, "the first turn")
+    text = ok(chaz_cli("sessions", "show", s.id, env=env))
+    assert "queue (1 running, 2 waiting)" in text, text
+    queue = text.split("queue (1 running, 2 waiting)", 1)[1].splitlines()
+    rows_q = [line.split() for line in queue if line[:1].isdigit()]
+    # TRIGGER is the entry that admitted the job (the worker's Ack may land in between).
+    assert [tuple(r[:4]) for r in rows_q] == [
+        ("1", "running", job_ids[0], f"#{posted[0].seq}"),
+        ("2", "queued", job_ids[1], f"#{posted[1].seq}"),
+        ("3", "queued", job_ids[2], f"#{posted[2].seq}"),
+    ]
+
+    last = client.jobs.get(job_ids[2])
+    outcome = json.loads(
+        ok(
+            chaz_cli(
+                "jobs",
+                "cancel",
+                last.id,
+                "--expected-version",
+                str(last.version),
+                "--command-id",
+                "cli-1",
+                "--reason",
+                "changed my mind",
+                "--json",
+                env=env,
+            )
+        )
+    )
+    assert (outcome["status"], outcome["previous"], outcome["changed"]) == (
+        "cancelled",
+        "queued",
+        True,
+    )
+    assert client.jobs.get(last.id).status is JobStatus.CANCELLED
+    stale = chaz_cli("jobs", "cancel", job_ids[1], "--expected-version", "99", env=env)
+    assert stale.returncode == 1 and "error [conflict.version]" in stale.stderr
+    # Stop the rest, so that stopping the worker does not wait for them.
+    client.jobs.cancel(job_ids[1])
+    assert client.jobs.cancel(job_ids[0])["status"] == "stopping"
+
+
+# --------------------------------------------------------------------------- long-running commands
+
+
+def _counter_session(home: Path) -> str:
+    """A session of COUNTER in ``home``, made through the API (the CLI is tested above)."""
+    settings = Settings(_env_file=None, home=home, database_url=None, redis_url=None)
+    with chaz.Client(settings) as client:
+        client.agents.put(chaz.AgentSpec.model_validate(COUNTER))
+        return client.sessions.create("counter").id
+
+
+def test_up_serves_until_sigint_and_tail_follows(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = cli_env(home=home)
+    log = tmp_path / "up.out"
+    with log.open("w") as out:
+        up = subprocess.Popen(
+            [*CLI, "up", "--concurrency", "2"],
+            env=env,
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for(lambda: "Press Ctrl-C" in log.read_text() or up.poll() is not None, 30, "up")
+        assert up.poll() is None, log.read_text()
+        redis_pid = int((home / "redis.pid").read_text())
+        sid = _counter_session(home)
+
+        tail = subprocess.Popen(
+            [*CLI, "tail", sid],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert ok(chaz_cli("send", sid, "one two", "--wait", env=env)).strip() == "2"
+        time.sleep(0.5)
+        tail.send_signal(signal.SIGINT)
+        stdout, stderr = tail.communicate(timeout=10)
+        assert tail.returncode == 130 and "Traceback" not in stderr, stderr
+        assert [label for _, label, *_ in timeline(stdout)] == [
+            "Message",
+            "Ack",
+            "ToolCall",
+            "ToolResult",
+            "Message",
+        ]
+
+        up.send_signal(signal.SIGINT)
+        assert up.wait(30) == 0, log.read_text()
+        assert "Traceback" not in log.read_text()
+        assert not alive(redis_pid)
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait()
+        stop_embedded(Settings(_env_file=None, home=home))
+
+
+def test_worker_execs_celery_on_chaz_queues(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = cli_env(home=home)
+    cmd = ok(chaz_cli("worker", "--dry-run", "--concurrency", "3", "--", "-O", "fair", env=env))
+    assert "celery -A workers worker --pool threads --concurrency 3" in cmd
+    assert "--queues chaz.turns,chaz.control" in cmd
+    assert cmd.strip().endswith("-O fair")
+
+    worker = subprocess.Popen(
+        [*CLI, "worker", "--concurrency", "2", "--loglevel", "WARNING"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        sid = _counter_session(home)
+        reply = chaz_cli("send", sid, "a b c d e", "--wait", "--timeout", "30", env=env)
+        assert ok(reply).strip() == "5"
+        # exec kept the pid: the process we started *is* the celery worker.
+        assert "celery" in Path(f"/proc/{worker.pid}/cmdline").read_text()
+        worker.terminate()
+        _, stderr = worker.communicate(timeout=20)
+        assert "exec: " in stderr
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
+        stop_embedded(Settings(_env_file=None, home=home))

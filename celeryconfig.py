@@ -61,8 +61,8 @@ broker_connection_retry_on_startup = True
 broker_heartbeat = 0
 
 #: The reconciler: restores counters and cancel flags from the database, frees
-#: slots of finished jobs, and finds
-#: admitted work that nobody picked up (a lost wake-up, a dead worker).
+#: slots of finished jobs, and finds admitted work that nobody picked up (a
+#: lost wake-up, a dead worker).
 beat_schedule = {
     "chaz-reconcile": {
         "task": "chaz.reconcile",

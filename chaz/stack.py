@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -39,6 +39,38 @@ def settings_env(settings: Settings) -> dict[str, str]:
             value = value.resolve()
         env[f"CHAZ_{name.upper()}"] = str(value)
     return env
+
+
+#: Every queue chaz's tasks are routed to (see celeryconfig.task_routes).
+QUEUES = "chaz.turns,chaz.control"
+
+
+def worker_command(
+    concurrency: int,
+    *,
+    name: str,
+    queues: str = QUEUES,
+    loglevel: str = "WARNING",
+    beat_schedule: Path | None = None,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The ``celery worker`` command line of a chaz worker (``extra`` goes last, so wins)."""
+    cmd = [
+        sys.executable, "-m", "celery", "-A", "workers", "worker",
+        "--pool", "threads",
+        "--concurrency", str(concurrency),
+        "--hostname", f"{name}@%h",
+        "--queues", queues,
+        "--loglevel", loglevel,
+        # Gossip and mingle are broker chatter chaz does not use (no revokes, no
+        # worker-to-worker sync); Flower reads task events, which stay on.
+        "--without-gossip",
+        "--without-mingle",
+        "--task-events",
+    ]  # fmt: skip
+    if beat_schedule is not None:
+        cmd += ["--beat", "--schedule", str(beat_schedule)]
+    return [*cmd, *extra]
 
 
 class WorkerProcess:
@@ -66,35 +98,19 @@ class WorkerProcess:
 
     def command(self) -> list[str]:
         """The command line this worker runs."""
-        cmd = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "workers",
-            "worker",
-            "--pool",
-            "threads",
-            "--concurrency",
-            str(self.concurrency),
-            "--hostname",
-            f"{self.name}@%h",
-            "--queues",
-            self.queues,
-            "--loglevel",
-            self.loglevel,
-            "--without-gossip",
-            "--without-mingle",
-            "--task-events",
-        ]
-        if self.beat:
-            home = self.settings.home.resolve()
-            home.mkdir(parents=True, exist_ok=True)
-            cmd += ["--beat", "--schedule", str(home / "celerybeat-schedule")]
-        return cmd
+        return worker_command(
+            self.concurrency,
+            name=self.name,
+            queues=self.queues,
+            loglevel=self.loglevel,
+            beat_schedule=self.settings.home.resolve() / "celerybeat-schedule"
+            if self.beat
+            else None,
+        )
 
     def start(self) -> WorkerProcess:
         """Launch the process (returns at once; see :meth:`wait_ready`)."""
+        self.settings.home.resolve().mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **settings_env(self.settings)}
         out = self.log_file.open("ab") if self.log_file else subprocess.DEVNULL
         self.proc = subprocess.Popen(

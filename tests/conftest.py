@@ -65,17 +65,30 @@ def redis_url() -> str:
     return REDIS_URL
 
 
+def _make_stack(request: pytest.FixtureRequest, home: Path) -> Stack:
+    if request.param == "embedded":
+        return Stack.embedded(home)
+    return Stack.server(
+        home, request.getfixturevalue("pg_url"), request.getfixturevalue("redis_url")
+    )
+
+
 @pytest.fixture(params=["embedded", "server"])
 def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
     """A clean chaz stack (no workers yet: call ``stack.workers(...)``)."""
-    if request.param == "embedded":
-        s = Stack.embedded(tmp_path / "home")
-    else:
-        s = Stack.server(
-            tmp_path / "home",
-            request.getfixturevalue("pg_url"),
-            request.getfixturevalue("redis_url"),
-        )
+    s = _make_stack(request, tmp_path / "home")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture(scope="module", params=["embedded", "server"])
+def module_stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    """``stack``, shared by a module whose tests each work in sessions of their own."""
+    s = _make_stack(request, tmp_path_factory.mktemp("stack") / "home")
     try:
         yield s
     finally:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import chaz
@@ -36,15 +35,18 @@ def test_a_tree_runs_at_most_max_live_and_other_trees_are_not_blocked(tmp_path: 
 
         # Another tree is not held up by the full one.
         other = client.sessions.create(agent_id="nap")
-        t0 = time.monotonic()
         o = client.sessions.post(other.id, "me too", sender="user:b")
         client.sessions.wait_for_reply(other.id, after=o.seq, timeout=30)
-        assert time.monotonic() - t0 < 3.0
 
         children = [j for j in client.jobs.list() if j.parent_job_id == e.job_id]
         assert len(children) == 6
         finals = [client.jobs.wait(j.id, timeout=60) for j in children]
         assert all(f.status is chaz.JobStatus.SUCCEEDED for f in finals)
+        # Ordering, not a stopwatch: the other tree's turn started while the
+        # full tree still had children waiting for a slot.
+        other_job = client.jobs.get(o.job_id or "")
+        assert other_job.started_at is not None
+        assert other_job.started_at < max(f.started_at for f in finals)  # type: ignore[type-var]
         # At no moment did more than two turns of the tree run.
         spans = [(f.started_at, f.finished_at) for f in finals]
         for start, _ in spans:
@@ -154,9 +156,11 @@ def test_a_saturated_session_does_not_block_other_sessions(stack: Stack) -> None
     for i in range(30):  # 15 s of queued work in one lane
         client.sessions.post(busy.id, f"backlog {i}", sender="user:a")
     quiet = client.sessions.create(agent_id="slow")
-    t0 = time.monotonic()
     e = client.sessions.post(quiet.id, "hello", sender="user:b")
     assert client.sessions.wait_for_reply(quiet.id, after=e.seq, timeout=30).content == "hello"
-    assert time.monotonic() - t0 < 5.0
-    waiting = client.sessions.queue(busy.id)
-    assert len(waiting) > 20 and waiting[0].status is chaz.JobStatus.RUNNING
+    # The quiet session's turn ran while most of the busy lane still waited.
+    done_quiet = client.jobs.get(e.job_id or "").finished_at
+    assert done_quiet is not None
+    busy_jobs = client.jobs.list(session_id=busy.id)
+    ahead = [j for j in busy_jobs if j.finished_at is not None and j.finished_at <= done_quiet]
+    assert len(ahead) < 10, f"{len(ahead)} of 30 queued turns finished before the quiet one"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import pytest
@@ -13,6 +11,7 @@ from chaz.coord import keys
 from chaz.domain.entries import EntryType
 from chaz.domain.jobs import JobStatus
 from chaz.errors import JobsExhausted, QueueFull, QuotaError
+from tests.support.concurrency import race
 from tests.support.stack import Stack
 
 T = TypeVar("T")
@@ -20,49 +19,15 @@ T = TypeVar("T")
 AGENT = chaz.AgentSpec(id="bot", script=[{"steps": [{"say": "ok"}]}])
 
 
-@pytest.fixture(scope="module", params=["embedded", "server"])
-def mstack(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Stack]:
-    """conftest's ``stack``, once per module: each test works in sessions of its own,
-    and stopping an embedded Redis per test would cost most of the suite's time budget."""
-    home = tmp_path_factory.mktemp("admission") / "home"
-    if request.param == "embedded":
-        s = Stack.embedded(home)
-    else:
-        s = Stack.server(
-            home, request.getfixturevalue("pg_url"), request.getfixturevalue("redis_url")
-        )
-    s.client.agents.put(AGENT)
-    try:
-        yield s
-    finally:
-        s.close()
+@pytest.fixture(scope="module")
+def mstack(module_stack: Stack) -> Stack:
+    module_stack.client.agents.put(AGENT)
+    return module_stack
 
 
 @pytest.fixture
 def client(mstack: Stack) -> chaz.Client:
     return mstack.client
-
-
-def race(n: int, fn: Callable[[int], T]) -> list[T | BaseException]:
-    """Run ``fn(i)`` in ``n`` threads released at once; results (or exceptions) by index."""
-    barrier = threading.Barrier(n)
-    out: list[T | BaseException] = [RuntimeError("not run")] * n
-
-    def run(i: int) -> None:
-        barrier.wait()
-        try:
-            out[i] = fn(i)
-        except BaseException as exc:
-            out[i] = exc
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    return out
 
 
 def counters(client: chaz.Client, sid: str) -> tuple[int | None, int | None]:

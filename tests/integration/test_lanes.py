@@ -15,23 +15,9 @@ from chaz.services import Services
 from tests.support.stack import Stack
 
 
-@pytest.fixture(scope="module", params=["embedded", "server"])
-def mstack(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Stack]:
-    """conftest's ``stack``, once per module: each test uses lanes of its own, and
-    stopping an embedded Redis per test would cost most of the suite's time budget."""
-    home = tmp_path_factory.mktemp("lanes") / "home"
-    if request.param == "embedded":
-        s = Stack.embedded(home)
-    else:
-        s = Stack.server(
-            home, request.getfixturevalue("pg_url"), request.getfixturevalue("redis_url")
-        )
-    try:
-        yield s
-    finally:
-        s.close()
+@pytest.fixture(scope="module")
+def mstack(module_stack: Stack) -> Stack:
+    return module_stack
 
 
 @pytest.fixture

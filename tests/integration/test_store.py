@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import pytest
@@ -19,6 +18,7 @@ from chaz.store import Store
 from chaz.store.migrate import upgrade
 from chaz.store.models import EntryRow, JobRow
 from chaz.store.repo import Appended, Fence, Finish
+from tests.support.concurrency import race
 from tests.support.stack import Stack
 
 T = TypeVar("T")
@@ -26,23 +26,9 @@ T = TypeVar("T")
 AGENT = chaz.AgentSpec(id="bot", script=[{"steps": [{"say": "ok"}]}])
 
 
-@pytest.fixture(scope="module", params=["embedded", "server"])
-def mstack(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Stack]:
-    """conftest's ``stack``, once per module: every test here makes its own sessions, and
-    stopping an embedded Redis per test would cost most of the suite's time budget."""
-    home = tmp_path_factory.mktemp("store") / "home"
-    if request.param == "embedded":
-        s = Stack.embedded(home)
-    else:
-        s = Stack.server(
-            home, request.getfixturevalue("pg_url"), request.getfixturevalue("redis_url")
-        )
-    try:
-        yield s
-    finally:
-        s.close()
+@pytest.fixture(scope="module")
+def mstack(module_stack: Stack) -> Stack:
+    return module_stack
 
 
 @pytest.fixture
@@ -54,26 +40,6 @@ def store(mstack: Stack) -> Iterator[Store]:
         yield s
     finally:
         s.close()
-
-
-def race(n: int, fn: Callable[[int], T]) -> list[T | BaseException]:
-    """Run ``fn(i)`` in ``n`` threads released at once; results (or exceptions) by index."""
-    barrier = threading.Barrier(n)
-    out: list[T | BaseException] = [RuntimeError("not run")] * n
-
-    def run(i: int) -> None:
-        barrier.wait()
-        try:
-            out[i] = fn(i)
-        except BaseException as exc:
-            out[i] = exc
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    return out
 
 
 def ok(results: list[T | BaseException]) -> list[T]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -16,24 +15,10 @@ from tests.support.stack import Stack
 AGENT = chaz.AgentSpec(id="bot", script=[{"steps": [{"say": "ok"}]}])
 
 
-@pytest.fixture(scope="module", params=["embedded", "server"])
-def mstack(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Stack]:
-    """conftest's ``stack``, once per module: each test watches a session of its own,
-    and stopping an embedded Redis per test would cost most of the suite's time budget."""
-    home = tmp_path_factory.mktemp("watch") / "home"
-    if request.param == "embedded":
-        s = Stack.embedded(home)
-    else:
-        s = Stack.server(
-            home, request.getfixturevalue("pg_url"), request.getfixturevalue("redis_url")
-        )
-    s.client.agents.put(AGENT)
-    try:
-        yield s
-    finally:
-        s.close()
+@pytest.fixture(scope="module")
+def mstack(module_stack: Stack) -> Stack:
+    module_stack.client.agents.put(AGENT)
+    return module_stack
 
 
 @pytest.fixture
@@ -119,9 +104,7 @@ def test_entries_written_before_watch_come_from_the_backlog(client: chaz.Client)
     s = client.sessions.create("bot")
     for i in range(10):
         client.sessions.post(s.id, f"b{i}", sender="system:t", type="ack")
-    t0 = time.monotonic()
     got = list(client.sessions.watch(s.id, after=0, timeout=0.5))
-    assert time.monotonic() - t0 < 3
     assert [e.seq for e in got] == list(range(1, 11))
     assert [e.content for e in got] == [f"b{i}" for i in range(10)]
     tail = list(client.sessions.watch(s.id, after=6, timeout=0.3))

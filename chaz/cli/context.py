@@ -1,0 +1,138 @@
+"""What every CLI command gets: parsed arguments, settings, a client, signals."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pydantic
+
+from chaz.cli.output import Output
+from chaz.client import Client
+from chaz.domain.entries import Entry, EntryType
+from chaz.errors import ConfigError
+from chaz.settings import Settings
+
+
+def load_settings(home: str | None) -> Settings:
+    """The effective settings (``CHAZ_*``, ``.env``), with ``--home`` taking precedence."""
+    try:
+        return Settings(home=Path(home)) if home else Settings()
+    except pydantic.ValidationError as exc:
+        raise ConfigError(f"invalid settings: {_pydantic_message(exc)}") from exc
+
+
+def _pydantic_message(exc: pydantic.ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ())) or "value"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+class Context:
+    """What a command works with: its arguments, the output, settings and a client."""
+
+    def __init__(self, args: argparse.Namespace, out: Output) -> None:
+        self.args = args
+        self.out = out
+        self._settings: Settings | None = None
+        self._client: Client | None = None
+
+    @property
+    def settings(self) -> Settings:
+        """Settings, read on first use (``chaz --help`` must not need valid ones)."""
+        if self._settings is None:
+            self._settings = load_settings(getattr(self.args, "home", None))
+        return self._settings
+
+    @property
+    def client(self) -> Client:
+        """A producer client (migrates the database on first use)."""
+        if self._client is None:
+            self._client = Client(self.settings)
+        return self._client
+
+    def close(self) -> None:
+        """Release the client's connections."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            client.close()
+
+
+class Interrupts:
+    """SIGINT/SIGTERM as one KeyboardInterrupt, never inside a shielded block.
+
+    The long-running commands start and stop child processes (workers, the
+    embedded Redis). An interrupt in the middle of starting or stopping one
+    would leak it, so those steps run under :meth:`shield`: a signal that
+    arrives there is held and raised when the step is done. After the first
+    interrupt, further signals are ignored, so a second Ctrl-C cannot abort
+    the cleanup the first one started.
+    """
+
+    def __init__(self, *signums: int) -> None:
+        self._signums = signums
+        self._previous: dict[int, Any] = {}
+        self._depth = 0
+        self._pending = False
+        self._fired = False
+
+    def __enter__(self) -> Interrupts:
+        for s in self._signums:
+            previous = signal.getsignal(s)
+            # A signal the parent set to be ignored (a shell's background job
+            # ignores SIGINT) stays ignored: that was the parent's decision.
+            if previous is not signal.SIG_IGN:
+                self._previous[s] = previous
+                signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+
+    def _handle(self, _signum: int, _frame: FrameType | None) -> None:
+        if self._fired:
+            return
+        if self._depth:
+            self._pending = True
+            return
+        self._fired = True
+        raise KeyboardInterrupt
+
+    @contextmanager
+    def shield(self) -> Iterator[None]:
+        """Hold interrupts until the block is done, then raise a held one."""
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+        # Reached only when the block succeeded: a real error is never masked.
+        if not self._depth and self._pending and not self._fired:
+            self._fired = True
+            raise KeyboardInterrupt
+
+
+@contextmanager
+def _watching(entries: Iterator[Entry]) -> Iterator[Iterator[Entry]]:
+    """Close a watch when the caller stops early, releasing its Redis subscription now."""
+    try:
+        yield entries
+    finally:
+        close = getattr(entries, "close", None)
+        if close is not None:
+            close()
+
+
+def _is_reply(entry: Entry, job_id: str | None, me: str) -> bool:
+    """Whether ``entry`` ends the turn ``job_id``: the agent's Message or an Error."""
+    if job_id is not None and entry.job_id != job_id:
+        return False
+    return entry.type is EntryType.ERROR or (entry.type is EntryType.MESSAGE and entry.sender == me)

@@ -1,0 +1,218 @@
+"""Rendering for the CLI: a rich terminal, plain text in a pipe, or JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from chaz.domain.entries import Entry, EntryType
+from chaz.errors import ChazError
+
+# Exit codes (see the module docstring).
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+
+_STYLES: dict[EntryType, str] = {
+    EntryType.MESSAGE: "bold",
+    EntryType.DIRECTIVE: "magenta",
+    EntryType.TOOL_CALL: "yellow",
+    EntryType.TOOL_RESULT: "blue",
+    EntryType.ACK: "dim",
+    EntryType.ERROR: "bold red",
+    EntryType.SUMMARY: "cyan",
+    EntryType.APPROVAL_REQUEST: "bold magenta",
+    EntryType.APPROVAL_DECISION: "magenta",
+}
+
+
+def entry_label(entry_type: EntryType) -> str:
+    """The seed's name of an entry type: ``tool_call`` -> ``ToolCall``."""
+    return "".join(part.capitalize() for part in entry_type.value.split("_"))
+
+
+def entry_summary(entry: Entry) -> str:
+    """One readable line (or a few) for an entry's content."""
+    if entry.type is EntryType.TOOL_CALL:
+        try:
+            call = json.loads(entry.content)
+            return f"{call['name']}({call['arguments']})"
+        except (ValueError, TypeError, KeyError):
+            return entry.content
+    if entry.type is EntryType.TOOL_RESULT:
+        tool = entry.metadata.get("tool")
+        text = f"{tool} -> {entry.content}" if tool else entry.content
+        return f"{text}  (error)" if entry.metadata.get("is_error") else text
+    return entry.content
+
+
+def _local(ts: datetime | None, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
+    # Stored times are UTC; people read their own clock.
+    return ts.astimezone().strftime(fmt) if ts is not None else "-"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return _local(value)
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value) or "-"
+    if isinstance(value, dict):
+        return json.dumps(value, default=str) if value else "-"
+    return str(value)
+
+
+class Output:
+    """Where and how results are written: rich on a TTY, plain in a pipe, or JSON."""
+
+    def __init__(self, *, json_mode: bool) -> None:
+        self.json_mode = json_mode
+        self.console = Console(highlight=False)
+        self.err_console = Console(stderr=True, highlight=False)
+        # Rich decides what a terminal is (it also honours FORCE_COLOR / TTY_COMPATIBLE).
+        self.fancy = not json_mode and self.console.is_terminal
+
+    # Plain text is written with print(): rich would wrap it at 80 columns.
+    def _plain(self, text: str = "") -> None:
+        print(text, flush=True)
+
+    def json(self, obj: Any, *, stream: bool = False) -> None:
+        """One JSON document (pretty), or one compact line of a stream."""
+        if stream:
+            print(json.dumps(obj, default=str, ensure_ascii=False), flush=True)
+        else:
+            print(json.dumps(obj, default=str, ensure_ascii=False, indent=2), flush=True)
+
+    def line(self, text: str, style: str = "") -> None:
+        """A line of text (styled on a TTY)."""
+        if self.fancy:
+            self.console.print(Text(text, style=style))
+        else:
+            self._plain(text)
+
+    def note(self, text: str) -> None:
+        """Progress or hints for people: stderr, so stdout stays parseable."""
+        if self.json_mode:
+            return
+        if self.fancy:
+            self.err_console.print(Text(text, style="dim"))
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def error(self, exc: ChazError) -> None:
+        """Report a ChazError on stderr."""
+        self.failure(exc.code, exc.message, exc.to_dict())
+
+    def failure(self, code: str, message: str, payload: dict[str, Any]) -> None:
+        """Report a failure with a stable code: ``error [code]: message`` on stderr."""
+        if self.json_mode:
+            print(json.dumps({"error": payload}, default=str), file=sys.stderr, flush=True)
+        elif self.fancy:
+            self.err_console.print(
+                Text.assemble(("error ", "bold red"), (f"[{code}]", "red"), f": {message}")
+            )
+        else:
+            print(f"error [{code}]: {message}", file=sys.stderr, flush=True)
+
+    def error_entry(self, entry: Entry) -> None:
+        """Report an Error entry (a failed turn) like any other failure."""
+        code = str(entry.metadata.get("code") or "turn.error")
+        message = entry.content
+        # Error entries read "code: message"; the code is already in the prefix.
+        if message.startswith(f"{code}: "):
+            message = message[len(code) + 2 :]
+        payload = {
+            "code": code,
+            "message": message,
+            "retryable": bool(entry.metadata.get("retryable", False)),
+            "details": {"session_id": entry.session_id, "seq": entry.seq, "job_id": entry.job_id},
+        }
+        self.failure(code, message, payload)
+
+    @contextmanager
+    def status(self, message: str, *, announce: bool = False) -> Iterator[None]:
+        """A spinner on a TTY while a long wait lasts; ``announce`` also tells a pipe."""
+        if self.fancy:
+            with self.console.status(Text(message)):
+                yield
+            return
+        if announce:
+            self.note(message)
+        yield
+
+    def entry(self, entry: Entry) -> None:
+        """One timeline line for an entry (a JSON line with ``--json``)."""
+        if self.json_mode:
+            self.json(entry.model_dump(mode="json"), stream=True)
+            return
+        summary = entry_summary(entry)
+        when = _local(entry.created_at, "%H:%M:%S")
+        label = entry_label(entry.type)
+        if not self.fancy:
+            head = f"{when} #{entry.seq:<3} {label:<10} {entry.sender:<14} "
+            lines = summary.splitlines() or [""]
+            self._plain(head + lines[0])
+            for more in lines[1:]:
+                self._plain(" " * len(head) + more)
+            return
+        style = _STYLES.get(entry.type, "")
+        if entry.type is EntryType.TOOL_RESULT and entry.metadata.get("is_error"):
+            style = "red"
+        if entry.type is EntryType.MESSAGE and entry.sender.startswith("agent:"):
+            style = "bold green"
+        sender_style = "cyan" if entry.sender.startswith("user:") else "magenta"
+        self.console.print(
+            Text.assemble(
+                (f"{when} ", "dim"),
+                (f"#{entry.seq:<3} ", "dim"),
+                (f"{label:<10} ", style),
+                (f"{entry.sender:<14} ", sender_style),
+                (summary, style if entry.type is not EntryType.MESSAGE else ""),
+            )
+        )
+
+    def table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """Rows under a header: a rich table on a TTY, aligned columns in a pipe."""
+        cells = [[_cell(v) for v in row] for row in rows]
+        if self.fancy:
+            table = Table(title=title or None, box=box.SIMPLE_HEAD, title_justify="left")
+            for col in columns:
+                table.add_column(col, overflow="fold")
+            for row in cells:
+                table.add_row(*(Text(c) for c in row))
+            self.console.print(table)
+            return
+        # A newline inside a cell would break the columns for line-based tools.
+        cells = [[c.replace("\n", " ") for c in row] for row in cells]
+        widths = [max([len(col)] + [len(row[i]) for row in cells]) for i, col in enumerate(columns)]
+        self._plain("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+        for row in cells:
+            self._plain("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+    def fields(self, title: str, pairs: Sequence[tuple[str, Any]]) -> None:
+        """Key/value pairs."""
+        if self.fancy:
+            grid = Table.grid(padding=(0, 2))
+            grid.add_column(style="bold")
+            grid.add_column(overflow="fold")
+            for key, value in pairs:
+                grid.add_row(key, Text(_cell(value)))
+            if title:
+                self.console.print(Text(title, style="bold underline"))
+            self.console.print(grid)
+            return
+        width = max((len(k) for k, _ in pairs), default=0)
+        for key, value in pairs:
+            self._plain(f"{key.ljust(width)}  {_cell(value)}")

@@ -1,0 +1,1 @@
+"""Benchmarks of chaz against bare Celery: ``python -m benchmarks.run`` (see README.md)."""

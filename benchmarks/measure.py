@@ -1,0 +1,435 @@
+"""The measurements: closed loops for throughput, one-at-a-time probes for latency.
+
+Throughput figures (a), (b) and (e) come from a *closed loop*: a fixed set of
+keys (baseline slots, chaz sessions), each with at most one request in
+flight; a key goes back to the sender threads as soon as its request has
+completed. Completions are counted in a window that starts after a warm-up,
+so process start-up and first connections are not measured.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from celery import Celery
+
+from benchmarks import noop_app
+from benchmarks.stacks import AGENT, BenchStack
+from chaz.coord import keys
+from chaz.domain.entries import EntryType, agent_sender
+from chaz.settings import broker_url_for
+
+# -- helpers ----------------------------------------------------------------------
+
+
+def percentile(values: list[float], p: float) -> float:
+    """The ``p``-th percentile (nearest rank) of ``values``."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(p / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+@dataclass
+class Latency:
+    """Summary of latency samples, in milliseconds."""
+
+    samples: int
+    p50: float
+    p99: float
+    mean: float
+    max: float
+
+    @classmethod
+    def of(cls, seconds: list[float]) -> Latency:
+        ms = [s * 1000 for s in seconds]
+        if not ms:
+            nan = float("nan")
+            return cls(0, nan, nan, nan, nan)
+        return cls(len(ms), percentile(ms, 50), percentile(ms, 99), statistics.fmean(ms), max(ms))
+
+
+@dataclass
+class Throughput:
+    """Completions counted in the measurement window."""
+
+    count: int
+    seconds: float
+    in_flight: int
+    errors: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.seconds if self.seconds > 0 else float("nan")
+
+
+class ClosedLoop:
+    """``senders`` threads keep one request in flight per key until time is up."""
+
+    def __init__(self, keys: list[str], submit: Callable[[str], None], senders: int = 4) -> None:
+        self.keys = keys
+        self.submit = submit
+        self.senders = senders
+        self._ready: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._window = (float("inf"), float("inf"))
+        self._count = 0
+        self._in_flight = 0
+        self._errors = 0
+        self._drained = threading.Condition(self._lock)
+
+    def complete(self, key: str) -> None:
+        """Called when ``key``'s request has finished; hands the key back."""
+        now = time.perf_counter()
+        with self._lock:
+            self._in_flight -= 1
+            start, end = self._window
+            if start <= now < end:
+                self._count += 1
+            if self._in_flight <= 0:
+                self._drained.notify_all()
+        if not self._stopping.is_set():
+            self._ready.put(key)
+
+    def _send(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                key = self._ready.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            with self._lock:
+                self._in_flight += 1
+            try:
+                self.submit(key)
+            except Exception:
+                with self._lock:
+                    self._in_flight -= 1
+                    self._errors += 1
+                time.sleep(0.01)
+                self._ready.put(key)
+
+    def run(self, warmup: float, duration: float, drain_timeout: float = 60.0) -> Throughput:
+        """Warm up, count completions for ``duration`` seconds, then drain."""
+        for k in self.keys:
+            self._ready.put(k)
+        t0 = time.perf_counter()
+        self._window = (t0 + warmup, t0 + warmup + duration)
+        threads = [
+            threading.Thread(target=self._send, name=f"bench-send-{i}", daemon=True)
+            for i in range(self.senders)
+        ]
+        for t in threads:
+            t.start()
+        time.sleep(max(0.0, self._window[1] - time.perf_counter()))
+        self._stopping.set()
+        for t in threads:
+            t.join()
+        with self._lock:
+            in_flight = self._in_flight
+            self._drained.wait_for(lambda: self._in_flight <= 0, timeout=drain_timeout)
+            return Throughput(self._count, duration, in_flight, self._errors)
+
+
+# -- listeners --------------------------------------------------------------------
+
+
+class DoneListener:
+    """Pops the baseline's done list and hands ``(key, start_time)`` to ``handler``."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client
+        self.handler: Callable[[str, float], None] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-done", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            got = self._client.blpop([noop_app.DONE], timeout=0.2)
+            if got is None:
+                continue
+            items: list[bytes | str] = [got[1]]
+            more = self._client.lpop(noop_app.DONE, 512)
+            if isinstance(more, list):
+                items.extend(more)
+            for raw in items:
+                text = raw.decode() if isinstance(raw, bytes) else raw
+                key, _, started = text.partition(" ")
+                if self.handler is not None:
+                    self.handler(key, float(started))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class ReplyListener:
+    """One pattern subscription to every session's entry channel.
+
+    Hands each reply of the benchmark agent (a Message or an Error it wrote)
+    to ``handler`` as the published JSON.
+    """
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client  # keep it: a collected client closes its pool's connections
+        self._pubsub = client.pubsub()  # type: ignore[no-untyped-call]
+        self._pubsub.psubscribe(keys.entries_channel("*"))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # wait for the subscription to be in force
+            msg = self._pubsub.get_message(timeout=0.5)
+            if msg is not None and msg["type"] == "psubscribe":
+                break
+        self._me = agent_sender(AGENT.id)
+        self.handler: Callable[[dict[str, Any]], None] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-replies", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            msg = self._pubsub.get_message(timeout=0.2)
+            if msg is None or msg["type"] != "pmessage":
+                continue
+            data = json.loads(msg["data"])
+            if data["sender"] != self._me or data["type"] not in ("message", "error"):
+                continue
+            if self.handler is not None:
+                self.handler(data)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._pubsub.close()
+
+
+# -- (a) the baseline ---------------------------------------------------------------
+
+
+@dataclass
+class Sizes:
+    """How much each phase does."""
+
+    sessions: int = 100
+    senders: int = 4
+    warmup: float = 2.0
+    baseline_seconds: float = 10.0
+    latency_samples: int = 200
+    turns_seconds: float = 15.0
+    fifo_messages: int = 300
+    admission_seconds: float = 5.0
+    admission_sessions: int = 40
+
+
+FULL = Sizes()
+QUICK = Sizes(
+    warmup=1.0,
+    baseline_seconds=3.0,
+    latency_samples=40,
+    turns_seconds=4.0,
+    fifo_messages=40,
+    admission_seconds=1.5,
+)
+
+
+@dataclass
+class BaselineResult:
+    round_trips: Throughput
+    latency: Latency
+    rtt: Latency
+
+
+def producer_app(stack: BenchStack) -> Celery:
+    """A producer-side Celery app with chaz's settings, as chaz's Dispatcher builds it."""
+    app = Celery("bench-producer", set_as_current=False)
+    app.config_from_object("celeryconfig")
+    app.conf.broker_url = broker_url_for(stack.settings)
+    return app
+
+
+def measure_baseline(stack: BenchStack, sizes: Sizes) -> BaselineResult:
+    """(a) bare Celery: dispatch latency one at a time, then round trips/s in a closed loop."""
+    app = producer_app(stack)
+    stack.redis.delete(noop_app.DONE)
+    listener = DoneListener(redis.Redis.from_url(stack.settings.effective_redis_url()))
+    try:
+
+        def send(key: str) -> None:
+            app.send_task(noop_app.TASK, args=[key], queue=noop_app.QUEUE)
+
+        # Latency: one task at a time on the idle worker.
+        got: queue.SimpleQueue[float] = queue.SimpleQueue()
+        listener.handler = lambda key, started: got.put(started)
+        lat, rtt = [], []
+        for i in range(sizes.latency_samples + 10):
+            t_wall, t0 = time.time(), time.perf_counter()
+            send(f"lat{i}")
+            started = got.get(timeout=30)
+            if i >= 10:  # the first few warm the connections up
+                lat.append(started - t_wall)
+                rtt.append(time.perf_counter() - t0)
+            time.sleep(0.005)
+
+        loop = ClosedLoop([f"slot{i}" for i in range(sizes.sessions)], send, sizes.senders)
+        listener.handler = lambda key, started: loop.complete(key)
+        result = loop.run(sizes.warmup, sizes.baseline_seconds)
+    finally:
+        listener.close()
+        app.close()
+    return BaselineResult(result, Latency.of(lat), Latency.of(rtt))
+
+
+# -- (b) (c) (d) chaz -----------------------------------------------------------------
+
+
+@dataclass
+class FifoResult:
+    messages: int
+    hop_rate: float  # turns/s between the first and the last reply (stored timestamps)
+    wall_rate: float  # messages / (last reply seen - first post)
+    in_order: bool
+    errors: int
+
+
+@dataclass
+class DispatchResult:
+    latency: Latency  # Ack.created_at - Message.created_at
+    rtt: Latency  # post() called -> reply seen by the producer
+
+
+@dataclass
+class ChazResult:
+    turns: Throughput
+    fifo: FifoResult
+    dispatch: DispatchResult
+    admissions: Throughput | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def measure_dispatch(stack: BenchStack, listener: ReplyListener, sizes: Sizes) -> DispatchResult:
+    """(d) single messages on an idle system, one at a time, over a few sessions."""
+    client = stack.client
+    sessions = [client.sessions.create(AGENT.id).id for _ in range(10)]
+    seen: queue.SimpleQueue[str] = queue.SimpleQueue()
+    listener.handler = lambda data: seen.put(data["job_id"])
+    warm = 10
+    rtt: list[float] = []
+    jobs: list[str] = []
+    for i in range(sizes.latency_samples + warm):
+        sid = sessions[i % len(sessions)]
+        t0 = time.perf_counter()
+        entry = client.sessions.post(sid, f"ping {i}")
+        while seen.get(timeout=30) != entry.job_id:
+            pass
+        if i >= warm:
+            rtt.append(time.perf_counter() - t0)
+            jobs.append(str(entry.job_id))
+        time.sleep(0.02)  # let the worker release the lane: the next one starts idle
+    listener.handler = None
+    lat = _ack_latencies(stack, sessions, set(jobs))
+    return DispatchResult(Latency.of(lat), Latency.of(rtt))
+
+
+def _ack_latencies(stack: BenchStack, sessions: list[str], jobs: set[str]) -> list[float]:
+    store = stack.client.services.store
+    out: list[float] = []
+    for sid in sessions:
+        posted: dict[str, Any] = {}
+        acked: dict[str, Any] = {}
+        for e in store.entries(sid):
+            if e.job_id not in jobs:
+                continue
+            if e.type is EntryType.MESSAGE and e.sender.startswith("user:"):
+                posted[e.job_id] = e.created_at
+            elif e.type is EntryType.ACK:
+                acked[e.job_id] = e.created_at
+        out.extend((acked[j] - posted[j]).total_seconds() for j in posted if j in acked)
+    return out
+
+
+def measure_fifo(stack: BenchStack, listener: ReplyListener, sizes: Sizes) -> FifoResult:
+    """(c) one session, ``fifo_messages`` posted at once: its turns run one by one."""
+    client = stack.client
+    sid = client.sessions.create(AGENT.id).id
+    n = sizes.fifo_messages
+    lock = threading.Lock()
+    done = threading.Event()
+    state = {"replies": 0, "errors": 0, "last": 0.0}
+
+    def on_reply(data: dict[str, Any]) -> None:
+        if data["session_id"] != sid:
+            return
+        with lock:
+            state["replies"] += 1
+            state["errors"] += data["type"] == "error"
+            state["last"] = time.perf_counter()
+            if state["replies"] >= n:
+                done.set()
+
+    listener.handler = on_reply
+    t0 = time.perf_counter()
+    posted = [str(client.sessions.post(sid, f"m{i}").job_id) for i in range(n)]
+    if not done.wait(timeout=max(60.0, n * 0.5)):
+        raise RuntimeError(f"only {state['replies']} of {n} FIFO turns finished")
+    listener.handler = None
+    me = agent_sender(AGENT.id)
+    replies = [
+        e
+        for e in client.sessions.entries(sid)
+        if e.sender == me and e.type in (EntryType.MESSAGE, EntryType.ERROR)
+    ]
+    span = (replies[-1].created_at - replies[0].created_at).total_seconds()
+    return FifoResult(
+        messages=n,
+        hop_rate=(len(replies) - 1) / span if span > 0 else float("nan"),
+        wall_rate=n / (state["last"] - t0),
+        in_order=[e.job_id for e in replies] == posted,
+        errors=int(state["errors"]),
+    )
+
+
+def measure_turns(stack: BenchStack, listener: ReplyListener, sizes: Sizes) -> Throughput:
+    """(b) ``sessions`` sessions, one message in flight in each, for ``turns_seconds``."""
+    client = stack.client
+    sessions = [client.sessions.create(AGENT.id).id for _ in range(sizes.sessions)]
+    mine = set(sessions)
+    errors = [0]
+
+    def post(sid: str) -> None:
+        client.sessions.post(sid, "hi")
+
+    loop = ClosedLoop(sessions, post, sizes.senders)
+
+    def on_reply(data: dict[str, Any]) -> None:
+        if data["session_id"] in mine:
+            errors[0] += data["type"] == "error"
+            loop.complete(data["session_id"])
+
+    listener.handler = on_reply
+    result = loop.run(sizes.warmup, sizes.turns_seconds, drain_timeout=120)
+    listener.handler = None
+    result.errors += errors[0]
+    return result
+
+
+def measure_admissions(stack: BenchStack, sizes: Sizes) -> Throughput:
+    """(e) ``Client.sessions.post`` from ``senders`` threads with no worker consuming."""
+    client = stack.client
+    sessions = [client.sessions.create(AGENT.id).id for _ in range(sizes.admission_sessions)]
+    loop: ClosedLoop
+
+    def post(sid: str) -> None:
+        client.sessions.post(sid, "hi")
+        loop.complete(sid)
+
+    loop = ClosedLoop(sessions, post, sizes.senders)
+    return loop.run(min(1.0, sizes.warmup), sizes.admission_seconds)

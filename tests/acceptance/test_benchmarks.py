@@ -1,0 +1,30 @@
+"""The benchmark command must keep running: a quick pass on the embedded stack.
+
+This checks that every figure is produced and the run's own correctness
+checks hold (every turn answered, one session's turns in order); the figures
+themselves are read in docs/performance.md, never asserted here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_quick_benchmark_runs_and_prints_every_figure(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHAZ_")}
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--stack", "embedded", "--quick"],
+        cwd=ROOT,
+        env={**env, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    for figure in ("(a)", "(b)", "(c)", "(d)", "(e)", "x (a)"):
+        assert figure in out.stdout, out.stdout[-3000:]

@@ -14,6 +14,7 @@ from typing import Any, ParamSpec, TypeVar
 import redis
 import sqlalchemy.exc
 
+from chaz.admission import resolve_limits
 from chaz.domain.agents import AgentSpec, Limits
 from chaz.domain.entries import Entry, EntryType, agent_sender, parse_sender
 from chaz.domain.jobs import Job, JobStatus
@@ -143,7 +144,7 @@ class Sessions:
                 f"unknown entry type {type!r}; one of {[t.value for t in EntryType]}"
             ) from exc
         parse_sender(sender)
-        session = self._svc.store.get_session(session_id)
+        session, agent = self._svc.store.session_and_agent(session_id)
         return self._svc.append(
             session.id,
             etype,
@@ -151,6 +152,7 @@ class Sessions:
             content,
             metadata=metadata,
             idempotency_key=idempotency_key,
+            limits=resolve_limits(self._svc.settings, session, agent),
         ).entry
 
     def entries(

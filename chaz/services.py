@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from chaz.coord import keys
-from chaz.coord.lanes import Lanes
+from chaz.coord.lanes import Lanes, LeaseKeeper
 from chaz.coord.pubsub import publish
 from chaz.coord.redis import connect
 from chaz.dispatch import Dispatcher
@@ -25,7 +25,7 @@ from chaz.settings import Settings
 from chaz.store.repo import Appended, Fence, Finish, JobFields, Store
 
 if TYPE_CHECKING:
-    from chaz.admission import Admission
+    from chaz.admission import Admission, EffectiveLimits
 
 
 class Services:
@@ -49,6 +49,11 @@ class Services:
     def lanes(self) -> Lanes:
         """Session lane leases."""
         return Lanes(self.redis)
+
+    @cached_property
+    def lease_keeper(self) -> LeaseKeeper:
+        """Renews the lane leases of the turns this process runs."""
+        return LeaseKeeper(self.lanes, self.settings.lease_seconds)
 
     @cached_property
     def dispatcher(self) -> Dispatcher:
@@ -84,6 +89,7 @@ class Services:
         fence: Fence | None = None,
         finish: Finish | None = None,
         durable: bool = True,
+        limits: EffectiveLimits | None = None,
     ) -> Appended:
         """Commit an entry (and its job), then publish it and wake a worker.
 
@@ -91,6 +97,7 @@ class Services:
         if the write does not happen, so a rejected admission raises and
         leaves the session unchanged. ``durable=False`` is for a turn's audit
         entries (see :meth:`chaz.store.Store.append`); admissions are durable.
+        ``limits`` spares a read when the caller has the session's limits.
         """
         if admit is None:
             admit = self.store.admits(type, sender)
@@ -128,7 +135,7 @@ class Services:
                     return found
                 claim = None
         try:
-            self.admission.reserve(session_id, effective_limits(self, session_id))
+            self.admission.reserve(session_id, limits or effective_limits(self, session_id))
         except BaseException:
             if claim:
                 self.redis.delete(claim)

@@ -15,12 +15,13 @@ import json
 import logging
 import os
 import socket
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 from chaz.admission import resolve_limits
 from chaz.coord import keys
+from chaz.coord.lanes import Lease
+from chaz.coord.pubsub import publish
 from chaz.domain.agents import AgentSpec
 from chaz.domain.entries import Entry, EntryType, agent_sender
 from chaz.domain.jobs import Job, JobStatus
@@ -71,11 +72,10 @@ class TurnRunner:
         outcome = WakeOutcome("idle")
         wake_next = True
         try:
-            job = svc.store.head_job(session_id)
-            if job is not None:
-                # Loaded once per turn: limits, context and tools all need them.
-                session = svc.store.get_session(session_id)
-                spec = svc.store.get_agent(session.agent_id)
+            # One read: limits, context and tools all need the session and agent.
+            setup = svc.store.head_with_owner(session_id)
+            if setup is not None:
+                job, session, spec = setup
                 limits = resolve_limits(svc.settings, session, spec)
                 if not lend_slot and not svc.admission.start(job, limits):
                     # The tree is at its live limit: the job stays queued and
@@ -108,10 +108,20 @@ class TurnRunner:
         """Run the job's turn; True when the job has reached a terminal state."""
         svc = self.services
         try:
-            job = svc.store.begin_turn(job.id, token)
+            # The start and the Ack commit together: one transaction fewer
+            # between a message and the sign that its turn began.
+            job, ack = svc.store.start_turn(
+                job.id,
+                token,
+                ack_sender=agent_sender(session.agent_id),
+                # Which process runs the turn: for operators (and the crash tests).
+                ack_metadata={"host": socket.gethostname(), "pid": os.getpid()},
+            )
         except IllegalTransition:
             # Cancelled (or finished) since we read the head: nothing to run.
             return True
+        if ack is not None:
+            publish(svc.redis, ack)
         if job.attempts == 1:
             # It left the queue now (a resumed turn left it on its first start).
             svc.admission.dequeued(job.session_id)
@@ -126,8 +136,7 @@ class TurnRunner:
                 code="turn.interrupted",
             )
             return True
-        heartbeat = _Heartbeat(svc, job.session_id, token)
-        heartbeat.start()
+        heartbeat = svc.lease_keeper.hold(job.session_id, token)
         try:
             self._turn(job, fence, session, spec, heartbeat)
         except LeaseLost:
@@ -135,28 +144,15 @@ class TurnRunner:
             log.warning("lost the lease of job %s; leaving it to its new holder", job.id)
             return False
         finally:
-            heartbeat.stop()
+            svc.lease_keeper.drop(heartbeat)
         return True
 
     def _turn(
-        self, job: Job, fence: Fence, session: Session, spec: AgentSpec, heartbeat: _Heartbeat
+        self, job: Job, fence: Fence, session: Session, spec: AgentSpec, heartbeat: Lease
     ) -> None:
         svc = self.services
         agent_id = session.agent_id
         me = agent_sender(agent_id)
-        svc.append(
-            job.session_id,
-            EntryType.ACK,
-            me,
-            "processing",
-            job_id=job.id,
-            idempotency_key=f"job:{job.id}:ack",
-            admit=False,
-            fence=fence,
-            durable=False,
-            # Which process runs the turn: for operators (and the crash tests).
-            metadata={"attempt": job.attempts, "host": socket.gethostname(), "pid": os.getpid()},
-        )
         sink = EventSink(lambda ev: self._write_event(job, fence, me, ev))
         try:
             text = self._think(job, fence, session, spec, sink, heartbeat)
@@ -204,7 +200,7 @@ class TurnRunner:
         session: Session,
         spec: AgentSpec,
         sink: EventSink,
-        heartbeat: _Heartbeat,
+        heartbeat: Lease,
     ) -> str:
         svc = self.services
         agent_id = session.agent_id
@@ -242,7 +238,7 @@ class TurnRunner:
         )
         return run_loop(ports, context, turn, tool_ctx, max_steps, resume)
 
-    def _stop_check(self, job_id: str, heartbeat: _Heartbeat) -> None:
+    def _stop_check(self, job_id: str, heartbeat: Lease) -> None:
         if heartbeat.lost.is_set():
             raise LeaseLost(f"job {job_id} lost its lane lease")
         if self.services.redis.exists(keys.cancel(job_id)):
@@ -300,36 +296,6 @@ class TurnRunner:
 
     def _clear_cancel(self, job_id: str) -> None:
         self.services.redis.delete(keys.cancel(job_id))
-
-
-class _Heartbeat:
-    """Renews the lane lease while a turn runs; sets ``lost`` if it cannot."""
-
-    def __init__(self, svc: Services, session_id: str, token: str) -> None:
-        self._svc = svc
-        self._session_id = session_id
-        self._token = token
-        self._stop = threading.Event()
-        self.lost = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="chaz-heartbeat", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        ttl = self._svc.settings.lease_seconds
-        while not self._stop.wait(ttl / 3):
-            try:
-                if not self._svc.lanes.renew(self._session_id, self._token, ttl):
-                    self.lost.set()
-                    return
-            except Exception:
-                # A Redis hiccup: try again next beat; the lease outlives two misses.
-                log.warning("heartbeat for session %s failed", self._session_id, exc_info=True)
 
 
 def _close_quietly(sink: EventSink) -> None:

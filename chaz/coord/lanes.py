@@ -8,11 +8,16 @@ a worker that lost its lease (its writes are refused).
 
 from __future__ import annotations
 
+import logging
 import secrets
+import threading
+import time
 
 import redis
 
 from chaz.coord import keys
+
+log = logging.getLogger(__name__)
 
 # Renew or release only the lease we hold: compare, then act, atomically.
 _RENEW = """
@@ -76,3 +81,59 @@ class Lanes:
 
 def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
+
+
+class Lease:
+    """One held lane lease, kept alive by a :class:`LeaseKeeper`."""
+
+    def __init__(self, session_id: str, token: str) -> None:
+        self.session_id = session_id
+        self.token = token
+        #: Set when a renewal found the lease gone: the turn must stop writing.
+        self.lost = threading.Event()
+
+
+class LeaseKeeper:
+    """Renews every lease this process holds, from one thread.
+
+    One thread per process rather than one per turn: starting and joining a
+    thread for every turn cost more than the renewals themselves. A renewal
+    runs every third of the lease, so a lease survives two missed beats.
+    """
+
+    def __init__(self, lanes: Lanes, ttl_seconds: float) -> None:
+        self._lanes = lanes
+        self._ttl = ttl_seconds
+        self._held: dict[int, Lease] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, session_id: str, token: str) -> Lease:
+        """Keep this lease alive until :meth:`drop`."""
+        lease = Lease(session_id, token)
+        with self._lock:
+            self._held[id(lease)] = lease
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="chaz-lease-keeper", daemon=True
+                )
+                self._thread.start()
+        return lease
+
+    def drop(self, lease: Lease) -> None:
+        """Stop renewing ``lease`` (the turn is over)."""
+        with self._lock:
+            self._held.pop(id(lease), None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self._ttl / 3)
+            with self._lock:
+                leases = list(self._held.values())
+            for lease in leases:
+                try:
+                    if not self._lanes.renew(lease.session_id, lease.token, self._ttl):
+                        lease.lost.set()
+                except Exception:
+                    # A Redis hiccup: try again next beat; the lease outlives two misses.
+                    log.warning("renewing the lease of %s failed", lease.session_id, exc_info=True)

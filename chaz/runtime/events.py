@@ -43,19 +43,25 @@ class EventSink:
         self._write = write
         self._queue: queue.Queue[object] = queue.Queue()
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._name = name
+        # Started on the first event: most turns of a chat call no tool, and a
+        # thread per turn that never writes is pure cost.
+        self._thread: threading.Thread | None = None
 
     def emit(self, event: RuntimeEvent) -> None:
         """Queue an event; a failure of the writer surfaces here, to stop the turn."""
         if self._error is not None:
             raise self._error
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
         self._queue.put(event)
 
     def close(self) -> None:
         """Drain the queue and stop; re-raises the writer's first failure."""
-        self._queue.put(_STOP)
-        self._thread.join()
+        if self._thread is not None:
+            self._queue.put(_STOP)
+            self._thread.join()
         if self._error is not None:
             raise self._error
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, Select, and_, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from chaz.domain.agents import AgentSpec, Limits
@@ -189,16 +189,28 @@ class Store:
     def get_session(self, ref: str) -> Session:
         """A session by id or, failing that, by its unique name."""
         with self._read() as conn:
-            row = conn.execute(select(SessionRow).where(SessionRow.id == ref)).mappings().first()
-            if row is None:
-                row = (
-                    conn.execute(select(SessionRow).where(SessionRow.name == ref))
-                    .mappings()
-                    .first()
-                )
-        if row is None:
-            raise SessionNotFound(f"no session {ref!r}", session=ref)
-        return _session(row)
+            return _session(_session_row(conn, ref))
+
+    def session_and_agent(self, ref: str) -> tuple[Session, AgentSpec]:
+        """A session (by id or name) and its agent, in one read."""
+        with self._read() as conn:
+            row = _session_row(conn, ref)
+            spec = conn.scalar(select(AgentRow.spec).where(AgentRow.id == row["agent_id"]))
+        if spec is None:
+            raise AgentNotFound(f"no agent {row['agent_id']!r}", agent_id=row["agent_id"])
+        return _session(row), AgentSpec.model_validate(spec)
+
+    def head_with_owner(self, session_id: str) -> tuple[Job, Session, AgentSpec] | None:
+        """The session's head job with its session and agent, in one read (a turn's setup)."""
+        with self._read() as conn:
+            job = conn.execute(_head_stmt(session_id)).mappings().first()
+            if job is None:
+                return None
+            row = _session_row(conn, session_id)
+            spec = conn.scalar(select(AgentRow.spec).where(AgentRow.id == row["agent_id"]))
+        if spec is None:
+            raise AgentNotFound(f"no agent {row['agent_id']!r}", agent_id=row["agent_id"])
+        return _job(job), _session(row), AgentSpec.model_validate(spec)
 
     def list_sessions(self, *, agent_id: str | None = None, limit: int = 50) -> list[Session]:
         """Sessions, newest first."""
@@ -248,40 +260,18 @@ class Store:
                     _check_fence(conn, fence)
                 if admit is None:
                     admit = self._admits(conn, type, sender)
-                bump: dict[str, Any] = {"last_seq": SessionRow.last_seq + 1}
-                if admit:
-                    bump["last_ordinal"] = SessionRow.last_ordinal + 1
-                row = conn.execute(
-                    update(SessionRow)
-                    .where(SessionRow.id == session_id)
-                    .values(**bump)
-                    .returning(SessionRow.last_seq, SessionRow.last_ordinal, SessionRow.tree_id)
-                ).first()
-                if row is None:
-                    raise SessionNotFound(f"no session {session_id!r}", session=session_id)
-                now = utcnow()
-                entry_id = new_id()
-                job_row: dict[str, Any] | None = None
-                if admit:
-                    job_row = _new_job(
-                        session_id, row.tree_id, row.last_ordinal, entry_id, job_fields, now
-                    )
-                    job_id = job_row["id"]
-                entry_values = {
-                    "id": entry_id,
-                    "session_id": session_id,
-                    "seq": row.last_seq,
-                    "type": type.value,
-                    "sender": sender,
-                    "content": content,
-                    "meta": metadata or {},
-                    "job_id": job_id,
-                    "idempotency_key": idempotency_key,
-                    "created_at": now,
-                }
-                conn.execute(insert(EntryRow).values(**entry_values))
-                if job_row is not None:
-                    conn.execute(insert(JobRow).values(**job_row))
+                entry_values, job_row = _insert_entry(
+                    conn,
+                    session_id,
+                    type,
+                    sender,
+                    content,
+                    metadata=metadata,
+                    idempotency_key=idempotency_key,
+                    job_id=job_id,
+                    admit=admit,
+                    job_fields=job_fields,
+                )
                 if finish is not None:
                     _finish(conn, finish)
         except IntegrityError:
@@ -452,14 +442,8 @@ class Store:
 
     def head_job(self, session_id: str) -> Job | None:
         """The session's oldest job that is not finished: the one whose turn is next."""
-        stmt = (
-            select(JobRow)
-            .where(JobRow.session_id == session_id, JobRow.status.in_(_ACTIVE))
-            .order_by(JobRow.ordinal)
-            .limit(1)
-        )
         with self._read() as conn:
-            row = conn.execute(stmt).mappings().first()
+            row = conn.execute(_head_stmt(session_id)).mappings().first()
         return _job(row) if row else None
 
     def list_jobs(
@@ -511,6 +495,21 @@ class Store:
     def begin_turn(self, job_id: str, token: str) -> Job:
         """Claim a job for a turn under ``token``: queued becomes running; a running
         (or stopping) job whose worker died is taken over for a resume."""
+        return self.start_turn(job_id, token)[0]
+
+    def start_turn(
+        self,
+        job_id: str,
+        token: str,
+        *,
+        ack_sender: str | None = None,
+        ack_metadata: dict[str, Any] | None = None,
+    ) -> tuple[Job, Entry | None]:
+        """:meth:`begin_turn`, and on the job's first start its Ack, in one transaction.
+
+        A resumed turn writes no second Ack: the first start committed its Ack
+        together with the start.
+        """
         # Not durable: if a database crash loses this, the job is still queued
         # (or held by the old token) and the reconciler runs it again.
         with self._write(durable=False) as conn:
@@ -527,7 +526,22 @@ class Store:
             elif status not in (JobStatus.RUNNING, JobStatus.STOPPING):
                 check_transition(status, JobStatus.RUNNING)
             conn.execute(update(JobRow).where(JobRow.id == job_id).values(**values))
-            return _job({**row, **values})
+            ack: Entry | None = None
+            if ack_sender is not None and row["attempts"] == 0:
+                entry_values, _ = _insert_entry(
+                    conn,
+                    row["session_id"],
+                    EntryType.ACK,
+                    ack_sender,
+                    "processing",
+                    metadata=ack_metadata,
+                    idempotency_key=f"job:{job_id}:ack",
+                    job_id=job_id,
+                    admit=False,
+                    job_fields=None,
+                )
+                ack = _entry(entry_values)
+            return _job({**row, **values}), ack
 
     def save_checkpoint(self, fence: Fence, checkpoint: dict[str, Any]) -> None:
         """Record the turn's progress; refused (LeaseLost) if another worker took over."""
@@ -628,12 +642,79 @@ class Store:
         return outcome
 
 
+def _head_stmt(session_id: str) -> Select[Any]:
+    return (
+        select(JobRow)
+        .where(JobRow.session_id == session_id, JobRow.status.in_(_ACTIVE))
+        .order_by(JobRow.ordinal)
+        .limit(1)
+    )
+
+
+def _session_row(conn: Connection, ref: str) -> Any:
+    row = conn.execute(select(SessionRow).where(SessionRow.id == ref)).mappings().first()
+    if row is None:
+        row = conn.execute(select(SessionRow).where(SessionRow.name == ref)).mappings().first()
+    if row is None:
+        raise SessionNotFound(f"no session {ref!r}", session=ref)
+    return row
+
+
 def _check_fence(conn: Connection, fence: Fence) -> None:
     token = conn.scalar(
         select(JobRow.lease_token).where(JobRow.id == fence.job_id).with_for_update()
     )
     if token != fence.token:
         raise LeaseLost(f"job {fence.job_id} is no longer held by this worker", job_id=fence.job_id)
+
+
+def _insert_entry(
+    conn: Connection,
+    session_id: str,
+    type: EntryType,
+    sender: str,
+    content: str,
+    *,
+    metadata: dict[str, Any] | None,
+    idempotency_key: str | None,
+    job_id: str | None,
+    admit: bool,
+    job_fields: JobFields | None,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Insert one entry (and the job it admits) inside an open write transaction."""
+    bump: dict[str, Any] = {"last_seq": SessionRow.last_seq + 1}
+    if admit:
+        bump["last_ordinal"] = SessionRow.last_ordinal + 1
+    row = conn.execute(
+        update(SessionRow)
+        .where(SessionRow.id == session_id)
+        .values(**bump)
+        .returning(SessionRow.last_seq, SessionRow.last_ordinal, SessionRow.tree_id)
+    ).first()
+    if row is None:
+        raise SessionNotFound(f"no session {session_id!r}", session=session_id)
+    now = utcnow()
+    entry_id = new_id()
+    job_row: dict[str, Any] | None = None
+    if admit:
+        job_row = _new_job(session_id, row.tree_id, row.last_ordinal, entry_id, job_fields, now)
+        job_id = job_row["id"]
+    entry_values = {
+        "id": entry_id,
+        "session_id": session_id,
+        "seq": row.last_seq,
+        "type": type.value,
+        "sender": sender,
+        "content": content,
+        "meta": metadata or {},
+        "job_id": job_id,
+        "idempotency_key": idempotency_key,
+        "created_at": now,
+    }
+    conn.execute(insert(EntryRow).values(**entry_values))
+    if job_row is not None:
+        conn.execute(insert(JobRow).values(**job_row))
+    return entry_values, job_row
 
 
 def _finish(conn: Connection, finish: Finish) -> Job:

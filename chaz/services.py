@@ -7,6 +7,7 @@ Redis client, the lanes and the dispatcher. Writing an entry goes through
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from functools import cached_property
@@ -101,23 +102,24 @@ class Services:
         """
         if admit is None:
             admit = self.store.admits(type, sender)
+        write = functools.partial(
+            self._append,
+            session_id,
+            type,
+            sender,
+            content,
+            metadata=metadata,
+            idempotency_key=idempotency_key,
+            job_id=job_id,
+            job_fields=job_fields,
+            fence=fence,
+            finish=finish,
+            durable=durable,
+        )
         if not admit:
             # No quota at stake: the unique key in the database settles a
             # repeated idempotency key without a read first.
-            return self._append(
-                session_id,
-                type,
-                sender,
-                content,
-                metadata=metadata,
-                idempotency_key=idempotency_key,
-                job_id=job_id,
-                admit=False,
-                job_fields=job_fields,
-                fence=fence,
-                finish=finish,
-                durable=durable,
-            )
+            return write(admit=False)
         from chaz.admission import effective_limits
 
         if idempotency_key is not None:
@@ -141,19 +143,7 @@ class Services:
                 self.redis.delete(claim)
             raise
         try:
-            done = self._append(
-                session_id,
-                type,
-                sender,
-                content,
-                metadata=metadata,
-                idempotency_key=idempotency_key,
-                job_id=job_id,
-                admit=True,
-                job_fields=job_fields,
-                fence=fence,
-                finish=finish,
-            )
+            done = write(admit=True)
         except BaseException:
             self.admission.refund(session_id)
             raise

@@ -103,7 +103,7 @@ class Services:
         if admit is None:
             admit = self.store.admits(type, sender)
         write = functools.partial(
-            self._append,
+            self.store.append,
             session_id,
             type,
             sender,
@@ -115,11 +115,12 @@ class Services:
             fence=fence,
             finish=finish,
             durable=durable,
+            precheck=False,
         )
         if not admit:
             # No quota at stake: the unique key in the database settles a
             # repeated idempotency key without a read first.
-            return write(admit=False)
+            return self._announce(write(admit=False))
         from chaz.admission import effective_limits
 
         if idempotency_key is not None:
@@ -152,7 +153,7 @@ class Services:
                 self.redis.delete(claim)
         if not done.created:
             self.admission.refund(session_id)
-        return done
+        return self._announce(done)
 
     def _await_idempotent(
         self, session_id: str, key: str, timeout: float = 10.0
@@ -169,41 +170,12 @@ class Services:
             time.sleep(0.01)
         return None
 
-    def _append(
-        self,
-        session_id: str,
-        type: EntryType,
-        sender: str,
-        content: str,
-        *,
-        metadata: dict[str, Any] | None,
-        idempotency_key: str | None,
-        job_id: str | None,
-        admit: bool,
-        job_fields: JobFields | None,
-        fence: Fence | None,
-        finish: Finish | None = None,
-        durable: bool = True,
-    ) -> Appended:
-        done = self.store.append(
-            session_id,
-            type,
-            sender,
-            content,
-            metadata=metadata,
-            idempotency_key=idempotency_key,
-            job_id=job_id,
-            admit=admit,
-            job_fields=job_fields,
-            fence=fence,
-            finish=finish,
-            precheck=False,
-            durable=durable,
-        )
+    def _announce(self, done: Appended) -> Appended:
+        """After the commit: publish a new entry, and wake a worker for a new job."""
         if done.created:
             publish(self.redis, done.entry)
-        if done.job is not None and done.created:
-            self.dispatcher.wake(session_id, done.job.id)
+            if done.job is not None:
+                self.dispatcher.wake(done.entry.session_id, done.job.id)
         return done
 
     def close(self) -> None:

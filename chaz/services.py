@@ -137,6 +137,13 @@ class Services:
                 if found is not None:
                     return found
                 claim = None
+            else:
+                # The first caller may have committed and dropped its claim
+                # between our read above and our claim: look again.
+                found = self.store.find_idempotent(session_id, idempotency_key)
+                if found is not None:
+                    self.redis.delete(claim)
+                    return found
         try:
             self.admission.reserve(session_id, limits or effective_limits(self, session_id))
         except BaseException:

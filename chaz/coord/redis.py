@@ -112,13 +112,16 @@ def stop_embedded(settings: Settings, timeout: float = 10.0) -> None:
     except ProcessLookupError:
         return
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _running(pid):
+    while time.monotonic() < deadline and process_running(pid):
         time.sleep(0.02)
 
 
-def _running(pid: int) -> bool:
-    """Alive and not a zombie: the daemonized server is PID 1's child, and PID 1
-    in a container may be slow to reap it."""
+def process_running(pid: int) -> bool:
+    """Whether ``pid`` runs, a zombie counting as stopped.
+
+    The daemonized server is PID 1's child, and PID 1 in a container may be
+    slow to reap it.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

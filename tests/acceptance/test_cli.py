@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import chaz
-from chaz.coord.redis import stop_embedded
+from chaz.coord.redis import process_running, stop_embedded
 from chaz.domain.jobs import JobStatus
 from chaz.settings import Settings
 from chaz.stack import settings_env
@@ -95,19 +95,6 @@ def timeline(text: str) -> list[tuple[int, str, str, str]]:
     return rows
 
 
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting for its reaper counts as dead)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def redis_servers_of(home: Path) -> list[int]:
     """Pids of redis-server processes serving ``home``'s socket."""
     sock = str(home.resolve() / "redis.sock")
@@ -119,7 +106,7 @@ def redis_servers_of(home: Path) -> list[int]:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "redis-server" in cmdline and sock in cmdline and alive(int(proc.name)):
+        if "redis-server" in cmdline and sock in cmdline and process_running(int(proc.name)):
             pids.append(int(proc.name))
     return pids
 
@@ -169,7 +156,7 @@ def test_demo_on_a_fresh_home_prints_the_turn_and_cleans_up(tmp_path: Path) -> N
     assert rows[3][3] == "word_count -> 4"
     assert rows[4][3] == "Your message has 4 words."
     # Nothing keeps running: the demo started Redis and the worker, and stopped both.
-    assert not alive(redis_pid)
+    assert not process_running(redis_pid)
     assert redis_servers_of(home) == []
     assert (home / "chaz.db").exists()
 
@@ -379,7 +366,7 @@ def test_up_serves_until_sigint_and_tail_follows(tmp_path: Path) -> None:
         up.send_signal(signal.SIGINT)
         assert up.wait(30) == 0, log.read_text()
         assert "Traceback" not in log.read_text()
-        assert not alive(redis_pid)
+        assert not process_running(redis_pid)
     finally:
         if up.poll() is None:
             os.killpg(up.pid, signal.SIGKILL)

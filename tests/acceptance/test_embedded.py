@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import chaz
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+from chaz.coord.redis import process_running
 
 
 def test_embedded_runs_a_turn_and_leaves_nothing_running(tmp_path: Path) -> None:
@@ -26,11 +18,11 @@ def test_embedded_runs_a_turn_and_leaves_nothing_running(tmp_path: Path) -> None
         assert client.sessions.wait_for_reply(s.id, after=e.seq, timeout=30).content == "hello"
         assert client.sessions.get("embedded-demo").id == s.id
         redis_pid = int((home / "redis.pid").read_text())
-        assert _alive(redis_pid)
+        assert process_running(redis_pid)
     deadline = time.monotonic() + 10
-    while _alive(redis_pid) and time.monotonic() < deadline:
+    while process_running(redis_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(redis_pid), "the embedded Redis outlived the stack"
+    assert not process_running(redis_pid), "the embedded Redis outlived the stack"
     assert (home / "chaz.db").exists()
     # The data stays: a new embedded stack on the same home sees the session.
     with chaz.embedded(workers=1, home=home, beat=False) as client:

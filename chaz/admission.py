@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from chaz.coord import keys, lua
 from chaz.domain.agents import AgentSpec, Limits
+from chaz.domain.entries import Entry
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.sessions import Session
 from chaz.errors import JobsExhausted, QueueFull
@@ -40,11 +41,17 @@ class EffectiveLimits:
     max_live_per_tree: int | None
 
 
-def effective_limits(services: Services, session_id: str) -> EffectiveLimits:
-    """Resolve a session's limits (settings, then the agent's, then the session's)."""
-    session = services.store.get_session(session_id)
-    agent = services.store.get_agent(session.agent_id)
-    return resolve_limits(services.settings, session, agent)
+@dataclass(frozen=True)
+class TurnEnd:
+    """What :meth:`Admission.turn_ended` did and saw."""
+
+    #: The lane is still ours (jobs wait and the caller may keep it); else it
+    #: was released, or it was not ours any more.
+    kept: bool
+    #: A session of the tree that was waiting for the freed slot: wake it.
+    woken: str | None
+    #: Jobs still queued in the session (None: the counter is missing).
+    queued: int | None
 
 
 def resolve_limits(s: Settings, session: Session, agent: AgentSpec) -> EffectiveLimits:
@@ -76,11 +83,22 @@ class Admission:
         self._seed_hash = r.register_script(lua.SEED_HASH)
         self._start = r.register_script(lua.START)
         self._finish = r.register_script(lua.FINISH)
+        self._turn_started = r.register_script(lua.TURN_STARTED)
+        self._turn_ended = r.register_script(lua.TURN_ENDED)
 
     # -- per session ------------------------------------------------------------
 
-    def reserve(self, session_id: str, limits: EffectiveLimits) -> None:
-        """Count one admission, or raise QueueFull / JobsExhausted having counted nothing."""
+    def reserve(
+        self,
+        session_id: str,
+        limits: EffectiveLimits,
+        job_counts: Callable[[], tuple[int, int]] | None = None,
+    ) -> None:
+        """Count one admission, or raise QueueFull / JobsExhausted having counted nothing.
+
+        ``job_counts`` gives ``(queued, total)`` from the database if the
+        counters must be rebuilt (default: a read of its own).
+        """
         ks = [keys.queued(session_id), keys.cumulative(session_id)]
         args: list[str | int | float] = [
             _arg(limits.max_queued_per_session),
@@ -89,7 +107,7 @@ class Admission:
         ]
         answer = self._reserve(keys=ks, args=args)
         if answer == "rebuild":
-            self._rebuild_session(session_id)
+            self._rebuild_session(session_id, job_counts)
             answer = self._reserve(keys=ks, args=args)
         if answer == "queue_full":
             raise QueueFull(
@@ -118,10 +136,13 @@ class Admission:
         """
         self._decrement(keys=[keys.queued(session_id)])
 
-    def _rebuild_session(self, session_id: str) -> None:
-        store = self.services.store
-        queued = store.count_jobs(session_id, [JobStatus.QUEUED])
-        total = store.count_jobs(session_id)
+    def _rebuild_session(
+        self, session_id: str, job_counts: Callable[[], tuple[int, int]] | None = None
+    ) -> None:
+        if job_counts is None:
+            queued, total = self.services.store.job_counts(session_id)
+        else:
+            queued, total = job_counts()
         self._seed(
             keys=[keys.queued(session_id), keys.cumulative(session_id)],
             args=[queued, total, COUNTER_TTL_MS],
@@ -150,6 +171,61 @@ class Admission:
             keys=[keys.live(job.tree_id), keys.waiting(job.tree_id)], args=[job.id]
         )
         return str(woken) if woken else None
+
+    # -- a turn's two signals ------------------------------------------------------
+
+    def turn_started(self, job: Job, ack: Entry | None, *, dequeued: bool) -> bool:
+        """After a turn's start commits: leave the queue (``dequeued``, on the
+        job's first start), publish its Ack; True if a cancel is requested."""
+        answer = self._turn_started(
+            keys=[keys.queued(job.session_id), keys.cancel(job.id)],
+            args=[
+                "1" if dequeued else "0",
+                keys.entries_channel(job.session_id),
+                ack.model_dump_json() if ack is not None else "",
+            ],
+        )
+        return bool(answer)
+
+    def turn_ended(
+        self,
+        job: Job,
+        token: str,
+        last: Entry | None,
+        *,
+        finished: bool,
+        free_slot: bool,
+        keep_if_queued: bool = False,
+    ) -> TurnEnd:
+        """After a turn's last write commits: publish ``last``, and if the job
+        ``finished`` clear its cancel flag; free its live slot (``free_slot``);
+        give the lane back, unless ``keep_if_queued`` and more jobs wait in the
+        session. See :data:`chaz.coord.lua.TURN_ENDED`."""
+        lane, woken, queued = self._turn_ended(
+            keys=[
+                keys.lane(job.session_id),
+                keys.live(job.tree_id),
+                keys.waiting(job.tree_id),
+                keys.cancel(job.id),
+                keys.queued(job.session_id),
+            ],
+            args=[
+                token,
+                job.id,
+                "1" if finished else "0",
+                "1" if free_slot else "0",
+                "k" if keep_if_queued else "1",
+                keys.entries_channel(job.session_id),
+                last.model_dump_json() if last is not None else "",
+                int(self.services.settings.lease_seconds * 1000),
+            ],
+        )
+        count = int(queued)
+        return TurnEnd(
+            kept=int(lane) == 0,
+            woken=str(woken) or None,
+            queued=count if count >= 0 else None,
+        )
 
     def _rebuild_tree(self, tree_id: str) -> None:
         running = [

@@ -14,12 +14,11 @@ from typing import Any, ParamSpec, TypeVar
 import redis
 import sqlalchemy.exc
 
-from chaz.admission import resolve_limits
 from chaz.domain.agents import AgentSpec, Limits
 from chaz.domain.entries import Entry, EntryType, agent_sender, parse_sender
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.sessions import Session
-from chaz.errors import BackendUnavailable, Timeout, ValidationError
+from chaz.errors import BackendUnavailable, SessionNotFound, Timeout, ValidationError
 from chaz.services import Services
 from chaz.settings import Settings, get_settings
 from chaz.store.migrate import upgrade
@@ -144,16 +143,23 @@ class Sessions:
                 f"unknown entry type {type!r}; one of {[t.value for t in EntryType]}"
             ) from exc
         parse_sender(sender)
-        session, agent = self._svc.store.session_and_agent(session_id)
-        return self._svc.append(
-            session.id,
-            etype,
-            sender,
-            content,
+        write = functools.partial(
+            self._svc.append,
+            type=etype,
+            sender=sender,
+            content=content,
             metadata=metadata,
             idempotency_key=idempotency_key,
-            limits=resolve_limits(self._svc.settings, session, agent),
-        ).entry
+        )
+        try:
+            return write(session_id).entry
+        except SessionNotFound:
+            # Not an id: perhaps a name. Resolving only now keeps the common
+            # case (an id) to one transaction.
+            session = self._svc.store.get_session(session_id)
+            if session.id == session_id:
+                raise
+            return write(session.id).entry
 
     def entries(
         self, session_id: str, after: int = 0, limit: int | None = None

@@ -23,10 +23,10 @@ from chaz.dispatch import Dispatcher
 from chaz.domain.entries import EntryType
 from chaz.runtime.tools import ToolRegistry
 from chaz.settings import Settings
-from chaz.store.repo import Appended, Fence, Finish, JobFields, Store
+from chaz.store.repo import Admitting, Appended, Fence, Finish, JobFields, Store
 
 if TYPE_CHECKING:
-    from chaz.admission import Admission, EffectiveLimits
+    from chaz.admission import Admission
 
 
 class Services:
@@ -90,7 +90,6 @@ class Services:
         fence: Fence | None = None,
         finish: Finish | None = None,
         durable: bool = True,
-        limits: EffectiveLimits | None = None,
     ) -> Appended:
         """Commit an entry (and its job), then publish it and wake a worker.
 
@@ -98,7 +97,6 @@ class Services:
         if the write does not happen, so a rejected admission raises and
         leaves the session unchanged. ``durable=False`` is for a turn's audit
         entries (see :meth:`chaz.store.Store.append`); admissions are durable.
-        ``limits`` spares a read when the caller has the session's limits.
         """
         if admit is None:
             admit = self.store.admits(type, sender)
@@ -121,7 +119,7 @@ class Services:
             # No quota at stake: the unique key in the database settles a
             # repeated idempotency key without a read first.
             return self._announce(write(admit=False))
-        from chaz.admission import effective_limits
+        from chaz.admission import resolve_limits
 
         if idempotency_key is not None:
             found = self.store.find_idempotent(session_id, idempotency_key)
@@ -144,21 +142,28 @@ class Services:
                 if found is not None:
                     self.redis.delete(claim)
                     return found
+        reserved = False
+
+        def reserve(seen: Admitting) -> None:
+            # Inside the write transaction, with the session row locked: a
+            # refusal raises and rolls the entry back; one transaction, not
+            # a read of the session and agent followed by the write.
+            nonlocal reserved
+            limits = resolve_limits(self.settings, seen.session, seen.agent)
+            self.admission.reserve(seen.session.id, limits, seen.job_counts)
+            reserved = True
+
         try:
-            self.admission.reserve(session_id, limits or effective_limits(self, session_id))
+            done = write(admit=True, on_admit=reserve)
         except BaseException:
-            if claim:
-                self.redis.delete(claim)
-            raise
-        try:
-            done = write(admit=True)
-        except BaseException:
-            self.admission.refund(session_id)
+            if reserved:
+                # Counted, but the commit did not happen.
+                self.admission.refund(session_id)
             raise
         finally:
             if claim:
                 self.redis.delete(claim)
-        if not done.created:
+        if reserved and not done.created:
             self.admission.refund(session_id)
         return self._announce(done)
 

@@ -15,17 +15,15 @@ import json
 import logging
 import os
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from chaz.admission import resolve_limits
 from chaz.coord import keys
 from chaz.coord.lanes import Lease
-from chaz.coord.pubsub import publish
-from chaz.domain.agents import AgentSpec
 from chaz.domain.entries import Entry, EntryType, agent_sender
 from chaz.domain.jobs import Job, JobStatus
-from chaz.domain.sessions import Session
 from chaz.errors import Cancelled, ChazError, IllegalTransition, LeaseLost
 from chaz.runtime.backends import make_backend
 from chaz.runtime.backends.base import TurnContext
@@ -34,7 +32,7 @@ from chaz.runtime.events import EventSink, RuntimeEvent, ToolCallEvent
 from chaz.runtime.loop import Checkpoint, LoopPorts, run_loop
 from chaz.runtime.tools import ToolContext
 from chaz.services import Services
-from chaz.store.repo import Fence, Finish
+from chaz.store.repo import Fence, Finish, TurnSetup
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +41,33 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3
 
 
+#: A worker that finds more of its session's jobs waiting when a turn ends
+#: runs them under the same lease, up to this many turns or this many seconds,
+#: then hands the session back to the broker: each hop then costs no new task,
+#: release and acquire, while one busy session still cannot keep a thread.
+KEEP_LANE_TURNS = 16
+KEEP_LANE_SECONDS = 0.5
+
+
 @dataclass(frozen=True)
 class WakeOutcome:
-    """What a wake-up did: ``ran`` a job, found the lane ``busy``, or the session ``idle``."""
+    """What a wake-up did: ``ran`` jobs, found the lane ``busy``, the session
+    ``idle``, or its head job ``waiting`` for tree capacity."""
 
     status: str
     job_id: str | None = None
+    #: How many turns ran under this wake-up's lease.
+    turns: int = 0
+
+
+@dataclass(frozen=True)
+class _Ran:
+    """How one job's turn ended."""
+
+    #: The job reached a terminal state (False: another worker took it over).
+    finished: bool
+    #: Its last entry, committed and not yet published.
+    last: Entry | None = None
 
 
 class TurnRunner:
@@ -62,51 +81,75 @@ class TurnRunner:
 
         ``lend_slot`` runs the turn without taking a live slot of its tree: a
         foreground parent that runs its child inline lends the child its own
-        slot while it waits, so a full tree cannot deadlock on itself.
+        slot while it waits, so a full tree cannot deadlock on itself. Such a
+        wake-up runs that one turn only.
         """
         svc = self.services
-        ttl = svc.settings.lease_seconds
-        token = svc.lanes.acquire(session_id, execution_id, ttl)
+        token = svc.lanes.acquire(session_id, execution_id, svc.settings.lease_seconds)
         if token is None:
             return WakeOutcome("busy")
         outcome = WakeOutcome("idle")
-        wake_next = True
+        held, look = True, True
+        deadline = time.monotonic() + KEEP_LANE_SECONDS
         try:
-            # One read: limits, context and tools all need the session and agent.
-            setup = svc.store.head_with_owner(session_id)
-            if setup is not None:
-                job, session, spec = setup
-                limits = resolve_limits(svc.settings, session, spec)
+            while True:
+                # One read: the job, its session and agent, and its context.
+                setup = svc.store.turn_setup(session_id, svc.settings.max_context_entries)
+                if setup is None:
+                    break
+                job = setup.job
+                limits = resolve_limits(svc.settings, setup.session, setup.agent)
                 if not lend_slot and not svc.admission.start(job, limits):
                     # The tree is at its live limit: the job stays queued and
                     # waits in the tree's waiting set; a finishing turn wakes it.
-                    wake_next = False
-                    outcome = WakeOutcome("waiting", job.id)
-                else:
-                    if self._run(job, token, session, spec) and not lend_slot:
-                        self._hand_off(job)
-                    outcome = WakeOutcome("ran", job.id)
+                    look = False
+                    outcome = WakeOutcome("waiting", job.id, outcome.turns)
+                    break
+                ran = self._run(setup, token)
+                outcome = WakeOutcome("ran", job.id, outcome.turns + 1)
+                keep = (
+                    ran.finished
+                    and not lend_slot
+                    and outcome.turns < KEEP_LANE_TURNS
+                    and time.monotonic() < deadline
+                )
+                end = svc.admission.turn_ended(
+                    job,
+                    token,
+                    ran.last,
+                    finished=ran.finished,
+                    free_slot=ran.finished and not lend_slot,
+                    keep_if_queued=keep,
+                )
+                if end.woken and end.woken != session_id:
+                    head = svc.store.head_job(end.woken)
+                    svc.dispatcher.wake(end.woken, head.id if head else "")
+                if end.kept:
+                    continue  # more jobs wait and the lane is still ours
+                held = False
+                if end.queued == 0:
+                    # Nothing waits. An admission racing with this release
+                    # counted itself before the release read the counter,
+                    # or it sends its own wake-up after its commit.
+                    look = False
+                break
         finally:
-            svc.lanes.release(session_id, token)
-            if wake_next:
+            if held:
+                svc.lanes.release(session_id, token)
+            if look:
+                # Released first, looked second: an admitter commits first and
+                # wakes second, so one of us always sees the other.
                 nxt = svc.store.head_job(session_id)
                 if nxt is not None:
                     svc.dispatcher.wake(session_id, nxt.id)
         return outcome
 
-    def _hand_off(self, job: Job) -> None:
-        """Give the finished job's live slot to a session waiting in its tree."""
-        svc = self.services
-        woken = svc.admission.finished(job)
-        if woken and woken != job.session_id:
-            head = svc.store.head_job(woken)
-            svc.dispatcher.wake(woken, head.id if head else "")
-
     # -- one job --------------------------------------------------------------
 
-    def _run(self, job: Job, token: str, session: Session, spec: AgentSpec) -> bool:
-        """Run the job's turn; True when the job has reached a terminal state."""
+    def _run(self, setup: TurnSetup, token: str) -> _Ran:
+        """Run the job's turn to its end (or until another worker takes it over)."""
         svc = self.services
+        job, session = setup.job, setup.session
         try:
             # The start and the Ack commit together: one transaction fewer
             # between a message and the sign that its turn began.
@@ -116,18 +159,16 @@ class TurnRunner:
                 ack_sender=agent_sender(session.agent_id),
                 # Which process runs the turn: for operators (and the crash tests).
                 ack_metadata={"host": socket.gethostname(), "pid": os.getpid()},
+                seen=job,
             )
         except IllegalTransition:
             # Cancelled (or finished) since we read the head: nothing to run.
-            return True
-        if ack is not None:
-            publish(svc.redis, ack)
-        if job.attempts == 1:
-            # It left the queue now (a resumed turn left it on its first start).
-            svc.admission.dequeued(job.session_id)
+            return _Ran(finished=True)
+        # It left the queue on its first start (a resumed turn left it then).
+        cancel_requested = svc.admission.turn_started(job, ack, dequeued=job.attempts == 1)
         fence = Fence(job.id, token)
         if job.attempts > MAX_ATTEMPTS:
-            self._fail(
+            last = self._fail(
                 job,
                 fence,
                 session.agent_id,
@@ -135,43 +176,46 @@ class TurnRunner:
                 ChazError(f"the turn's worker died {MAX_ATTEMPTS} times; giving up"),
                 code="turn.interrupted",
             )
-            return True
+            return _Ran(finished=True, last=last)
         heartbeat = svc.lease_keeper.hold(job.session_id, token)
         try:
-            self._turn(job, fence, session, spec, heartbeat)
+            return _Ran(True, self._turn(job, fence, setup, heartbeat, cancel_requested))
         except LeaseLost:
             # Another worker took this job over; it owns the session now.
             log.warning("lost the lease of job %s; leaving it to its new holder", job.id)
-            return False
+            return _Ran(finished=False)
         finally:
             svc.lease_keeper.drop(heartbeat)
-        return True
 
     def _turn(
-        self, job: Job, fence: Fence, session: Session, spec: AgentSpec, heartbeat: Lease
-    ) -> None:
+        self,
+        job: Job,
+        fence: Fence,
+        setup: TurnSetup,
+        heartbeat: Lease,
+        cancel_requested: bool,
+    ) -> Entry | None:
+        """The turn itself; its last entry (reply or Error), committed with the job's end."""
         svc = self.services
-        agent_id = session.agent_id
+        agent_id = setup.session.agent_id
         me = agent_sender(agent_id)
         sink = EventSink(lambda ev: self._write_event(job, fence, me, ev))
         try:
-            text = self._think(job, fence, session, spec, sink, heartbeat)
+            text = self._think(job, fence, setup, sink, heartbeat, cancel_requested)
             sink.close()
         except LeaseLost:
             _close_quietly(sink)
             raise
         except Cancelled as exc:
             _close_quietly(sink)
-            self._fail(job, fence, agent_id, JobStatus.CANCELLED, exc)
-            return
+            return self._fail(job, fence, agent_id, JobStatus.CANCELLED, exc)
         except ChazError as exc:
             _close_quietly(sink)
-            self._fail(job, fence, agent_id, JobStatus.FAILED, exc)
-            return
+            return self._fail(job, fence, agent_id, JobStatus.FAILED, exc)
         except Exception as exc:
             _close_quietly(sink)
             log.exception("turn %s crashed", job.id)
-            self._fail(
+            return self._fail(
                 job,
                 fence,
                 agent_id,
@@ -179,8 +223,7 @@ class TurnRunner:
                 ChazError(f"{type(exc).__name__}: {exc}"),
                 code="turn.crashed",
             )
-            return
-        svc.append(
+        done = svc.store.append(
             job.session_id,
             EntryType.MESSAGE,
             me,
@@ -190,24 +233,23 @@ class TurnRunner:
             admit=False,
             fence=fence,
             finish=Finish(job.id, JobStatus.SUCCEEDED, result=text),
+            precheck=False,
         )
-        self._clear_cancel(job.id)
+        return done.entry if done.created else None
 
     def _think(
         self,
         job: Job,
         fence: Fence,
-        session: Session,
-        spec: AgentSpec,
+        setup: TurnSetup,
         sink: EventSink,
         heartbeat: Lease,
+        cancel_requested: bool,
     ) -> str:
         svc = self.services
+        session, spec, trigger = setup.session, setup.agent, setup.trigger
         agent_id = session.agent_id
-        history, trigger = svc.store.turn_context(
-            job.session_id, job.trigger_entry_id, svc.settings.max_context_entries
-        )
-        context = build_context(spec.system_prompt, history, agent_id)
+        context = build_context(spec.system_prompt, setup.history, agent_id)
         limits = spec.limits.narrowed(session.limits)
         resume = Checkpoint.from_json(svc.store.checkpoint(job.id)) if job.attempts > 1 else None
         turn = TurnContext(
@@ -231,18 +273,12 @@ class TurnRunner:
             registry=svc.tools,
             sink=sink,
             save=lambda cp: svc.store.save_checkpoint(fence, cp.to_json()),
-            stop_check=lambda: self._stop_check(job.id, heartbeat),
+            stop_check=_StopCheck(self.services, job.id, heartbeat, cancel_requested),
         )
         max_steps = min(
             limits.max_turn_steps or svc.settings.max_turn_steps, svc.settings.max_turn_steps
         )
         return run_loop(ports, context, turn, tool_ctx, max_steps, resume)
-
-    def _stop_check(self, job_id: str, heartbeat: Lease) -> None:
-        if heartbeat.lost.is_set():
-            raise LeaseLost(f"job {job_id} lost its lane lease")
-        if self.services.redis.exists(keys.cancel(job_id)):
-            raise Cancelled("the job was cancelled")
 
     def _write_event(self, job: Job, fence: Fence, sender: str, event: RuntimeEvent) -> None:
         if isinstance(event, ToolCallEvent):
@@ -275,11 +311,12 @@ class TurnRunner:
         exc: ChazError,
         *,
         code: str | None = None,
-    ) -> Entry:
+    ) -> Entry | None:
+        """End the job in ``status`` with an Error entry; the entry if this wrote it."""
         error = exc.to_dict()
         if code:
             error["code"] = code
-        entry = self.services.append(
+        done = self.services.store.append(
             job.session_id,
             EntryType.ERROR,
             agent_sender(agent_id),
@@ -290,12 +327,34 @@ class TurnRunner:
             fence=fence,
             metadata={"code": error["code"], "retryable": error["retryable"]},
             finish=Finish(job.id, status, error=error),
-        ).entry
-        self._clear_cancel(job.id)
-        return entry
+            precheck=False,
+        )
+        return done.entry if done.created else None
 
-    def _clear_cancel(self, job_id: str) -> None:
-        self.services.redis.delete(keys.cancel(job_id))
+
+class _StopCheck:
+    """The runtime's check at each step boundary: lease lost, or cancel requested.
+
+    The first check uses what the turn's start saw (the start's signal to
+    Redis also read the cancel flag), sparing a round trip on every turn.
+    """
+
+    def __init__(
+        self, services: Services, job_id: str, heartbeat: Lease, cancel_requested: bool
+    ) -> None:
+        self._services = services
+        self._job_id = job_id
+        self._heartbeat = heartbeat
+        self._seen: bool | None = cancel_requested
+
+    def __call__(self) -> None:
+        if self._heartbeat.lost.is_set():
+            raise LeaseLost(f"job {self._job_id} lost its lane lease")
+        seen, self._seen = self._seen, None
+        if seen is None:
+            seen = bool(self._services.redis.exists(keys.cancel(self._job_id)))
+        if seen:
+            raise Cancelled("the job was cancelled")
 
 
 def _close_quietly(sink: EventSink) -> None:

@@ -78,3 +78,52 @@ if w[1] then
 end
 return false
 """
+
+#: A turn has started: leave the queue (on its first start), announce its Ack,
+#: and say whether a cancel is already requested, in one round trip.
+#: KEYS: queued counter, cancel flag. ARGV: dequeued (1/0), channel, payload ('' = none).
+TURN_STARTED = """
+if ARGV[1] == '1' then
+  local v = redis.call('GET', KEYS[1])
+  if v and tonumber(v) > 0 then redis.call('DECR', KEYS[1]) end
+end
+if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
+return redis.call('EXISTS', KEYS[2])
+"""
+
+#: A turn has ended: announce its last entry, clear its cancel flag, free its
+#: live slot (handing it to the oldest waiting session), give the lane back,
+#: and say how many jobs still wait in the session: one round trip where
+#: there were five. The release compares the token as ``_RELEASE`` in
+#: chaz.coord.lanes does.
+#: KEYS: lane, live hash, waiting zset, cancel flag, queued counter.
+#: ARGV: token, job id, clear_cancel (1/0), free_slot (1/0), release (1: always, k: keep the
+#: lane if jobs wait in the session), channel, payload, lease ttl_ms (to renew a kept lane).
+#: Returns {lane, session to wake ('' = none), queued ('-1' = unknown)}, where lane is
+#: 1 (released), 0 (kept: still ours) or -1 (not ours any more).
+TURN_ENDED = """
+if ARGV[7] ~= '' then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
+if ARGV[3] == '1' then redis.call('DEL', KEYS[4]) end
+local woken = ''
+if ARGV[4] == '1' then
+  redis.call('HDEL', KEYS[2], ARGV[2])
+  local w = redis.call('ZRANGE', KEYS[3], 0, 0)
+  if w[1] then
+    redis.call('ZREM', KEYS[3], w[1])
+    woken = w[1]
+  end
+end
+local lane = -1
+local queued = redis.call('GET', KEYS[5])
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ' ' then
+  if ARGV[5] == '1' or not queued or tonumber(queued) <= 0 then
+    redis.call('DEL', KEYS[1])
+    lane = 1
+  else
+    redis.call('PEXPIRE', KEYS[1], ARGV[8])
+    lane = 0
+  end
+end
+return {lane, woken, queued or '-1'}
+"""

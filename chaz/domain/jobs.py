@@ -53,6 +53,15 @@ _ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
 }
 
 
+def sources(target: JobStatus) -> frozenset[JobStatus]:
+    """The states a job may be in to move to ``target``.
+
+    The store's compare-and-set updates put these in their WHERE clause, so
+    a transition applied in one statement still obeys :data:`_ALLOWED`.
+    """
+    return frozenset(s for s, allowed in _ALLOWED.items() if target in allowed)
+
+
 def check_transition(current: JobStatus, target: JobStatus) -> None:
     """Raise :class:`IllegalTransition` unless ``current -> target`` is allowed."""
     if target not in _ALLOWED.get(current, frozenset()):

@@ -7,18 +7,32 @@ database write lock), so per session, commit order is seq order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection, Select, and_, delete, func, insert, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Table,
+    Update,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 
 from chaz.domain.agents import AgentSpec, Limits
 from chaz.domain.entries import Entry, EntryType, parse_sender
-from chaz.domain.jobs import ACTIVE, Job, JobStatus, check_transition
+from chaz.domain.jobs import ACTIVE, Job, JobStatus, check_transition, sources
 from chaz.domain.processing import admits_turn
 from chaz.domain.sessions import Session
 from chaz.errors import (
@@ -35,6 +49,109 @@ from chaz.store.db import make_engine
 from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
 
 _ACTIVE = [s.value for s in ACTIVE]
+
+# -- the hot path's statements, built once ------------------------------------
+#
+# Every turn and every admission runs these. Building a statement costs more
+# than executing it on SQLite (coercions and cache keys were a third of a
+# round trip's CPU); a module-level statement with bind parameters is built
+# once and its compiled form is cached by the engine.
+
+_SESSIONS = cast(Table, SessionRow.__table__)
+_ENTRIES = cast(Table, EntryRow.__table__)
+_JOBS = cast(Table, JobRow.__table__)
+_AGENTS = cast(Table, AgentRow.__table__)
+
+#: Larger than any seq: "no upper bound" for the context read.
+_NO_SEQ_LIMIT = 2**31 - 1
+_CONTEXT_TYPES = [t.value for t in (EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY)]
+
+_HEAD = (
+    select(_JOBS)
+    .where(_JOBS.c.session_id == bindparam("sid"), _JOBS.c.status.in_(_ACTIVE))
+    .order_by(_JOBS.c.ordinal)
+    .limit(1)
+)
+_SESSION_BY_ID = select(_SESSIONS).where(_SESSIONS.c.id == bindparam("ref"))
+_SESSION_BY_NAME = select(_SESSIONS).where(_SESSIONS.c.name == bindparam("ref"))
+_AGENT_SPEC = select(_AGENTS.c.spec).where(_AGENTS.c.id == bindparam("aid"))
+_ENTRY_BY_ID = select(_ENTRIES).where(_ENTRIES.c.id == bindparam("eid"))
+# A turn's context: Message, Directive and Summary entries up to its trigger,
+# from the latest Summary on, newest first (the caller keeps the last N).
+_CONTEXT = (
+    select(_ENTRIES)
+    .where(
+        _ENTRIES.c.session_id == bindparam("sid"),
+        _ENTRIES.c.type.in_(_CONTEXT_TYPES),
+        _ENTRIES.c.seq <= bindparam("until"),
+        _ENTRIES.c.seq
+        >= func.coalesce(
+            select(func.max(_ENTRIES.c.seq))
+            .where(
+                _ENTRIES.c.session_id == bindparam("sid"),
+                _ENTRIES.c.type == EntryType.SUMMARY.value,
+                _ENTRIES.c.seq <= bindparam("until"),
+            )
+            .scalar_subquery(),
+            0,
+        ),
+    )
+    .order_by(_ENTRIES.c.seq.desc())
+    .limit(bindparam("lim"))
+)
+_BUMP = (
+    update(_SESSIONS)
+    .where(_SESSIONS.c.id == bindparam("sid"))
+    .values(last_seq=_SESSIONS.c.last_seq + 1)
+    .returning(*_SESSIONS.c)
+)
+_BUMP_ADMIT = (
+    update(_SESSIONS)
+    .where(_SESSIONS.c.id == bindparam("sid"))
+    .values(last_seq=_SESSIONS.c.last_seq + 1, last_ordinal=_SESSIONS.c.last_ordinal + 1)
+    .returning(*_SESSIONS.c)
+)
+_INSERT_ENTRY = insert(_ENTRIES)
+_INSERT_JOB = insert(_JOBS)
+_LOCK_JOB = select(_JOBS).where(_JOBS.c.id == bindparam("jid")).with_for_update()
+_FENCE = select(_JOBS.c.lease_token).where(_JOBS.c.id == bindparam("jid")).with_for_update()
+# A turn's start, as a compare-and-set on the version the caller read.
+_START = (
+    update(_JOBS)
+    .where(_JOBS.c.id == bindparam("jid"), _JOBS.c.version == bindparam("seen_version"))
+    .values(
+        status=bindparam("v_status"),
+        version=bindparam("v_version"),
+        attempts=bindparam("v_attempts"),
+        lease_token=bindparam("v_lease_token"),
+        started_at=bindparam("v_started_at"),
+    )
+)
+
+
+def _fenced_finish_stmt(target: JobStatus) -> Update:
+    # The fence (the turn's token) and the transition gate (the states that
+    # may move to ``target``) in one WHERE: no read before the write.
+    return (
+        update(_JOBS)
+        .where(
+            _JOBS.c.id == bindparam("jid"),
+            _JOBS.c.lease_token == bindparam("token"),
+            _JOBS.c.status.in_(sorted(s.value for s in sources(target))),
+        )
+        .values(
+            status=target.value,
+            version=_JOBS.c.version + 1,
+            result=bindparam("v_result"),
+            error=bindparam("v_error"),
+            finished_at=bindparam("v_finished_at"),
+            lease_token=None,
+        )
+        .returning(*_JOBS.c)
+    )
+
+
+_FENCED_FINISH = {s: _fenced_finish_stmt(s) for s in JobStatus if s.terminal}
 
 
 @dataclass(frozen=True)
@@ -68,6 +185,34 @@ class Finish:
 
 
 @dataclass(frozen=True)
+class TurnSetup:
+    """Everything a turn needs before it starts, read in one transaction."""
+
+    job: Job
+    session: Session
+    agent: AgentSpec
+    history: list[Entry]
+    trigger: Entry | None
+
+
+@dataclass(frozen=True)
+class Admitting:
+    """What an admission's quota check sees, inside the admission's transaction."""
+
+    session: Session
+    agent: AgentSpec
+    #: ``(queued, total)`` jobs of the session, counted in the same transaction
+    #: (to rebuild missing counters without a second connection: the session
+    #: row is locked, and other admitters may hold every pooled connection).
+    job_counts: Callable[[], tuple[int, int]]
+
+
+#: Called inside an admission's transaction once the session row is locked;
+#: raising rolls the admission back (a refused quota leaves nothing behind).
+OnAdmit = Callable[[Admitting], None]
+
+
+@dataclass(frozen=True)
 class Fence:
     """A turn's claim on its session: writes are refused once the token changes."""
 
@@ -81,6 +226,11 @@ class Store:
     def __init__(self, url: str) -> None:
         self.url = url
         self.engine = make_engine(url)
+        # Parsed agent specs by id, with the stored JSON they came from: every
+        # turn and admission needs its agent, and validating the spec again
+        # each time cost more than reading it.
+        self._agents: dict[str, tuple[Any, AgentSpec]] = {}
+        self._agents_lock = threading.Lock()
 
     def close(self) -> None:
         """Release pooled connections."""
@@ -195,22 +345,49 @@ class Store:
         """A session (by id or name) and its agent, in one read."""
         with self._read() as conn:
             row = _session_row(conn, ref)
-            spec = conn.scalar(select(AgentRow.spec).where(AgentRow.id == row["agent_id"]))
-        if spec is None:
-            raise AgentNotFound(f"no agent {row['agent_id']!r}", agent_id=row["agent_id"])
-        return _session(row), AgentSpec.model_validate(spec)
+            return _session(row), self._agent(conn, row["agent_id"])
 
-    def head_with_owner(self, session_id: str) -> tuple[Job, Session, AgentSpec] | None:
-        """The session's head job with its session and agent, in one read (a turn's setup)."""
+    def turn_setup(self, session_id: str, max_context: int) -> TurnSetup | None:
+        """The session's head job, its session and agent, and the job's context.
+
+        One read transaction: a turn's setup was four. Context is Message,
+        Directive and Summary entries up to the trigger, starting at the
+        latest Summary, and at most the last ``max_context`` of them: a long
+        session must not make every turn read its whole history.
+        """
         with self._read() as conn:
-            job = conn.execute(_head_stmt(session_id)).mappings().first()
-            if job is None:
+            head = conn.execute(_HEAD, {"sid": session_id}).mappings().first()
+            if head is None:
                 return None
+            job = _job(head)
             row = _session_row(conn, session_id)
-            spec = conn.scalar(select(AgentRow.spec).where(AgentRow.id == row["agent_id"]))
-        if spec is None:
-            raise AgentNotFound(f"no agent {row['agent_id']!r}", agent_id=row["agent_id"])
-        return _job(job), _session(row), AgentSpec.model_validate(spec)
+            agent = self._agent(conn, row["agent_id"])
+            trigger: Entry | None = None
+            until = _NO_SEQ_LIMIT
+            if job.trigger_entry_id is not None:
+                found = conn.execute(_ENTRY_BY_ID, {"eid": job.trigger_entry_id}).mappings()
+                trigger_row = found.first()
+                if trigger_row is not None:
+                    trigger = _entry(trigger_row)
+                    until = trigger.seq
+            rows = conn.execute(
+                _CONTEXT, {"sid": session_id, "until": until, "lim": max_context}
+            ).mappings()
+            history = [_entry(r) for r in rows]
+        history.reverse()
+        return TurnSetup(job, _session(row), agent, history, trigger)
+
+    def _agent(self, conn: Connection, agent_id: str) -> AgentSpec:
+        data = conn.scalar(_AGENT_SPEC, {"aid": agent_id})
+        if data is None:
+            raise AgentNotFound(f"no agent {agent_id!r}", agent_id=agent_id)
+        cached = self._agents.get(agent_id)
+        if cached is not None and cached[0] == data:
+            return cached[1]
+        spec = AgentSpec.model_validate(data)
+        with self._agents_lock:
+            self._agents[agent_id] = (data, spec)
+        return spec
 
     def list_sessions(self, *, agent_id: str | None = None, limit: int = 50) -> list[Session]:
         """Sessions, newest first."""
@@ -238,6 +415,7 @@ class Store:
         finish: Finish | None = None,
         precheck: bool = True,
         durable: bool = True,
+        on_admit: OnAdmit | None = None,
     ) -> Appended:
         """Append one entry, and admit (or finish) its job in the same transaction.
 
@@ -248,6 +426,8 @@ class Store:
         job's terminal state commit together: whoever sees a turn's final entry
         sees its job finished. ``precheck=False`` skips the read for an earlier
         append with the same key (the caller already looked, or expects none).
+        ``on_admit`` runs inside the transaction once the session is locked,
+        with the session and its agent (admission checks its quota there).
         """
         parse_sender(sender)
         if idempotency_key is not None and precheck:
@@ -256,7 +436,10 @@ class Store:
                 return found
         try:
             with self._write(durable=durable or admit is not False or finish is not None) as conn:
-                if fence is not None:
+                if finish is not None and fence is not None:
+                    # Ends the job first: that write is also the fence check.
+                    _fenced_finish(conn, fence, finish)
+                elif fence is not None:
                     _check_fence(conn, fence)
                 if admit is None:
                     admit = self._admits(conn, type, sender)
@@ -271,8 +454,15 @@ class Store:
                     job_id=job_id,
                     admit=admit,
                     job_fields=job_fields,
+                    on_admit=(
+                        lambda s: on_admit(
+                            Admitting(s, self._agent(conn, s.agent_id), lambda: _counts(conn, s.id))
+                        )
+                    )
+                    if on_admit is not None and admit
+                    else None,
                 )
-                if finish is not None:
+                if finish is not None and fence is None:
                     _finish(conn, finish)
         except IntegrityError:
             if idempotency_key is None:
@@ -349,47 +539,6 @@ class Store:
         with self._read() as conn:
             return [_entry(r) for r in conn.execute(stmt).mappings()]
 
-    def turn_context(
-        self, session_id: str, trigger_entry_id: str | None, limit: int
-    ) -> tuple[list[Entry], Entry | None]:
-        """A turn's context entries and its trigger, in one read.
-
-        Context is Message, Directive and Summary entries up to the trigger,
-        starting at the latest Summary, and at most the last ``limit`` of them:
-        a long session must not make every turn read its whole history.
-        """
-        context_types = [
-            t.value for t in (EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY)
-        ]
-        with self._read() as conn:
-            until: int | None = None
-            trigger: Entry | None = None
-            if trigger_entry_id is not None:
-                row = (
-                    conn.execute(select(EntryRow).where(EntryRow.id == trigger_entry_id))
-                    .mappings()
-                    .first()
-                )
-                if row is not None:
-                    trigger = _entry(row)
-                    until = trigger.seq
-            stmt = select(EntryRow).where(
-                EntryRow.session_id == session_id, EntryRow.type.in_(context_types)
-            )
-            if until is not None:
-                stmt = stmt.where(EntryRow.seq <= until)
-            summaries = select(func.max(EntryRow.seq)).where(
-                EntryRow.session_id == session_id, EntryRow.type == EntryType.SUMMARY.value
-            )
-            if until is not None:
-                summaries = summaries.where(EntryRow.seq <= until)
-            boundary = summaries.scalar_subquery()
-            stmt = stmt.where(EntryRow.seq >= func.coalesce(boundary, 0))
-            rows = conn.execute(stmt.order_by(EntryRow.seq.desc()).limit(limit)).mappings()
-            history = [_entry(r) for r in rows]
-        history.reverse()
-        return history, trigger
-
     def last_entry(self, session_id: str, types: Iterable[EntryType]) -> Entry | None:
         """The newest entry of the given types, if any."""
         stmt = (
@@ -443,7 +592,7 @@ class Store:
     def head_job(self, session_id: str) -> Job | None:
         """The session's oldest job that is not finished: the one whose turn is next."""
         with self._read() as conn:
-            row = conn.execute(_head_stmt(session_id)).mappings().first()
+            row = conn.execute(_HEAD, {"sid": session_id}).mappings().first()
         return _job(row) if row else None
 
     def list_jobs(
@@ -484,13 +633,10 @@ class Store:
         with self._read() as conn:
             return int(conn.scalar(stmt) or 0)
 
-    def count_jobs(self, session_id: str, statuses: Iterable[JobStatus] | None = None) -> int:
-        """How many jobs a session has (in the given states)."""
-        stmt = select(func.count()).select_from(JobRow).where(JobRow.session_id == session_id)
-        if statuses is not None:
-            stmt = stmt.where(JobRow.status.in_([s.value for s in statuses]))
+    def job_counts(self, session_id: str) -> tuple[int, int]:
+        """``(queued, total)``: the session's waiting jobs and all it ever admitted."""
         with self._read() as conn:
-            return int(conn.scalar(stmt) or 0)
+            return _counts(conn, session_id)
 
     def begin_turn(self, job_id: str, token: str) -> Job:
         """Claim a job for a turn under ``token``: queued becomes running; a running
@@ -504,30 +650,29 @@ class Store:
         *,
         ack_sender: str | None = None,
         ack_metadata: dict[str, Any] | None = None,
+        seen: Job | None = None,
     ) -> tuple[Job, Entry | None]:
         """:meth:`begin_turn`, and on the job's first start its Ack, in one transaction.
 
         A resumed turn writes no second Ack: the first start committed its Ack
-        together with the start.
+        together with the start. ``seen`` is the job as the caller read it:
+        the start is then one compare-and-set on its version instead of a
+        locking read and a write (a changed job falls back to the latter).
         """
         # Not durable: if a database crash loses this, the job is still queued
         # (or held by the old token) and the reconciler runs it again.
         with self._write(durable=False) as conn:
-            row = _lock_job(conn, job_id)
-            status = JobStatus(row["status"])
-            values: dict[str, Any] = {
-                "lease_token": token,
-                "attempts": row["attempts"] + 1,
-                "version": row["version"] + 1,
-            }
-            if status is JobStatus.QUEUED:
-                check_transition(status, JobStatus.RUNNING)
-                values |= {"status": JobStatus.RUNNING.value, "started_at": utcnow()}
-            elif status not in (JobStatus.RUNNING, JobStatus.STOPPING):
-                check_transition(status, JobStatus.RUNNING)
-            conn.execute(update(JobRow).where(JobRow.id == job_id).values(**values))
+            row = _started(conn, seen, token) if seen is not None else None
+            if row is None:
+                row = _lock_job(conn, job_id)
+                values = _start_values(JobStatus(row["status"]), row, token)
+                conn.execute(
+                    _START,
+                    {"jid": job_id, "seen_version": row["version"], **_start_params(values)},
+                )
+                row |= values
             ack: Entry | None = None
-            if ack_sender is not None and row["attempts"] == 0:
+            if ack_sender is not None and row["attempts"] == 1:
                 entry_values, _ = _insert_entry(
                     conn,
                     row["session_id"],
@@ -541,7 +686,7 @@ class Store:
                     job_fields=None,
                 )
                 ack = _entry(entry_values)
-            return _job({**row, **values}), ack
+            return _job(row), ack
 
     def save_checkpoint(self, fence: Fence, checkpoint: dict[str, Any]) -> None:
         """Record the turn's progress; refused (LeaseLost) if another worker took over."""
@@ -642,30 +787,81 @@ class Store:
         return outcome
 
 
-def _head_stmt(session_id: str) -> Select[Any]:
-    return (
-        select(JobRow)
-        .where(JobRow.session_id == session_id, JobRow.status.in_(_ACTIVE))
-        .order_by(JobRow.ordinal)
-        .limit(1)
-    )
+def _start_values(status: JobStatus, row: dict[str, Any], token: str) -> dict[str, Any]:
+    """The columns a turn's start sets: queued becomes running; a running (or
+    stopping) job whose worker died is taken over as it is, for a resume."""
+    values: dict[str, Any] = {
+        "status": row["status"],
+        "started_at": row["started_at"],
+        "lease_token": token,
+        "attempts": row["attempts"] + 1,
+        "version": row["version"] + 1,
+    }
+    if status is JobStatus.QUEUED:
+        check_transition(status, JobStatus.RUNNING)
+        values |= {"status": JobStatus.RUNNING.value, "started_at": utcnow()}
+    elif status not in (JobStatus.RUNNING, JobStatus.STOPPING):
+        check_transition(status, JobStatus.RUNNING)
+    return values
+
+
+def _start_params(values: dict[str, Any]) -> dict[str, Any]:
+    return {f"v_{k}": v for k, v in values.items()}
+
+
+def _started(conn: Connection, seen: Job, token: str) -> dict[str, Any] | None:
+    """Start the job as ``seen``, if it has not changed since; None if it has."""
+    row = seen.model_dump()
+    row["status"] = seen.status.value
+    values = _start_values(seen.status, row, token)
+    done = conn.execute(
+        _START, {"jid": seen.id, "seen_version": seen.version, **_start_params(values)}
+    ).rowcount
+    return row | values if done else None
+
+
+def _counts(conn: Connection, session_id: str) -> tuple[int, int]:
+    queued = func.sum(case((_JOBS.c.status == JobStatus.QUEUED.value, 1), else_=0))
+    row = conn.execute(select(queued, func.count()).where(_JOBS.c.session_id == session_id)).one()
+    return int(row[0] or 0), int(row[1])
 
 
 def _session_row(conn: Connection, ref: str) -> Any:
-    row = conn.execute(select(SessionRow).where(SessionRow.id == ref)).mappings().first()
+    row = conn.execute(_SESSION_BY_ID, {"ref": ref}).mappings().first()
     if row is None:
-        row = conn.execute(select(SessionRow).where(SessionRow.name == ref)).mappings().first()
+        row = conn.execute(_SESSION_BY_NAME, {"ref": ref}).mappings().first()
     if row is None:
         raise SessionNotFound(f"no session {ref!r}", session=ref)
     return row
 
 
 def _check_fence(conn: Connection, fence: Fence) -> None:
-    token = conn.scalar(
-        select(JobRow.lease_token).where(JobRow.id == fence.job_id).with_for_update()
-    )
+    token = conn.scalar(_FENCE, {"jid": fence.job_id})
     if token != fence.token:
         raise LeaseLost(f"job {fence.job_id} is no longer held by this worker", job_id=fence.job_id)
+
+
+def _fenced_finish(conn: Connection, fence: Fence, finish: Finish) -> Job:
+    """End a job held under ``fence``: one compare-and-set when all is as expected."""
+    row = (
+        conn.execute(
+            _FENCED_FINISH[finish.status],
+            {
+                "jid": finish.job_id,
+                "token": fence.token,
+                "v_result": finish.result,
+                "v_error": finish.error,
+                "v_finished_at": utcnow(),
+            },
+        )
+        .mappings()
+        .first()
+    )
+    if row is not None:
+        return _job(row)
+    # Not applied: say why (the fence first), as the locking path would.
+    _check_fence(conn, fence)
+    return _finish(conn, finish)
 
 
 def _insert_entry(
@@ -680,40 +876,39 @@ def _insert_entry(
     job_id: str | None,
     admit: bool,
     job_fields: JobFields | None,
+    on_admit: Callable[[Session], None] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Insert one entry (and the job it admits) inside an open write transaction."""
-    bump: dict[str, Any] = {"last_seq": SessionRow.last_seq + 1}
-    if admit:
-        bump["last_ordinal"] = SessionRow.last_ordinal + 1
-    row = conn.execute(
-        update(SessionRow)
-        .where(SessionRow.id == session_id)
-        .values(**bump)
-        .returning(SessionRow.last_seq, SessionRow.last_ordinal, SessionRow.tree_id)
-    ).first()
+    row = conn.execute(_BUMP_ADMIT if admit else _BUMP, {"sid": session_id}).mappings().first()
     if row is None:
         raise SessionNotFound(f"no session {session_id!r}", session=session_id)
+    if on_admit is not None:
+        # The session row is locked by the bump: its limits cannot change
+        # under the check, and a refusal rolls the bump back.
+        on_admit(_session(row))
     now = utcnow()
     entry_id = new_id()
     job_row: dict[str, Any] | None = None
     if admit:
-        job_row = _new_job(session_id, row.tree_id, row.last_ordinal, entry_id, job_fields, now)
+        job_row = _new_job(
+            session_id, row["tree_id"], row["last_ordinal"], entry_id, job_fields, now
+        )
         job_id = job_row["id"]
     entry_values = {
         "id": entry_id,
         "session_id": session_id,
-        "seq": row.last_seq,
+        "seq": row["last_seq"],
         "type": type.value,
         "sender": sender,
         "content": content,
-        "meta": metadata or {},
+        "metadata": metadata or {},
         "job_id": job_id,
         "idempotency_key": idempotency_key,
         "created_at": now,
     }
-    conn.execute(insert(EntryRow).values(**entry_values))
+    conn.execute(_INSERT_ENTRY, entry_values)
     if job_row is not None:
-        conn.execute(insert(JobRow).values(**job_row))
+        conn.execute(_INSERT_JOB, job_row)
     return entry_values, job_row
 
 
@@ -733,9 +928,7 @@ def _finish(conn: Connection, finish: Finish) -> Job:
 
 
 def _lock_job(conn: Connection, job_id: str) -> dict[str, Any]:
-    row = (
-        conn.execute(select(JobRow).where(JobRow.id == job_id).with_for_update()).mappings().first()
-    )
+    row = conn.execute(_LOCK_JOB, {"jid": job_id}).mappings().first()
     if row is None:
         raise JobNotFound(f"no job {job_id!r}", job_id=job_id)
     return dict(row)
@@ -787,8 +980,7 @@ def _entry(row: Any) -> Entry:
         type=EntryType(row["type"]),
         sender=row["sender"],
         content=row["content"],
-        # Selected rows carry the column name; freshly inserted values the attribute.
-        metadata=(row["metadata"] if "metadata" in row else row["meta"]) or {},
+        metadata=row["metadata"] or {},
         job_id=row["job_id"],
         idempotency_key=row["idempotency_key"],
         created_at=as_utc(row["created_at"]),

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 import chaz
+from chaz import turns
 from chaz.domain.entries import EntryType
 from chaz.services import Services
 from chaz.turns import TurnRunner
@@ -69,7 +72,9 @@ class RecordingDispatcher:
         pass
 
 
-def test_a_job_admitted_while_the_lane_is_released_still_runs(stack: Stack) -> None:
+def test_a_job_admitted_while_the_lane_is_released_still_runs(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     svc = Services(stack.settings)
     stack.client.agents.put(chaz.AgentSpec(id="echo", script=[{"steps": [{"echo": True}]}]))
     recorder = RecordingDispatcher()
@@ -77,34 +82,45 @@ def test_a_job_admitted_while_the_lane_is_released_still_runs(stack: Stack) -> N
     runner = TurnRunner(svc)
     s = svc.store.create_session("echo")
 
-    # Order 1: B is admitted while A's turn holds the lane. B's own wake-up
-    # finds the lane busy; A's release must wake B.
-    a = svc.append(s.id, EntryType.MESSAGE, "user:u", "a").job
-    assert a is not None
-    token = svc.lanes.acquire(s.id, a.id, 30)
-    assert token is not None
-    b = svc.append(s.id, EntryType.MESSAGE, "user:u", "b").job
-    assert b is not None
-    assert runner.wake(s.id, b.id).status == "busy"
-    svc.lanes.release(s.id, token)
-    recorder.wakes.clear()
-    assert runner.wake(s.id, a.id).job_id == a.id
-    assert recorder.wakes == [(s.id, b.id)], "releasing the lane must wake the next job"
-    assert runner.wake(s.id, b.id).job_id == b.id
+    def admit_behind_a_held_lane(text: str) -> tuple[str, str]:
+        first = svc.append(s.id, EntryType.MESSAGE, "user:u", text).job
+        assert first is not None
+        token = svc.lanes.acquire(s.id, first.id, 30)
+        assert token is not None
+        second = svc.append(s.id, EntryType.MESSAGE, "user:u", text + "2").job
+        assert second is not None
+        assert runner.wake(s.id, second.id).status == "busy"
+        svc.lanes.release(s.id, token)
+        recorder.wakes.clear()
+        return first.id, second.id
 
-    # Order 2: the releaser looked for work before C committed; C's own
+    # Order 1: B is admitted while A's turn holds the lane, and B's own
+    # wake-up finds the lane busy. The worker that runs A keeps the lane
+    # and runs B under the same lease...
+    a, b = admit_behind_a_held_lane("a")
+    outcome = runner.wake(s.id, a)
+    assert (outcome.status, outcome.job_id, outcome.turns) == ("ran", b, 2)
+    assert recorder.wakes == []
+    # ... or, its budget spent, releases the lane and wakes B.
+    monkeypatch.setattr(turns, "KEEP_LANE_TURNS", 1)
+    c, d = admit_behind_a_held_lane("c")
+    assert runner.wake(s.id, c).job_id == c
+    assert recorder.wakes == [(s.id, d)], "releasing the lane must wake the next job"
+    assert runner.wake(s.id, d).job_id == d
+
+    # Order 2: the releaser looked for work before E committed; E's own
     # wake-up then finds the lane free and runs it.
     recorder.wakes.clear()
-    c = svc.append(s.id, EntryType.MESSAGE, "user:u", "c").job
-    assert c is not None
-    assert recorder.wakes == [(s.id, c.id)]
-    assert runner.wake(s.id, c.id).job_id == c.id
+    e = svc.append(s.id, EntryType.MESSAGE, "user:u", "e").job
+    assert e is not None
+    assert recorder.wakes == [(s.id, e.id)]
+    assert runner.wake(s.id, e.id).job_id == e.id
     replies = [
         x.content
         for x in svc.store.entries(s.id)
         if x.type is EntryType.MESSAGE and x.sender == "agent:echo"
     ]
-    assert replies == ["a", "b", "c"]
+    assert replies == ["a", "a2", "c", "c2", "e"]
     svc.close()
 
 

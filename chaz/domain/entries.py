@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -65,3 +65,17 @@ class Entry(BaseModel):
     job_id: str | None = Field(None, description="The turn that wrote it, or that it admitted.")
     idempotency_key: str | None = None
     created_at: datetime
+
+
+class Said(NamedTuple):
+    """What a turn's context needs of an entry: who said what, and where.
+
+    Reading the full :class:`Entry` (metadata JSON, timestamps) for every
+    context entry of every turn cost more than the rest of the turn's setup.
+    """
+
+    id: str
+    seq: int
+    type: EntryType
+    sender: str
+    content: str

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from chaz.domain.entries import Entry, EntryType, agent_sender
+from chaz.domain.entries import Entry, EntryType, Said, agent_sender
 from chaz.runtime.backends.base import ChatMessage
 
 
-def build_context(system_prompt: str, entries: Sequence[Entry], agent_id: str) -> list[ChatMessage]:
+def build_context(
+    system_prompt: str, entries: Sequence[Entry | Said], agent_id: str
+) -> list[ChatMessage]:
     """The chat messages for a turn, given the session's entries up to its trigger."""
     start = 0
     for i, entry in enumerate(entries):
@@ -39,6 +41,6 @@ def build_context(system_prompt: str, entries: Sequence[Entry], agent_id: str) -
     return messages
 
 
-def _name(entry: Entry) -> str:
+def _name(entry: Entry | Said) -> str:
     # OpenAI's `name` allows [A-Za-z0-9_-]; it tells the model who spoke in a room.
     return "".join(c if c.isalnum() or c in "_-" else "_" for c in entry.sender)[:64]

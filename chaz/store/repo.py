@@ -31,7 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 
 from chaz.domain.agents import AgentSpec, Limits
-from chaz.domain.entries import Entry, EntryType, parse_sender
+from chaz.domain.entries import Entry, EntryType, Said, parse_sender
 from chaz.domain.jobs import ACTIVE, Job, JobStatus, check_transition, sources
 from chaz.domain.processing import admits_turn
 from chaz.domain.sessions import Session
@@ -45,7 +45,7 @@ from chaz.errors import (
     VersionConflict,
 )
 from chaz.ids import as_utc, new_id, utcnow
-from chaz.store.db import make_engine
+from chaz.store.db import WriterQueue, make_engine, writer_queue
 from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
 
 _ACTIVE = [s.value for s in ACTIVE]
@@ -75,22 +75,44 @@ _HEAD = (
 _SESSION_BY_ID = select(_SESSIONS).where(_SESSIONS.c.id == bindparam("ref"))
 _SESSION_BY_NAME = select(_SESSIONS).where(_SESSIONS.c.name == bindparam("ref"))
 _AGENT_SPEC = select(_AGENTS.c.spec).where(_AGENTS.c.id == bindparam("aid"))
-_ENTRY_BY_ID = select(_ENTRIES).where(_ENTRIES.c.id == bindparam("eid"))
-# A turn's context: Message, Directive and Summary entries up to its trigger,
-# from the latest Summary on, newest first (the caller keeps the last N).
+_SESSION_AND_AGENT = (
+    select(_SESSIONS, _AGENTS.c.spec.label("agent_spec"))
+    .join(_AGENTS, _AGENTS.c.id == _SESSIONS.c.agent_id)
+    .where(_SESSIONS.c.id == bindparam("sid"))
+)
+_SAID_COLUMNS = (
+    _ENTRIES.c.id,
+    _ENTRIES.c.seq,
+    _ENTRIES.c.type,
+    _ENTRIES.c.sender,
+    _ENTRIES.c.content,
+)
+_SAID_BY_ID = select(*_SAID_COLUMNS).where(_ENTRIES.c.id == bindparam("tid"))
+
+
+def _until_trigger() -> Any:
+    # The trigger's seq, or no bound when the job has no trigger entry.
+    trigger_seq = select(_ENTRIES.c.seq).where(_ENTRIES.c.id == bindparam("tid")).scalar_subquery()
+    return func.coalesce(trigger_seq, _NO_SEQ_LIMIT)
+
+
+# A turn's context: Message, Directive and Summary entries up to its trigger
+# (which is one of them, so it comes back too), from the latest Summary on,
+# newest first (the caller keeps the last N), and only the columns a context
+# needs.
 _CONTEXT = (
-    select(_ENTRIES)
+    select(*_SAID_COLUMNS)
     .where(
         _ENTRIES.c.session_id == bindparam("sid"),
         _ENTRIES.c.type.in_(_CONTEXT_TYPES),
-        _ENTRIES.c.seq <= bindparam("until"),
+        _ENTRIES.c.seq <= _until_trigger(),
         _ENTRIES.c.seq
         >= func.coalesce(
             select(func.max(_ENTRIES.c.seq))
             .where(
                 _ENTRIES.c.session_id == bindparam("sid"),
                 _ENTRIES.c.type == EntryType.SUMMARY.value,
-                _ENTRIES.c.seq <= bindparam("until"),
+                _ENTRIES.c.seq <= _until_trigger(),
             )
             .scalar_subquery(),
             0,
@@ -191,8 +213,8 @@ class TurnSetup:
     job: Job
     session: Session
     agent: AgentSpec
-    history: list[Entry]
-    trigger: Entry | None
+    history: list[Said]
+    trigger: Said | None
 
 
 @dataclass(frozen=True)
@@ -226,6 +248,7 @@ class Store:
     def __init__(self, url: str) -> None:
         self.url = url
         self.engine = make_engine(url)
+        self._writers = writer_queue(self.engine)
         # Parsed agent specs by id, with the stored JSON they came from: every
         # turn and admission needs its agent, and validating the spec again
         # each time cost more than reading it.
@@ -235,6 +258,8 @@ class Store:
     def close(self) -> None:
         """Release pooled connections."""
         self.engine.dispose()
+        if isinstance(self._writers, WriterQueue):
+            self._writers.close()
 
     @contextmanager
     def _write(self, durable: bool = True) -> Iterator[Connection]:
@@ -247,7 +272,11 @@ class Store:
         so ordering is kept. Admissions, checkpoints and a turn's final entry
         stay durable.
         """
-        with self.engine.connect().execution_options(chaz_write=True) as conn, conn.begin():
+        with (
+            self._writers,
+            self.engine.connect().execution_options(chaz_write=True) as conn,
+            conn.begin(),
+        ):
             if not durable and conn.dialect.name == "postgresql":
                 conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
             yield conn
@@ -360,20 +389,17 @@ class Store:
             if head is None:
                 return None
             job = _job(head)
-            row = _session_row(conn, session_id)
-            agent = self._agent(conn, row["agent_id"])
-            trigger: Entry | None = None
-            until = _NO_SEQ_LIMIT
-            if job.trigger_entry_id is not None:
-                found = conn.execute(_ENTRY_BY_ID, {"eid": job.trigger_entry_id}).mappings()
-                trigger_row = found.first()
-                if trigger_row is not None:
-                    trigger = _entry(trigger_row)
-                    until = trigger.seq
-            rows = conn.execute(
-                _CONTEXT, {"sid": session_id, "until": until, "lim": max_context}
-            ).mappings()
-            history = [_entry(r) for r in rows]
+            row = conn.execute(_SESSION_AND_AGENT, {"sid": session_id}).mappings().one()
+            agent = self._parsed_agent(row["agent_id"], row["agent_spec"])
+            tid = job.trigger_entry_id
+            rows = conn.execute(_CONTEXT, {"sid": session_id, "tid": tid, "lim": max_context})
+            history = [Said(r[0], r[1], EntryType(r[2]), r[3], r[4]) for r in rows]
+            trigger = history[0] if history and history[0].id == tid else None
+            if trigger is None and tid is not None:
+                # A trigger that is not context (or is gone): read it alone.
+                found = conn.execute(_SAID_BY_ID, {"tid": tid}).first()
+                if found is not None:
+                    trigger = Said(found[0], found[1], EntryType(found[2]), found[3], found[4])
         history.reverse()
         return TurnSetup(job, _session(row), agent, history, trigger)
 
@@ -381,6 +407,9 @@ class Store:
         data = conn.scalar(_AGENT_SPEC, {"aid": agent_id})
         if data is None:
             raise AgentNotFound(f"no agent {agent_id!r}", agent_id=agent_id)
+        return self._parsed_agent(agent_id, data)
+
+    def _parsed_agent(self, agent_id: str, data: Any) -> AgentSpec:
         cached = self._agents.get(agent_id)
         if cached is not None and cached[0] == data:
             return cached[1]

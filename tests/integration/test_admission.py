@@ -214,3 +214,49 @@ def test_concurrent_retries_of_one_key_all_get_the_first_entry(client: chaz.Clie
     # ...but every retry should be answered with the one admitted entry.
     assert all(isinstance(r, chaz.Entry) for r in results), [type(r).__name__ for r in results]
     assert len({r.id for r in results if isinstance(r, chaz.Entry)}) == 1
+
+
+def _ended(
+    client: chaz.Client, job: chaz.Job, token: str, keep: bool
+) -> tuple[bool, int | None, str | None]:
+    end = client.services.admission.turn_ended(
+        job, token, None, finished=True, free_slot=True, keep_if_queued=keep
+    )
+    return end.kept, end.queued, client.services.redis.get(keys.lane(job.session_id))
+
+
+def test_a_turns_end_keeps_the_lane_only_when_jobs_wait_and_it_is_ours(
+    client: chaz.Client,
+) -> None:
+    svc = client.services
+    sid = client.sessions.create("bot").id
+    first = client.jobs.get(client.sessions.post(sid, "one").job_id or "")
+    token = svc.lanes.acquire(sid, first.id, 30)
+    assert token is not None
+    svc.redis.pexpire(keys.lane(sid), 500)  # nearly spent: a kept lane is renewed
+    svc.store.start_turn(first.id, token)
+    svc.admission.turn_started(first, None, dequeued=True)
+
+    # Nothing waits: released even when the caller would keep it.
+    assert _ended(client, first, token, keep=True) == (False, 0, None)
+
+    token = svc.lanes.acquire(sid, first.id, 30)
+    assert token is not None
+    svc.redis.pexpire(keys.lane(sid), 500)
+    client.sessions.post(sid, "two")  # one job waits now
+    kept, queued, holder = _ended(client, first, token, keep=True)
+    assert (kept, queued) == (True, 1)
+    assert holder is not None and holder.startswith(token)
+    assert svc.redis.pttl(keys.lane(sid)) > 1000  # renewed to the full lease
+    # A caller that may not keep it (its budget is spent) releases it.
+    assert _ended(client, first, token, keep=False) == (False, 1, None)
+
+    # Not ours any more (taken over after an expiry): left alone, never kept.
+    other = svc.lanes.acquire(sid, first.id, 30)
+    assert other is not None
+    kept, _, holder = _ended(client, first, token, keep=True)
+    assert not kept and holder is not None and holder.startswith(other)
+
+    # A flushed counter reads as unknown, and the lane is released.
+    svc.redis.delete(keys.queued(sid))
+    assert _ended(client, first, other, keep=True) == (False, None, None)

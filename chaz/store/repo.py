@@ -45,7 +45,7 @@ from chaz.errors import (
     VersionConflict,
 )
 from chaz.ids import as_utc, new_id, utcnow
-from chaz.store.db import WriterQueue, make_engine, writer_queue
+from chaz.store.db import make_engine
 from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
 
 _ACTIVE = [s.value for s in ACTIVE]
@@ -248,7 +248,6 @@ class Store:
     def __init__(self, url: str) -> None:
         self.url = url
         self.engine = make_engine(url)
-        self._writers = writer_queue(self.engine)
         # Parsed agent specs by id, with the stored JSON they came from: every
         # turn and admission needs its agent, and validating the spec again
         # each time cost more than reading it.
@@ -258,8 +257,6 @@ class Store:
     def close(self) -> None:
         """Release pooled connections."""
         self.engine.dispose()
-        if isinstance(self._writers, WriterQueue):
-            self._writers.close()
 
     @contextmanager
     def _write(self, durable: bool = True) -> Iterator[Connection]:
@@ -272,11 +269,7 @@ class Store:
         so ordering is kept. Admissions, checkpoints and a turn's final entry
         stay durable.
         """
-        with (
-            self._writers,
-            self.engine.connect().execution_options(chaz_write=True) as conn,
-            conn.begin(),
-        ):
+        with self.engine.connect().execution_options(chaz_write=True) as conn, conn.begin():
             if not durable and conn.dialect.name == "postgresql":
                 conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
             yield conn

@@ -165,13 +165,6 @@ class Admission:
             answer = self._start(keys=ks, args=args)
         return bool(answer == "ok")
 
-    def finished(self, job: Job) -> str | None:
-        """Free the job's live slot; the session that should run next in the tree."""
-        woken = self._finish(
-            keys=[keys.live(job.tree_id), keys.waiting(job.tree_id)], args=[job.id]
-        )
-        return str(woken) if woken else None
-
     # -- a turn's two signals ------------------------------------------------------
 
     def turn_started(self, job: Job, ack: Entry | None, *, dequeued: bool) -> bool:

@@ -363,12 +363,6 @@ class Store:
         with self._read() as conn:
             return _session(_session_row(conn, ref))
 
-    def session_and_agent(self, ref: str) -> tuple[Session, AgentSpec]:
-        """A session (by id or name) and its agent, in one read."""
-        with self._read() as conn:
-            row = _session_row(conn, ref)
-            return _session(row), self._agent(conn, row["agent_id"])
-
     def turn_setup(self, session_id: str, max_context: int) -> TurnSetup | None:
         """The session's head job, its session and agent, and the job's context.
 

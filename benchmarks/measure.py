@@ -22,6 +22,7 @@ import redis
 from celery import Celery
 
 from benchmarks import noop_app
+from benchmarks.cpu import CpuMeter
 from benchmarks.stacks import AGENT, BenchStack
 from chaz.coord import keys
 from chaz.domain.entries import EntryType, agent_sender
@@ -66,10 +67,18 @@ class Throughput:
     seconds: float
     in_flight: int
     errors: int = 0
+    #: CPU seconds per process group over the window (see benchmarks.cpu).
+    cpu: dict[str, float] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
         return self.count / self.seconds if self.seconds > 0 else float("nan")
+
+    def cpu_ms_per(self, group: str) -> float:
+        """Milliseconds of ``group``'s CPU per completion (nan if not measured)."""
+        if group not in self.cpu or not self.count:
+            return float("nan")
+        return 1000 * self.cpu[group] / self.count
 
 
 class ClosedLoop:
@@ -118,8 +127,17 @@ class ClosedLoop:
                 time.sleep(0.01)
                 self._ready.put(key)
 
-    def run(self, warmup: float, duration: float, drain_timeout: float = 60.0) -> Throughput:
-        """Warm up, count completions for ``duration`` seconds, then drain."""
+    def run(
+        self,
+        warmup: float,
+        duration: float,
+        drain_timeout: float = 60.0,
+        meter: CpuMeter | None = None,
+    ) -> Throughput:
+        """Warm up, count completions for ``duration`` seconds, then drain.
+
+        ``meter`` reads CPU time over the counting window only.
+        """
         for k in self.keys:
             self._ready.put(k)
         t0 = time.perf_counter()
@@ -130,14 +148,20 @@ class ClosedLoop:
         ]
         for t in threads:
             t.start()
+        cpu: dict[str, float] = {}
+        if meter is not None:
+            time.sleep(max(0.0, self._window[0] - time.perf_counter()))
+            meter.start()
         time.sleep(max(0.0, self._window[1] - time.perf_counter()))
+        if meter is not None:
+            cpu = meter.stop()
         self._stopping.set()
         for t in threads:
             t.join()
         with self._lock:
             in_flight = self._in_flight
             self._drained.wait_for(lambda: self._in_flight <= 0, timeout=drain_timeout)
-            return Throughput(self._count, duration, in_flight, self._errors)
+            return Throughput(self._count, duration, in_flight, self._errors, cpu)
 
 
 # -- listeners --------------------------------------------------------------------
@@ -281,7 +305,8 @@ def measure_baseline(stack: BenchStack, sizes: Sizes) -> BaselineResult:
 
         loop = ClosedLoop([f"slot{i}" for i in range(sizes.sessions)], send, sizes.senders)
         listener.handler = lambda key, started: loop.complete(key)
-        result = loop.run(sizes.warmup, sizes.baseline_seconds)
+        meter = CpuMeter(stack.noop_worker_pids)
+        result = loop.run(sizes.warmup, sizes.baseline_seconds, meter=meter)
     finally:
         listener.close()
         app.close()
@@ -415,7 +440,8 @@ def measure_turns(stack: BenchStack, listener: ReplyListener, sizes: Sizes) -> T
             loop.complete(data["session_id"])
 
     listener.handler = on_reply
-    result = loop.run(sizes.warmup, sizes.turns_seconds, drain_timeout=120)
+    meter = CpuMeter(stack.worker_pids)
+    result = loop.run(sizes.warmup, sizes.turns_seconds, drain_timeout=120, meter=meter)
     listener.handler = None
     result.errors += errors[0]
     return result

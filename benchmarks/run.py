@@ -27,6 +27,7 @@ import redis
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.cpu import GROUPS
 from benchmarks.measure import (
     FULL,
     QUICK,
@@ -34,6 +35,7 @@ from benchmarks.measure import (
     ChazResult,
     ReplyListener,
     Sizes,
+    Throughput,
     measure_admissions,
     measure_baseline,
     measure_dispatch,
@@ -222,6 +224,20 @@ def _ratio(value: float, base: float) -> str:
     return f"{value / base:.2f}"
 
 
+_SPLIT = "    of which bench / workers / Redis / DB"
+
+
+def _cpu_ms(t: Throughput, group: str) -> str:
+    value = t.cpu_ms_per(group)
+    # The database group is PostgreSQL's processes: none on the embedded stack.
+    return "-" if value != value or (group == "database" and value < 0.005) else f"{value:.2f}"
+
+
+def _cpu_split(t: Throughput) -> str:
+    """Each process group's CPU per completion."""
+    return " / ".join(_cpu_ms(t, g) for g in GROUPS) if t.cpu else "-"
+
+
 def table(runs: list[StackRun], sizes: Sizes, workers: int, concurrency: int) -> Table:
     t = Table(
         title=(
@@ -290,6 +306,25 @@ def table(runs: list[StackRun], sizes: Sizes, workers: int, concurrency: int) ->
         "    post -> reply seen, p50 / p99 ms",
         [(f"{r.chaz.dispatch.rtt.p50:.1f} / {r.chaz.dispatch.rtt.p99:.1f}", "") for r in runs],
     )
+    row(
+        "(a) CPU ms per round trip, whole machine",
+        [(_cpu_ms(r.baseline.round_trips, "machine"), "") for r in runs],
+    )
+    row(_SPLIT, [(_cpu_split(r.baseline.round_trips), "") for r in runs])
+    row(
+        "(b) CPU ms per turn, whole machine",
+        [
+            (
+                _cpu_ms(r.chaz.turns, "machine"),
+                _ratio(
+                    r.chaz.turns.cpu_ms_per("machine"),
+                    r.baseline.round_trips.cpu_ms_per("machine"),
+                ),
+            )
+            for r in runs
+        ],
+    )
+    row(_SPLIT, [(_cpu_split(r.chaz.turns), "") for r in runs])
     adm = [r.chaz.admissions for r in runs]
     row(
         "(e) admissions/s (no worker consuming)",

@@ -192,6 +192,10 @@ class BenchStack:
         """Pids of the running chaz workers (for a profiler)."""
         return [w.pid for w in self._chaz if w.alive()]
 
+    def noop_worker_pids(self) -> list[int]:
+        """Pids of the running baseline workers."""
+        return [w.proc.pid for w in self._noop if w.proc is not None and w.proc.poll() is None]
+
     # -- facts ------------------------------------------------------------------
 
     def versions(self) -> dict[str, str]:

@@ -48,7 +48,7 @@ from benchmarks.stacks import BenchStack, scrub_environment
 GOAL_TURN_RATIO = 0.5
 GOAL_P99_MS = 10.0
 
-console = Console(width=int(os.environ.get("COLUMNS", "110")))
+console = Console(width=int(os.environ.get("COLUMNS", "132")))
 
 
 @dataclasses.dataclass
@@ -224,7 +224,7 @@ def _ratio(value: float, base: float) -> str:
     return f"{value / base:.2f}"
 
 
-_SPLIT = "    of which bench / workers / Redis / DB"
+_SPLIT = "    of which bench/workers/Redis/DB"
 
 
 def _cpu_ms(t: Throughput, group: str) -> str:
@@ -235,7 +235,7 @@ def _cpu_ms(t: Throughput, group: str) -> str:
 
 def _cpu_split(t: Throughput) -> str:
     """Each process group's CPU per completion."""
-    return " / ".join(_cpu_ms(t, g) for g in GROUPS) if t.cpu else "-"
+    return "/".join(_cpu_ms(t, g) for g in GROUPS) if t.cpu else "-"
 
 
 def table(runs: list[StackRun], sizes: Sizes, workers: int, concurrency: int) -> Table:

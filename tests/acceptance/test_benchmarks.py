@@ -29,7 +29,7 @@ def test_quick_benchmark_runs_and_prints_every_figure(tmp_path: Path) -> None:
     for figure in ("(a)", "(b)", "(c)", "(d)", "(e)", "x (a)"):
         assert figure in out.stdout, out.stdout[-3000:]
     # Where the CPU goes: this process, the workers and Redis each used some.
-    split = [line for line in out.stdout.splitlines() if "of which bench / workers" in line]
+    split = [line for line in out.stdout.splitlines() if "of which bench/workers" in line]
     assert len(split) == 2, out.stdout[-3000:]
     for line in split:
         bench, workers, redis_ms, _db = line.split("│")[2].split("/")

@@ -56,8 +56,14 @@ class WakeOutcome:
 
     status: str
     job_id: str | None = None
-    #: How many turns ran under this wake-up's lease.
-    turns: int = 0
+    #: The jobs whose turns ran under this wake-up's lease, in order (a kept
+    #: lane runs several); ``job_id`` is the last of them, or the one waiting.
+    ran: tuple[str, ...] = ()
+
+    @property
+    def turns(self) -> int:
+        """How many turns ran under this wake-up's lease."""
+        return len(self.ran)
 
 
 @dataclass(frozen=True)
@@ -103,10 +109,10 @@ class TurnRunner:
                     # The tree is at its live limit: the job stays queued and
                     # waits in the tree's waiting set; a finishing turn wakes it.
                     look = False
-                    outcome = WakeOutcome("waiting", job.id, outcome.turns)
+                    outcome = WakeOutcome("waiting", job.id, outcome.ran)
                     break
                 ran = self._run(setup, token)
-                outcome = WakeOutcome("ran", job.id, outcome.turns + 1)
+                outcome = WakeOutcome("ran", job.id, (*outcome.ran, job.id))
                 keep = (
                     ran.finished
                     and not lend_slot

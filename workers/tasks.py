@@ -55,7 +55,9 @@ def _close(**_: Any) -> None:
 def turn(session_id: str, execution_id: str) -> dict[str, Any]:
     """Run the next turn of ``session_id``; ``execution_id`` names the job expected."""
     outcome = TurnRunner(services()).wake(session_id, execution_id)
-    return {"status": outcome.status, "job_id": outcome.job_id}
+    # Flower shows this with the task: a kept lane runs more jobs than the
+    # one the wake-up named, and operators should see which.
+    return {"status": outcome.status, "job_id": outcome.job_id, "ran": list(outcome.ran)}
 
 
 @app.task(name="chaz.reconcile", ignore_result=True)

@@ -80,6 +80,8 @@ def test_flower_finds_the_turn(stack: Stack) -> None:
             found = get(f"/api/task/info/{found['uuid']}")
             assert isinstance(found, dict)
         assert found["state"] == "SUCCESS"
+        # The result names the jobs the task ran (a kept lane may run several).
+        assert e.job_id in str(found.get("result")), found
     finally:
         flower.terminate()
         flower.wait(10)

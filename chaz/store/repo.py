@@ -12,14 +12,11 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import (
     Connection,
-    Table,
-    Update,
     and_,
-    bindparam,
     case,
     delete,
     func,
@@ -32,7 +29,7 @@ from sqlalchemy.exc import IntegrityError
 
 from chaz.domain.agents import AgentSpec, Limits
 from chaz.domain.entries import Entry, EntryType, Said, parse_sender
-from chaz.domain.jobs import ACTIVE, Job, JobStatus, check_transition, sources
+from chaz.domain.jobs import ACTIVE, Job, JobStatus, check_transition
 from chaz.domain.processing import admits_turn
 from chaz.domain.sessions import Session
 from chaz.errors import (
@@ -45,135 +42,11 @@ from chaz.errors import (
     VersionConflict,
 )
 from chaz.ids import as_utc, new_id, utcnow
+from chaz.store import statements as st
 from chaz.store.db import make_engine
 from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
 
 _ACTIVE = [s.value for s in ACTIVE]
-
-# -- the hot path's statements, built once ------------------------------------
-#
-# Every turn and every admission runs these. Building a statement costs more
-# than executing it on SQLite (coercions and cache keys were a third of a
-# round trip's CPU); a module-level statement with bind parameters is built
-# once and its compiled form is cached by the engine.
-
-_SESSIONS = cast(Table, SessionRow.__table__)
-_ENTRIES = cast(Table, EntryRow.__table__)
-_JOBS = cast(Table, JobRow.__table__)
-_AGENTS = cast(Table, AgentRow.__table__)
-
-#: Larger than any seq: "no upper bound" for the context read.
-_NO_SEQ_LIMIT = 2**31 - 1
-_CONTEXT_TYPES = [t.value for t in (EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY)]
-
-_HEAD = (
-    select(_JOBS)
-    .where(_JOBS.c.session_id == bindparam("sid"), _JOBS.c.status.in_(_ACTIVE))
-    .order_by(_JOBS.c.ordinal)
-    .limit(1)
-)
-_SESSION_BY_ID = select(_SESSIONS).where(_SESSIONS.c.id == bindparam("ref"))
-_SESSION_BY_NAME = select(_SESSIONS).where(_SESSIONS.c.name == bindparam("ref"))
-_AGENT_SPEC = select(_AGENTS.c.spec).where(_AGENTS.c.id == bindparam("aid"))
-_SESSION_AND_AGENT = (
-    select(_SESSIONS, _AGENTS.c.spec.label("agent_spec"))
-    .join(_AGENTS, _AGENTS.c.id == _SESSIONS.c.agent_id)
-    .where(_SESSIONS.c.id == bindparam("sid"))
-)
-_SAID_COLUMNS = (
-    _ENTRIES.c.id,
-    _ENTRIES.c.seq,
-    _ENTRIES.c.type,
-    _ENTRIES.c.sender,
-    _ENTRIES.c.content,
-)
-_SAID_BY_ID = select(*_SAID_COLUMNS).where(_ENTRIES.c.id == bindparam("tid"))
-
-
-def _until_trigger() -> Any:
-    # The trigger's seq, or no bound when the job has no trigger entry.
-    trigger_seq = select(_ENTRIES.c.seq).where(_ENTRIES.c.id == bindparam("tid")).scalar_subquery()
-    return func.coalesce(trigger_seq, _NO_SEQ_LIMIT)
-
-
-# A turn's context: Message, Directive and Summary entries up to its trigger
-# (which is one of them, so it comes back too), from the latest Summary on,
-# newest first (the caller keeps the last N), and only the columns a context
-# needs.
-_CONTEXT = (
-    select(*_SAID_COLUMNS)
-    .where(
-        _ENTRIES.c.session_id == bindparam("sid"),
-        _ENTRIES.c.type.in_(_CONTEXT_TYPES),
-        _ENTRIES.c.seq <= _until_trigger(),
-        _ENTRIES.c.seq
-        >= func.coalesce(
-            select(func.max(_ENTRIES.c.seq))
-            .where(
-                _ENTRIES.c.session_id == bindparam("sid"),
-                _ENTRIES.c.type == EntryType.SUMMARY.value,
-                _ENTRIES.c.seq <= _until_trigger(),
-            )
-            .scalar_subquery(),
-            0,
-        ),
-    )
-    .order_by(_ENTRIES.c.seq.desc())
-    .limit(bindparam("lim"))
-)
-_BUMP = (
-    update(_SESSIONS)
-    .where(_SESSIONS.c.id == bindparam("sid"))
-    .values(last_seq=_SESSIONS.c.last_seq + 1)
-    .returning(*_SESSIONS.c)
-)
-_BUMP_ADMIT = (
-    update(_SESSIONS)
-    .where(_SESSIONS.c.id == bindparam("sid"))
-    .values(last_seq=_SESSIONS.c.last_seq + 1, last_ordinal=_SESSIONS.c.last_ordinal + 1)
-    .returning(*_SESSIONS.c)
-)
-_INSERT_ENTRY = insert(_ENTRIES)
-_INSERT_JOB = insert(_JOBS)
-_LOCK_JOB = select(_JOBS).where(_JOBS.c.id == bindparam("jid")).with_for_update()
-_FENCE = select(_JOBS.c.lease_token).where(_JOBS.c.id == bindparam("jid")).with_for_update()
-# A turn's start, as a compare-and-set on the version the caller read.
-_START = (
-    update(_JOBS)
-    .where(_JOBS.c.id == bindparam("jid"), _JOBS.c.version == bindparam("seen_version"))
-    .values(
-        status=bindparam("v_status"),
-        version=bindparam("v_version"),
-        attempts=bindparam("v_attempts"),
-        lease_token=bindparam("v_lease_token"),
-        started_at=bindparam("v_started_at"),
-    )
-)
-
-
-def _fenced_finish_stmt(target: JobStatus) -> Update:
-    # The fence (the turn's token) and the transition gate (the states that
-    # may move to ``target``) in one WHERE: no read before the write.
-    return (
-        update(_JOBS)
-        .where(
-            _JOBS.c.id == bindparam("jid"),
-            _JOBS.c.lease_token == bindparam("token"),
-            _JOBS.c.status.in_(sorted(s.value for s in sources(target))),
-        )
-        .values(
-            status=target.value,
-            version=_JOBS.c.version + 1,
-            result=bindparam("v_result"),
-            error=bindparam("v_error"),
-            finished_at=bindparam("v_finished_at"),
-            lease_token=None,
-        )
-        .returning(*_JOBS.c)
-    )
-
-
-_FENCED_FINISH = {s: _fenced_finish_stmt(s) for s in JobStatus if s.terminal}
 
 
 @dataclass(frozen=True)
@@ -372,26 +245,26 @@ class Store:
         session must not make every turn read its whole history.
         """
         with self._read() as conn:
-            head = conn.execute(_HEAD, {"sid": session_id}).mappings().first()
+            head = conn.execute(st.HEAD, {"sid": session_id}).mappings().first()
             if head is None:
                 return None
             job = _job(head)
-            row = conn.execute(_SESSION_AND_AGENT, {"sid": session_id}).mappings().one()
+            row = conn.execute(st.SESSION_AND_AGENT, {"sid": session_id}).mappings().one()
             agent = self._parsed_agent(row["agent_id"], row["agent_spec"])
             tid = job.trigger_entry_id
-            rows = conn.execute(_CONTEXT, {"sid": session_id, "tid": tid, "lim": max_context})
+            rows = conn.execute(st.CONTEXT, {"sid": session_id, "tid": tid, "lim": max_context})
             history = [Said(r[0], r[1], EntryType(r[2]), r[3], r[4]) for r in rows]
             trigger = history[0] if history and history[0].id == tid else None
             if trigger is None and tid is not None:
                 # A trigger that is not context (or is gone): read it alone.
-                found = conn.execute(_SAID_BY_ID, {"tid": tid}).first()
+                found = conn.execute(st.SAID_BY_ID, {"tid": tid}).first()
                 if found is not None:
                     trigger = Said(found[0], found[1], EntryType(found[2]), found[3], found[4])
         history.reverse()
         return TurnSetup(job, _session(row), agent, history, trigger)
 
     def _agent(self, conn: Connection, agent_id: str) -> AgentSpec:
-        data = conn.scalar(_AGENT_SPEC, {"aid": agent_id})
+        data = conn.scalar(st.AGENT_SPEC, {"aid": agent_id})
         if data is None:
             raise AgentNotFound(f"no agent {agent_id!r}", agent_id=agent_id)
         return self._parsed_agent(agent_id, data)
@@ -608,7 +481,7 @@ class Store:
     def head_job(self, session_id: str) -> Job | None:
         """The session's oldest job that is not finished: the one whose turn is next."""
         with self._read() as conn:
-            row = conn.execute(_HEAD, {"sid": session_id}).mappings().first()
+            row = conn.execute(st.HEAD, {"sid": session_id}).mappings().first()
         return _job(row) if row else None
 
     def list_jobs(
@@ -683,7 +556,7 @@ class Store:
                 row = _lock_job(conn, job_id)
                 values = _start_values(JobStatus(row["status"]), row, token)
                 conn.execute(
-                    _START,
+                    st.START,
                     {"jid": job_id, "seen_version": row["version"], **_start_params(values)},
                 )
                 row |= values
@@ -831,28 +704,28 @@ def _started(conn: Connection, seen: Job, token: str) -> dict[str, Any] | None:
     row["status"] = seen.status.value
     values = _start_values(seen.status, row, token)
     done = conn.execute(
-        _START, {"jid": seen.id, "seen_version": seen.version, **_start_params(values)}
+        st.START, {"jid": seen.id, "seen_version": seen.version, **_start_params(values)}
     ).rowcount
     return row | values if done else None
 
 
 def _counts(conn: Connection, session_id: str) -> tuple[int, int]:
-    queued = func.sum(case((_JOBS.c.status == JobStatus.QUEUED.value, 1), else_=0))
-    row = conn.execute(select(queued, func.count()).where(_JOBS.c.session_id == session_id)).one()
+    queued = func.sum(case((st.JOBS.c.status == JobStatus.QUEUED.value, 1), else_=0))
+    row = conn.execute(select(queued, func.count()).where(st.JOBS.c.session_id == session_id)).one()
     return int(row[0] or 0), int(row[1])
 
 
 def _session_row(conn: Connection, ref: str) -> Any:
-    row = conn.execute(_SESSION_BY_ID, {"ref": ref}).mappings().first()
+    row = conn.execute(st.SESSION_BY_ID, {"ref": ref}).mappings().first()
     if row is None:
-        row = conn.execute(_SESSION_BY_NAME, {"ref": ref}).mappings().first()
+        row = conn.execute(st.SESSION_BY_NAME, {"ref": ref}).mappings().first()
     if row is None:
         raise SessionNotFound(f"no session {ref!r}", session=ref)
     return row
 
 
 def _check_fence(conn: Connection, fence: Fence) -> None:
-    token = conn.scalar(_FENCE, {"jid": fence.job_id})
+    token = conn.scalar(st.FENCE, {"jid": fence.job_id})
     if token != fence.token:
         raise LeaseLost(f"job {fence.job_id} is no longer held by this worker", job_id=fence.job_id)
 
@@ -861,7 +734,7 @@ def _fenced_finish(conn: Connection, fence: Fence, finish: Finish) -> Job:
     """End a job held under ``fence``: one compare-and-set when all is as expected."""
     row = (
         conn.execute(
-            _FENCED_FINISH[finish.status],
+            st.FENCED_FINISH[finish.status],
             {
                 "jid": finish.job_id,
                 "token": fence.token,
@@ -895,7 +768,7 @@ def _insert_entry(
     on_admit: Callable[[Session], None] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Insert one entry (and the job it admits) inside an open write transaction."""
-    row = conn.execute(_BUMP_ADMIT if admit else _BUMP, {"sid": session_id}).mappings().first()
+    row = conn.execute(st.BUMP_ADMIT if admit else st.BUMP, {"sid": session_id}).mappings().first()
     if row is None:
         raise SessionNotFound(f"no session {session_id!r}", session=session_id)
     if on_admit is not None:
@@ -922,9 +795,9 @@ def _insert_entry(
         "idempotency_key": idempotency_key,
         "created_at": now,
     }
-    conn.execute(_INSERT_ENTRY, entry_values)
+    conn.execute(st.INSERT_ENTRY, entry_values)
     if job_row is not None:
-        conn.execute(_INSERT_JOB, job_row)
+        conn.execute(st.INSERT_JOB, job_row)
     return entry_values, job_row
 
 
@@ -944,7 +817,7 @@ def _finish(conn: Connection, finish: Finish) -> Job:
 
 
 def _lock_job(conn: Connection, job_id: str) -> dict[str, Any]:
-    row = conn.execute(_LOCK_JOB, {"jid": job_id}).mappings().first()
+    row = conn.execute(st.LOCK_JOB, {"jid": job_id}).mappings().first()
     if row is None:
         raise JobNotFound(f"no job {job_id!r}", job_id=job_id)
     return dict(row)

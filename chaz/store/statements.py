@@ -1,0 +1,148 @@
+"""The statements of the hot path, built once at import.
+
+Every turn and every admission runs these. Building a SQLAlchemy statement
+(coercions, cache keys) costs more CPU than executing it on SQLite: a third
+of a round trip's CPU went there when :mod:`chaz.store.repo` built them on
+every call. A module-level statement with bind parameters is built once, and
+the engine caches its compiled form. Only :mod:`chaz.store.repo` runs them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from sqlalchemy import Table, Update, bindparam, func, insert, select, update
+
+from chaz.domain.entries import EntryType
+from chaz.domain.jobs import ACTIVE, JobStatus, sources
+from chaz.store.models import AgentRow, EntryRow, JobRow, SessionRow
+
+ACTIVE_VALUES = [s.value for s in ACTIVE]
+
+SESSIONS = cast(Table, SessionRow.__table__)
+ENTRIES = cast(Table, EntryRow.__table__)
+JOBS = cast(Table, JobRow.__table__)
+AGENTS = cast(Table, AgentRow.__table__)
+
+#: Larger than any seq: "no upper bound" for the context read.
+NO_SEQ_LIMIT = 2**31 - 1
+CONTEXT_TYPES = [t.value for t in (EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY)]
+
+#: The session's head job: its oldest unfinished one, by admission order.
+HEAD = (
+    select(JOBS)
+    .where(JOBS.c.session_id == bindparam("sid"), JOBS.c.status.in_(ACTIVE_VALUES))
+    .order_by(JOBS.c.ordinal)
+    .limit(1)
+)
+#: A session by id, and by its unique name.
+SESSION_BY_ID = select(SESSIONS).where(SESSIONS.c.id == bindparam("ref"))
+SESSION_BY_NAME = select(SESSIONS).where(SESSIONS.c.name == bindparam("ref"))
+#: A saved agent's spec (JSON).
+AGENT_SPEC = select(AGENTS.c.spec).where(AGENTS.c.id == bindparam("aid"))
+#: A session with its agent's spec, as ``agent_spec``.
+SESSION_AND_AGENT = (
+    select(SESSIONS, AGENTS.c.spec.label("agent_spec"))
+    .join(AGENTS, AGENTS.c.id == SESSIONS.c.agent_id)
+    .where(SESSIONS.c.id == bindparam("sid"))
+)
+#: What a context needs of an entry (:class:`chaz.domain.entries.Said`).
+SAID_COLUMNS = (
+    ENTRIES.c.id,
+    ENTRIES.c.seq,
+    ENTRIES.c.type,
+    ENTRIES.c.sender,
+    ENTRIES.c.content,
+)
+#: One entry's Said columns (a trigger that is not a context entry).
+SAID_BY_ID = select(*SAID_COLUMNS).where(ENTRIES.c.id == bindparam("tid"))
+
+
+def _until_trigger() -> Any:
+    # The trigger's seq, or no bound when the job has no trigger entry.
+    trigger_seq = select(ENTRIES.c.seq).where(ENTRIES.c.id == bindparam("tid")).scalar_subquery()
+    return func.coalesce(trigger_seq, NO_SEQ_LIMIT)
+
+
+#: A turn's context: Message, Directive and Summary entries up to its trigger
+#: (which is one of them, so it comes back too), from the latest Summary on,
+#: newest first, at most ``lim`` of them, and only the columns a context needs.
+CONTEXT = (
+    select(*SAID_COLUMNS)
+    .where(
+        ENTRIES.c.session_id == bindparam("sid"),
+        ENTRIES.c.type.in_(CONTEXT_TYPES),
+        ENTRIES.c.seq <= _until_trigger(),
+        ENTRIES.c.seq
+        >= func.coalesce(
+            select(func.max(ENTRIES.c.seq))
+            .where(
+                ENTRIES.c.session_id == bindparam("sid"),
+                ENTRIES.c.type == EntryType.SUMMARY.value,
+                ENTRIES.c.seq <= _until_trigger(),
+            )
+            .scalar_subquery(),
+            0,
+        ),
+    )
+    .order_by(ENTRIES.c.seq.desc())
+    .limit(bindparam("lim"))
+)
+#: Take the session's next seq (locks the session row), returning the session.
+BUMP = (
+    update(SESSIONS)
+    .where(SESSIONS.c.id == bindparam("sid"))
+    .values(last_seq=SESSIONS.c.last_seq + 1)
+    .returning(*SESSIONS.c)
+)
+#: The same, and the next job ordinal: for an entry that admits a job.
+BUMP_ADMIT = (
+    update(SESSIONS)
+    .where(SESSIONS.c.id == bindparam("sid"))
+    .values(last_seq=SESSIONS.c.last_seq + 1, last_ordinal=SESSIONS.c.last_ordinal + 1)
+    .returning(*SESSIONS.c)
+)
+#: Inserts, executed with a dict of every column.
+INSERT_ENTRY = insert(ENTRIES)
+INSERT_JOB = insert(JOBS)
+#: A job row, locked for update; its lease token alone, locked (the fence).
+LOCK_JOB = select(JOBS).where(JOBS.c.id == bindparam("jid")).with_for_update()
+FENCE = select(JOBS.c.lease_token).where(JOBS.c.id == bindparam("jid")).with_for_update()
+#: A turn's start, as a compare-and-set on the version the caller read.
+START = (
+    update(JOBS)
+    .where(JOBS.c.id == bindparam("jid"), JOBS.c.version == bindparam("seen_version"))
+    .values(
+        status=bindparam("v_status"),
+        version=bindparam("v_version"),
+        attempts=bindparam("v_attempts"),
+        lease_token=bindparam("v_lease_token"),
+        started_at=bindparam("v_started_at"),
+    )
+)
+
+
+def _fenced_finish_stmt(target: JobStatus) -> Update:
+    # The fence (the turn's token) and the transition gate (the states that
+    # may move to ``target``) in one WHERE: no read before the write.
+    return (
+        update(JOBS)
+        .where(
+            JOBS.c.id == bindparam("jid"),
+            JOBS.c.lease_token == bindparam("token"),
+            JOBS.c.status.in_(sorted(s.value for s in sources(target))),
+        )
+        .values(
+            status=target.value,
+            version=JOBS.c.version + 1,
+            result=bindparam("v_result"),
+            error=bindparam("v_error"),
+            finished_at=bindparam("v_finished_at"),
+            lease_token=None,
+        )
+        .returning(*JOBS.c)
+    )
+
+
+#: A turn's end by target state: one UPDATE that is fence, gate and change.
+FENCED_FINISH = {s: _fenced_finish_stmt(s) for s in JobStatus if s.terminal}

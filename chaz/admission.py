@@ -3,8 +3,10 @@
 Per session, ``queued`` (admitted, waiting) and ``cumulative`` (ever admitted,
 never refunded) are checked and incremented by one Lua script, so fifty
 concurrent admissions against a limit of five admit exactly five. A job is
-reserved *before* its entry is written; if the write fails the reservation is
-refunded, so a rejected or failed admission leaves nothing behind.
+reserved inside its admission's transaction, once the session row is locked
+and before the entry is inserted: a refusal rolls the transaction back, and
+a reservation whose commit fails is refunded, so a rejected or failed
+admission leaves nothing behind.
 
 Per tree, ``live`` bounds how many turns run at once; a head job that finds
 its tree full stays queued and waits in the tree's waiting set until a

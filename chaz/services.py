@@ -93,9 +93,10 @@ class Services:
     ) -> Appended:
         """Commit an entry (and its job), then publish it and wake a worker.
 
-        When the entry admits a job, its quota is reserved first and refunded
-        if the write does not happen, so a rejected admission raises and
-        leaves the session unchanged. ``durable=False`` is for a turn's audit
+        When the entry admits a job, its quota is reserved inside the write
+        transaction, before the entry is inserted, and refunded if the commit
+        does not happen: a rejected admission raises, rolls back and leaves
+        the session unchanged. ``durable=False`` is for a turn's audit
         entries (see :meth:`chaz.store.Store.append`); admissions are durable.
         """
         if admit is None:

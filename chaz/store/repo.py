@@ -253,13 +253,13 @@ class Store:
             agent = self._parsed_agent(row["agent_id"], row["agent_spec"])
             tid = job.trigger_entry_id
             rows = conn.execute(st.CONTEXT, {"sid": session_id, "tid": tid, "lim": max_context})
-            history = [Said(r[0], r[1], EntryType(r[2]), r[3], r[4]) for r in rows]
+            history = [_said(r) for r in rows]
             trigger = history[0] if history and history[0].id == tid else None
             if trigger is None and tid is not None:
                 # A trigger that is not context (or is gone): read it alone.
                 found = conn.execute(st.SAID_BY_ID, {"tid": tid}).first()
                 if found is not None:
-                    trigger = Said(found[0], found[1], EntryType(found[2]), found[3], found[4])
+                    trigger = _said(found)
         history.reverse()
         return TurnSetup(job, _session(row), agent, history, trigger)
 
@@ -332,9 +332,20 @@ class Store:
                     _check_fence(conn, fence)
                 if admit is None:
                     admit = self._admits(conn, type, sender)
+                bumped = _bump(conn, session_id, admit)
+                if on_admit is not None and admit:
+                    # The bump locked the session row: its limits cannot change
+                    # under the check, and a refusal rolls the bump back.
+                    on_admit(
+                        Admitting(
+                            _session(bumped),
+                            self._agent(conn, bumped["agent_id"]),
+                            lambda: _counts(conn, session_id),
+                        )
+                    )
                 entry_values, job_row = _insert_entry(
                     conn,
-                    session_id,
+                    bumped,
                     type,
                     sender,
                     content,
@@ -343,13 +354,6 @@ class Store:
                     job_id=job_id,
                     admit=admit,
                     job_fields=job_fields,
-                    on_admit=(
-                        lambda s: on_admit(
-                            Admitting(s, self._agent(conn, s.agent_id), lambda: _counts(conn, s.id))
-                        )
-                    )
-                    if on_admit is not None and admit
-                    else None,
                 )
                 if finish is not None and fence is None:
                     _finish(conn, finish)
@@ -554,7 +558,7 @@ class Store:
             row = _started(conn, seen, token) if seen is not None else None
             if row is None:
                 row = _lock_job(conn, job_id)
-                values = _start_values(JobStatus(row["status"]), row, token)
+                values = _start_values(row, token)
                 conn.execute(
                     st.START,
                     {"jid": job_id, "seen_version": row["version"], **_start_params(values)},
@@ -564,7 +568,7 @@ class Store:
             if ack_sender is not None and row["attempts"] == 1:
                 entry_values, _ = _insert_entry(
                     conn,
-                    row["session_id"],
+                    _bump(conn, row["session_id"], admit=False),
                     EntryType.ACK,
                     ack_sender,
                     "processing",
@@ -676,9 +680,10 @@ class Store:
         return outcome
 
 
-def _start_values(status: JobStatus, row: dict[str, Any], token: str) -> dict[str, Any]:
+def _start_values(row: dict[str, Any], token: str) -> dict[str, Any]:
     """The columns a turn's start sets: queued becomes running; a running (or
     stopping) job whose worker died is taken over as it is, for a resume."""
+    status = JobStatus(row["status"])
     values: dict[str, Any] = {
         "status": row["status"],
         "started_at": row["started_at"],
@@ -702,7 +707,7 @@ def _started(conn: Connection, seen: Job, token: str) -> dict[str, Any] | None:
     """Start the job as ``seen``, if it has not changed since; None if it has."""
     row = seen.model_dump()
     row["status"] = seen.status.value
-    values = _start_values(seen.status, row, token)
+    values = _start_values(row, token)
     done = conn.execute(
         st.START, {"jid": seen.id, "seen_version": seen.version, **_start_params(values)}
     ).rowcount
@@ -730,32 +735,37 @@ def _check_fence(conn: Connection, fence: Fence) -> None:
         raise LeaseLost(f"job {fence.job_id} is no longer held by this worker", job_id=fence.job_id)
 
 
-def _fenced_finish(conn: Connection, fence: Fence, finish: Finish) -> Job:
+def _fenced_finish(conn: Connection, fence: Fence, finish: Finish) -> None:
     """End a job held under ``fence``: one compare-and-set when all is as expected."""
-    row = (
-        conn.execute(
-            st.FENCED_FINISH[finish.status],
-            {
-                "jid": finish.job_id,
-                "token": fence.token,
-                "v_result": finish.result,
-                "v_error": finish.error,
-                "v_finished_at": utcnow(),
-            },
-        )
-        .mappings()
-        .first()
-    )
-    if row is not None:
-        return _job(row)
+    done = conn.execute(
+        st.FENCED_FINISH[finish.status],
+        {
+            "jid": finish.job_id,
+            "token": fence.token,
+            "v_result": finish.result,
+            "v_error": finish.error,
+            "v_finished_at": utcnow(),
+        },
+    ).rowcount
+    if done:
+        return
     # Not applied: say why (the fence first), as the locking path would.
     _check_fence(conn, fence)
-    return _finish(conn, finish)
+    _finish(conn, finish)
+
+
+def _bump(conn: Connection, session_id: str, admit: bool) -> Any:
+    """Take the session's next seq (and, for an admission, its next job ordinal),
+    locking the session row; the session row as it now is."""
+    row = conn.execute(st.BUMP_ADMIT if admit else st.BUMP, {"sid": session_id}).mappings().first()
+    if row is None:
+        raise SessionNotFound(f"no session {session_id!r}", session=session_id)
+    return row
 
 
 def _insert_entry(
     conn: Connection,
-    session_id: str,
+    session: Any,
     type: EntryType,
     sender: str,
     content: str,
@@ -765,28 +775,22 @@ def _insert_entry(
     job_id: str | None,
     admit: bool,
     job_fields: JobFields | None,
-    on_admit: Callable[[Session], None] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Insert one entry (and the job it admits) inside an open write transaction."""
-    row = conn.execute(st.BUMP_ADMIT if admit else st.BUMP, {"sid": session_id}).mappings().first()
-    if row is None:
-        raise SessionNotFound(f"no session {session_id!r}", session=session_id)
-    if on_admit is not None:
-        # The session row is locked by the bump: its limits cannot change
-        # under the check, and a refusal rolls the bump back.
-        on_admit(_session(row))
+    """Insert one entry (and the job it admits) into ``session``, a row that
+    :func:`_bump` returned in this open write transaction."""
+    session_id = session["id"]
     now = utcnow()
     entry_id = new_id()
     job_row: dict[str, Any] | None = None
     if admit:
         job_row = _new_job(
-            session_id, row["tree_id"], row["last_ordinal"], entry_id, job_fields, now
+            session_id, session["tree_id"], session["last_ordinal"], entry_id, job_fields, now
         )
         job_id = job_row["id"]
     entry_values = {
         "id": entry_id,
         "session_id": session_id,
-        "seq": row["last_seq"],
+        "seq": session["last_seq"],
         "type": type.value,
         "sender": sender,
         "content": content,
@@ -858,6 +862,11 @@ def _new_job(
 
 def _ts(value: datetime | None) -> datetime | None:
     return as_utc(value) if value is not None else None
+
+
+def _said(row: Any) -> Said:
+    # A row of statements.SAID_COLUMNS: id, seq, type, sender, content.
+    return Said(row[0], row[1], EntryType(row[2]), row[3], row[4])
 
 
 def _entry(row: Any) -> Entry:

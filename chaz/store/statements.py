@@ -140,7 +140,6 @@ def _fenced_finish_stmt(target: JobStatus) -> Update:
             finished_at=bindparam("v_finished_at"),
             lease_token=None,
         )
-        .returning(*JOBS.c)
     )
 
 

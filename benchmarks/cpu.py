@@ -29,11 +29,14 @@ class CpuMeter:
     ``worker_pids`` names the workers of the phase being measured; Redis and
     PostgreSQL are found by their executables' names (every ``redis-server``
     and ``postgres`` process on the machine: other idle instances add nothing
-    measurable). ``machine`` is all CPUs' busy time, whoever used it.
+    measurable). ``database`` says whether the stack uses PostgreSQL at all
+    (the embedded one does not: its SQLite runs inside the other processes).
+    ``machine`` is all CPUs' busy time, whoever used it.
     """
 
-    def __init__(self, worker_pids: Callable[[], list[int]]) -> None:
+    def __init__(self, worker_pids: Callable[[], list[int]], *, database: bool) -> None:
         self._worker_pids = worker_pids
+        self._groups = GROUPS if database else tuple(g for g in GROUPS if g != "database")
         self._start: dict[str, float] = {}
 
     def start(self) -> None:
@@ -51,7 +54,7 @@ class CpuMeter:
         if not available():
             return {}
         tick = os.sysconf("SC_CLK_TCK")
-        groups = dict.fromkeys(GROUPS, 0.0)
+        groups = dict.fromkeys(self._groups, 0.0)
         workers = set(self._worker_pids())
         me = os.getpid()
         for entry in _PROC.iterdir():
@@ -59,7 +62,7 @@ class CpuMeter:
                 continue
             pid = int(entry.name)
             group = _group(pid, me, workers)
-            if group is not None:
+            if group in groups:
                 groups[group] += _cpu_seconds(pid, tick)
         groups["machine"] = _machine_busy(tick)
         return groups

@@ -305,7 +305,7 @@ def measure_baseline(stack: BenchStack, sizes: Sizes) -> BaselineResult:
 
         loop = ClosedLoop([f"slot{i}" for i in range(sizes.sessions)], send, sizes.senders)
         listener.handler = lambda key, started: loop.complete(key)
-        meter = CpuMeter(stack.noop_worker_pids)
+        meter = CpuMeter(stack.noop_worker_pids, database=stack.kind == "server")
         result = loop.run(sizes.warmup, sizes.baseline_seconds, meter=meter)
     finally:
         listener.close()
@@ -440,7 +440,7 @@ def measure_turns(stack: BenchStack, listener: ReplyListener, sizes: Sizes) -> T
             loop.complete(data["session_id"])
 
     listener.handler = on_reply
-    meter = CpuMeter(stack.worker_pids)
+    meter = CpuMeter(stack.worker_pids, database=stack.kind == "server")
     result = loop.run(sizes.warmup, sizes.turns_seconds, drain_timeout=120, meter=meter)
     listener.handler = None
     result.errors += errors[0]

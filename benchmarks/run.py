@@ -229,8 +229,7 @@ _SPLIT = "    of which bench/workers/Redis/DB"
 
 def _cpu_ms(t: Throughput, group: str) -> str:
     value = t.cpu_ms_per(group)
-    # The database group is PostgreSQL's processes: none on the embedded stack.
-    return "-" if value != value or (group == "database" and value < 0.005) else f"{value:.2f}"
+    return "-" if value != value else f"{value:.2f}"
 
 
 def _cpu_split(t: Throughput) -> str:

@@ -15,28 +15,32 @@ import time
 
 import redis
 
-from chaz.coord import keys
+from chaz.coord import keys, lua
 
 log = logging.getLogger(__name__)
 
 # Renew or release only the lease we hold: compare, then act, atomically.
-_RENEW = """
-local v = redis.call('GET', KEYS[1])
-if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ' ' then
+_RENEW = (
+    lua.LEASE_IS
+    + """
+if lease_is(redis.call('GET', KEYS[1]), ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
 return 0
 """
+)
 
-_RELEASE = """
-local v = redis.call('GET', KEYS[1])
-if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ' ' then
+_RELEASE = (
+    lua.LEASE_IS
+    + """
+if lease_is(redis.call('GET', KEYS[1]), ARGV[1]) then
   redis.call('DEL', KEYS[1])
   return 1
 end
 return 0
 """
+)
 
 
 class Lanes:

@@ -8,6 +8,40 @@ and asks again, so a missing counter is never read as zero.
 
 from __future__ import annotations
 
+# Pieces that several scripts share, as Lua local functions prepended to them:
+# one definition of each rule, whichever script applies it.
+
+#: Lua ``decr_positive(key)``: decrement a counter that exists and is positive
+#: (never creates a key, never goes below zero).
+DECR_POSITIVE = """
+local function decr_positive(key)
+  local v = redis.call('GET', key)
+  if v and tonumber(v) > 0 then redis.call('DECR', key) end
+end
+"""
+
+#: Lua ``lease_is(value, token)``: a lane's value (``TOKEN JOB_ID``) belongs to
+#: ``token``. Renewals and releases act only on a lease that passes it.
+LEASE_IS = """
+local function lease_is(value, token)
+  return value and string.sub(value, 1, string.len(token) + 1) == token .. ' '
+end
+"""
+
+#: Lua ``hand_off(live, waiting, job)``: free the job's live slot and pop the
+#: session that has waited longest for one (false when none waits).
+HAND_OFF = """
+local function hand_off(live, waiting, job)
+  redis.call('HDEL', live, job)
+  local w = redis.call('ZRANGE', waiting, 0, 0)
+  if w[1] then
+    redis.call('ZREM', waiting, w[1])
+    return w[1]
+  end
+  return false
+end
+"""
+
 #: KEYS: queued, cumulative. ARGV: max_queued, max_jobs (-1: no limit), ttl_ms.
 RESERVE = """
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 0 then
@@ -27,13 +61,13 @@ return 'ok'
 """
 
 #: Decrement each key that exists and is positive. KEYS: counters.
-DECREMENT = """
-for _, key in ipairs(KEYS) do
-  local v = redis.call('GET', key)
-  if v and tonumber(v) > 0 then redis.call('DECR', key) end
-end
+DECREMENT = (
+    DECR_POSITIVE
+    + """
+for _, key in ipairs(KEYS) do decr_positive(key) end
 return 1
 """
+)
 
 #: Seed missing counters. KEYS: counters; ARGV: values, then ttl_ms last.
 SEED = """
@@ -69,54 +103,40 @@ return 'ok'
 
 #: A turn left its tree: free its slot, hand it to the oldest waiting session.
 #: KEYS: live hash, waiting zset. ARGV: job id. Returns the session to wake.
-FINISH = """
-redis.call('HDEL', KEYS[1], ARGV[1])
-local w = redis.call('ZRANGE', KEYS[2], 0, 0)
-if w[1] then
-  redis.call('ZREM', KEYS[2], w[1])
-  return w[1]
-end
-return false
-"""
+FINISH = HAND_OFF + "return hand_off(KEYS[1], KEYS[2], ARGV[1])\n"
 
 #: A turn has started: leave the queue (on its first start), announce its Ack,
 #: and say whether a cancel is already requested, in one round trip.
 #: KEYS: queued counter, cancel flag. ARGV: dequeued (1/0), channel, payload ('' = none).
-TURN_STARTED = """
-if ARGV[1] == '1' then
-  local v = redis.call('GET', KEYS[1])
-  if v and tonumber(v) > 0 then redis.call('DECR', KEYS[1]) end
-end
+TURN_STARTED = (
+    DECR_POSITIVE
+    + """
+if ARGV[1] == '1' then decr_positive(KEYS[1]) end
 if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
 return redis.call('EXISTS', KEYS[2])
 """
+)
 
 #: A turn has ended: announce its last entry, clear its cancel flag, free its
 #: live slot (handing it to the oldest waiting session), give the lane back,
 #: and say how many jobs still wait in the session: one round trip where
-#: there were five. The release compares the token as ``_RELEASE`` in
-#: chaz.coord.lanes does.
+#: there were five.
 #: KEYS: lane, live hash, waiting zset, cancel flag, queued counter.
 #: ARGV: token, job id, clear_cancel (1/0), free_slot (1/0), release (1: always, k: keep the
 #: lane if jobs wait in the session), channel, payload, lease ttl_ms (to renew a kept lane).
 #: Returns {lane, session to wake ('' = none), queued ('-1' = unknown)}, where lane is
 #: 1 (released), 0 (kept: still ours) or -1 (not ours any more).
-TURN_ENDED = """
+TURN_ENDED = (
+    HAND_OFF
+    + LEASE_IS
+    + """
 if ARGV[7] ~= '' then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
 if ARGV[3] == '1' then redis.call('DEL', KEYS[4]) end
 local woken = ''
-if ARGV[4] == '1' then
-  redis.call('HDEL', KEYS[2], ARGV[2])
-  local w = redis.call('ZRANGE', KEYS[3], 0, 0)
-  if w[1] then
-    redis.call('ZREM', KEYS[3], w[1])
-    woken = w[1]
-  end
-end
+if ARGV[4] == '1' then woken = hand_off(KEYS[2], KEYS[3], ARGV[2]) or '' end
 local lane = -1
 local queued = redis.call('GET', KEYS[5])
-local v = redis.call('GET', KEYS[1])
-if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ' ' then
+if lease_is(redis.call('GET', KEYS[1]), ARGV[1]) then
   if ARGV[5] == '1' or not queued or tonumber(queued) <= 0 then
     redis.call('DEL', KEYS[1])
     lane = 1
@@ -127,3 +147,4 @@ if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ' ' then
 end
 return {lane, woken, queued or '-1'}
 """
+)

@@ -20,8 +20,12 @@ class ScriptCall(BaseModel):
     )
 
 
+#: A gate's name, after its placeholders are filled: a plain file name.
+GATE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+
+
 class ScriptStep(BaseModel):
-    """One step: exactly one of say, call, calls, echo, sleep, fail."""
+    """One step: exactly one of say, call, calls, echo, sleep, wait, fail."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -32,26 +36,38 @@ class ScriptStep(BaseModel):
     calls: list[ScriptCall] | None = None
     echo: bool | None = None
     sleep: float | None = Field(None, ge=0, le=3600)
+    wait: str | None = Field(
+        None,
+        description="Block until the gate of this name is opened (see chaz.runtime.gates); "
+        "{session_id} and {input} are filled in.",
+    )
+    timeout: float | None = Field(
+        None, gt=0, le=3600, description="Seconds a wait may last (default 600)."
+    )
     fail: str | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> ScriptStep:
-        kinds = [k for k in ("say", "call", "calls", "echo", "sleep", "fail") if getattr(self, k)]
+        kinds = [
+            k for k in ("say", "call", "calls", "echo", "sleep", "wait", "fail") if getattr(self, k)
+        ]
         if self.sleep == 0 and "sleep" not in kinds:
             kinds.append("sleep")
         if len(kinds) != 1:
             raise ValueError(
-                "a step has exactly one of say, call, calls, echo, sleep, fail; "
+                "a step has exactly one of say, call, calls, echo, sleep, wait, fail; "
                 f"got {kinds or 'none'}"
             )
         if (self.args is not None or self.raw_args is not None) and self.call is None:
             raise ValueError("args and raw_args go with call")
+        if self.timeout is not None and self.wait is None:
+            raise ValueError("timeout goes with wait")
         return self
 
     @property
     def is_response(self) -> bool:
-        """Whether the step is a model response (sleep only delays the next one)."""
-        return self.sleep is None
+        """Whether the step is a model response (sleep and wait only delay the next one)."""
+        return self.sleep is None and self.wait is None
 
 
 class ScriptRule(BaseModel):

@@ -181,3 +181,29 @@ def test_many_sessions_run_in_parallel(stack: Stack) -> None:
     ]
     most = max(sum(1 for a, b in spans if a <= start < b) for start, _ in spans)  # type: ignore[operator]
     assert most >= 4, f"at most {most} turns ran at once"
+
+
+def test_a_turn_held_at_a_gate_waits_for_the_test_and_the_queue_behind_it(stack: Stack) -> None:
+    """A worker process sees the gates of its CHAZ_HOME: the turn holds until opened."""
+    stack.workers(1)
+    client = stack.client
+    client.agents.put(
+        chaz.AgentSpec(
+            id="gated",
+            script=[{"steps": [{"wait": "go-{session_id}"}, {"say": "through {input}"}]}],
+        )
+    )
+    s = client.sessions.create(agent_id="gated")
+    first = client.sessions.post(s.id, "one", sender="user:alice")
+    second = client.sessions.post(s.id, "two", sender="user:alice")
+    # The first turn has started (its Ack is written) and holds at the gate.
+    next(e for e in client.sessions.watch(s.id, after=second.seq, timeout=30) if e.type == "ack")
+    assert client.jobs.get(first.job_id).status is chaz.JobStatus.RUNNING
+    assert client.jobs.get(second.job_id).status is chaz.JobStatus.QUEUED
+    stack.open_gate(f"go-{s.id}")
+    assert client.sessions.wait_for_reply(s.id, after=first.seq, timeout=30).content == (
+        "through one"
+    )
+    assert client.sessions.wait_for_reply(s.id, after=second.seq, timeout=30).content == (
+        "through two"
+    )

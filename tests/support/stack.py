@@ -10,6 +10,7 @@ from sqlalchemy import text
 
 import chaz
 from chaz.coord.redis import ensure_embedded, stop_embedded
+from chaz.runtime.gates import open_gate
 from chaz.settings import Settings
 from chaz.stack import WorkerProcess
 from chaz.store import Store
@@ -96,6 +97,10 @@ class Stack:
             w.wait_ready(client)
         self._workers.extend(started)
         return started
+
+    def open_gate(self, name: str) -> None:
+        """Let every turn waiting at gate ``name`` (a scripted ``wait`` step) go on."""
+        open_gate(self.settings.home, name)
 
     def housekeeper(self) -> WorkerProcess:
         """A process that runs beat and the reconciler only (it takes no turns)."""

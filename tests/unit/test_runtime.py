@@ -7,10 +7,12 @@ import json
 import threading
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import BaseModel, ConfigDict
+from pydantic import ValidationError as PydanticValidationError
 
 from chaz.domain.entries import Entry, EntryType
 from chaz.errors import Cancelled, ChazError, ModelError, QueueFull, TurnNotMatched
@@ -24,6 +26,7 @@ from chaz.runtime.backends.base import (
 from chaz.runtime.backends.scripted import ScriptedBackend
 from chaz.runtime.context import build_context
 from chaz.runtime.events import EventSink, RuntimeEvent, ToolCallEvent, ToolResultEvent
+from chaz.runtime.gates import open_gate
 from chaz.runtime.loop import (
     INTERRUPTED,
     Checkpoint,
@@ -124,6 +127,45 @@ def test_sleep_delays_but_is_not_a_response() -> None:
     t2 = time.monotonic()
     assert b.complete([], [], turn(step=2, last_result="LR")).text == "LR"
     assert time.monotonic() - t2 >= 0.2
+
+
+def test_wait_blocks_until_its_gate_opens(tmp_path: Path) -> None:
+    b = ScriptedBackend.from_script(
+        [{"steps": [{"wait": "go-{session_id}"}, {"say": "through"}]}], tmp_path
+    )
+    answers: list[str | None] = []
+    waiting = threading.Thread(target=lambda: answers.append(b.complete([], [], turn()).text))
+    waiting.start()
+    waiting.join(0.2)
+    assert waiting.is_alive() and answers == []  # held at the gate
+    open_gate(tmp_path, "go-sess1")
+    waiting.join(10)
+    assert answers == ["through"]
+    # An open gate stays open: a resumed turn passes it at once.
+    assert b.complete([], [], turn()).text == "through"
+
+
+def test_wait_that_times_out_fails_the_model_step(tmp_path: Path) -> None:
+    b = ScriptedBackend.from_script(
+        [{"steps": [{"wait": "never", "timeout": 0.05}, {"say": "x"}]}], tmp_path
+    )
+    with pytest.raises(ModelError, match="'never' was not opened"):
+        b.complete([], [], turn())
+
+
+@pytest.mark.parametrize(
+    "step",
+    [{"wait": "g", "say": "x"}, {"timeout": 1, "say": "x"}, {"wait": "g", "timeout": 0}],
+)
+def test_wait_step_shapes_are_checked(step: dict[str, Any]) -> None:
+    with pytest.raises(PydanticValidationError):
+        ScriptedBackend.from_script([{"steps": [step]}])
+
+
+def test_a_gate_name_is_a_plain_file_name(tmp_path: Path) -> None:
+    b = ScriptedBackend.from_script([{"steps": [{"wait": "{input}"}, {"say": "x"}]}], tmp_path)
+    with pytest.raises(ModelError, match="gate name"):
+        b.complete([], [], turn("../escape"))
 
 
 def test_fail_raises_model_error_with_filled_message() -> None:

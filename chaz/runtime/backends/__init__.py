@@ -13,7 +13,7 @@ def make_backend(spec: AgentSpec, settings: Settings) -> ModelBackend:
     if kind == "scripted":
         from chaz.runtime.backends.scripted import ScriptedBackend
 
-        return ScriptedBackend.from_script(spec.script or [])
+        return ScriptedBackend.from_script(spec.script or [], settings.home)
     from chaz.runtime.backends.openai_backend import OpenAIBackend
 
     return OpenAIBackend.from_spec(spec, settings)

@@ -2,7 +2,8 @@
 
 A turn takes the first rule whose ``match`` is found in the triggering entry's
 content (or that has no ``match``) and plays its steps in order, one model
-response per step; ``sleep`` steps only delay the response after them. The
+response per step; ``sleep`` and ``wait`` steps only delay the response after
+them (``wait`` until a gate opens, see :mod:`chaz.runtime.gates`). The
 position in the script is derived from how many model steps the turn has
 taken, so a resumed turn continues where the dead one stopped.
 """
@@ -12,10 +13,11 @@ from __future__ import annotations
 import json
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 from chaz.domain.script import ScriptRule, ScriptStep, parse_script
-from chaz.errors import ModelError, TurnNotMatched
+from chaz.errors import ChazError, ModelError, TurnNotMatched
 from chaz.runtime.backends.base import (
     ChatMessage,
     ModelResponse,
@@ -23,18 +25,26 @@ from chaz.runtime.backends.base import (
     ToolSpec,
     TurnContext,
 )
+from chaz.runtime.gates import wait_gate
+
+#: How long a ``wait`` step blocks when its rule gives no ``timeout``.
+DEFAULT_WAIT_SECONDS = 600.0
 
 
 class ScriptedBackend:
     """A :class:`~chaz.runtime.backends.base.ModelBackend` that plays a script."""
 
-    def __init__(self, rules: list[ScriptRule]) -> None:
+    def __init__(self, rules: list[ScriptRule], home: Path | None = None) -> None:
         self.rules = rules
+        #: The ``CHAZ_HOME`` whose gates ``wait`` steps watch.
+        self.home = home or Path(".chaz")
 
     @classmethod
-    def from_script(cls, script: list[dict[str, Any]]) -> ScriptedBackend:
+    def from_script(
+        cls, script: list[dict[str, Any]], home: Path | None = None
+    ) -> ScriptedBackend:
         """Build from an AgentSpec's raw ``script`` (validated again here)."""
-        return cls(parse_script(script))
+        return cls(parse_script(script), home)
 
     def complete(
         self, messages: list[ChatMessage], tools: list[ToolSpec], turn: TurnContext
@@ -47,13 +57,26 @@ class ScriptedBackend:
         for step in rule.steps:
             if not step.is_response:
                 if responses_seen == turn.step:
-                    time.sleep(step.sleep or 0.0)
+                    self._delay(step, turn)
                 continue
             if responses_seen == turn.step:
                 return self._respond(step, turn)
             responses_seen += 1
         # Out of steps without a `say`: the last tool result is the answer.
         return ModelResponse(text=turn.last_result or "")
+
+    def _delay(self, step: ScriptStep, turn: TurnContext) -> None:
+        if step.wait is None:
+            time.sleep(step.sleep or 0.0)
+            return
+        name = _fill(step.wait, turn)
+        timeout = step.timeout or DEFAULT_WAIT_SECONDS
+        try:
+            opened = wait_gate(self.home, name, timeout)
+        except ChazError as exc:
+            raise ModelError(f"wait step: {exc.message}") from exc
+        if not opened:
+            raise ModelError(f"gate {name!r} was not opened within {timeout:g}s")
 
     def _respond(self, step: ScriptStep, turn: TurnContext) -> ModelResponse:
         if step.fail is not None:

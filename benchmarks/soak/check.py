@@ -363,6 +363,8 @@ def _recoveries(
             elif unfinished_then:
                 worst = float("inf")
         f.recovery = worst
+        later = [g for g in faults if f.end < g.start <= f.end + worst]
+        f.overlapped = later[0].kind if later else None
         rows[f.kind].recovery.append(worst)
         rows[ALL].recovery.append(worst)
 

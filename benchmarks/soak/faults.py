@@ -44,6 +44,9 @@ class Fault:
     victim_pid: int | None = None
     #: filled in by the check: seconds until the work it caught moved again
     recovery: float | None = None
+    #: filled in by the check: the kind of a later fault that began before
+    #: this one's work had recovered (its figure is then not its own alone)
+    overlapped: str | None = None
 
 
 @dataclass

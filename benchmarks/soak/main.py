@@ -229,7 +229,7 @@ def _run(args: argparse.Namespace, home: Path, db: Database, server: RedisServer
         )
     )
     console.print("faults:")
-    for line in report.fault_log(faults, t0):
+    for line in report.fault_log(faults, t0) + report.overlaps(faults):
         console.print(line, markup=False, highlight=False)
     console.print(f"job states: {dict(verdict.statuses)}")
     if verdict.errors:

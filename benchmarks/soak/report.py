@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 from rich.table import Table
 
 from benchmarks.soak.check import ALL, NO_FAULT, Row, Verdict
@@ -10,18 +12,18 @@ from benchmarks.soak.faults import Fault
 COLUMNS = (
     "fault kind",
     "faults",
-    "turns",
-    "exactly once",
+    "turns\nexposed",
+    "exactly\nonce",
     "lost",
-    "interrupted",
-    "dup entries",
-    "dup tool calls",
-    "dup replies",
-    "FIFO violations",
+    "inter-\nrupted",
+    "dup\nentries",
+    "dup tool\ncalls",
+    "dup\nreplies",
+    "FIFO\nviolations",
     "resumed",
-    "worker crashes",
-    "recovery p50 s",
-    "recovery max s",
+    "worker\ncrashes",
+    "recovery\np50 s",
+    "recovery\nmax s",
 )
 
 
@@ -57,7 +59,7 @@ def table(verdict: Verdict, title: str) -> Table:
     """The figures, as a rich table."""
     t = Table(title=title, title_justify="left")
     for i, c in enumerate(COLUMNS):
-        t.add_column(c, justify="left" if i == 0 else "right")
+        t.add_column(c, justify="left" if i == 0 else "right", no_wrap=i == 0)
     for name, row in verdict.rows.items():
         if name == NO_FAULT and row.turns == 0:
             continue
@@ -70,5 +72,28 @@ def fault_log(faults: list[Fault], t0: float) -> list[str]:
     lines = []
     for f in faults:
         rec = "no turn in flight" if f.recovery is None else f"recovered {_seconds(f.recovery)}s"
+        if f.overlapped:
+            rec += f" (a {f.overlapped} fault came first)"
         lines.append(f"  {f.start - t0:6.1f}s {f.kind:<13} {f.detail}; {rec}")
+    return lines
+
+
+def overlaps(faults: list[Fault]) -> list[str]:
+    """Per kind, the recoveries that a later fault may have shortened or lengthened."""
+    lines = []
+    for kind in dict.fromkeys(f.kind for f in faults):
+        measured = [f for f in faults if f.kind == kind and f.recovery is not None]
+        hit = [f for f in measured if f.overlapped]
+        if not hit:
+            continue
+        clean = [f.recovery for f in measured if not f.overlapped and f.recovery is not None]
+        alone = (
+            f"p50 {_seconds(statistics.median(clean))}s, max {_seconds(max(clean))}s"
+            if clean
+            else "none left"
+        )
+        lines.append(
+            f"  {kind}: {len(hit)} of {len(measured)} recoveries overlapped a later fault; "
+            f"the others: {alone}"
+        )
     return lines

@@ -118,7 +118,10 @@ class Verdict:
     rows: dict[str, Row]
     problems: list[str]
     statuses: Counter[str]
+    #: "status code (exception) after fault-kind" -> jobs
     errors: Counter[str]
+    #: the same keys -> the error message of one such job
+    examples: dict[str, str] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -201,14 +204,29 @@ def verify(
 
     statuses = Counter(j.status for j in jobs.values())
     errors: Counter[str] = Counter()
+    examples: dict[str, str] = {}
     for j in jobs.values():
         if j.status != "succeeded":
-            code = (j.error or {}).get("code", "?") if isinstance(j.error, dict) else "?"
-            errors[f"{j.status} {code}"] += 1
+            key, message = _failure(j, faults)
+            errors[key] += 1
+            examples.setdefault(key, message)
     for kind in kinds:
         if rows[kind].faults == 0:
             problems.append(f"no {kind} fault was injected")
-    return Verdict(rows, problems, statuses, errors)
+    return Verdict(rows, problems, statuses, errors, examples)
+
+
+def _failure(job: Job, faults: list[Fault]) -> tuple[str, str]:
+    """How a job failed, and the last fault before it did: ``failed turn.crashed
+    (OperationalError) after pg``, with the error's message as evidence."""
+    error = job.error if isinstance(job.error, dict) else {}
+    code = str(error.get("code", "unfinished" if job.finished is None else "?"))
+    message = str(error.get("message", ""))
+    cls = message.split(":", 1)[0] if code == "turn.crashed" and ":" in message else ""
+    end = job.finished if job.finished is not None else float("inf")
+    before = [f for f in faults if f.start <= end]
+    cause = before[-1].kind if before else NO_FAULT
+    return f"{job.status} {code}{f' ({cls})' if cls else ''} after {cause}", message
 
 
 def _number(text: str) -> int | None:

@@ -233,7 +233,10 @@ def _run(args: argparse.Namespace, home: Path, db: Database, server: RedisServer
         console.print(line, markup=False, highlight=False)
     console.print(f"job states: {dict(verdict.statuses)}")
     if verdict.errors:
-        console.print(f"unsuccessful jobs by error code: {dict(verdict.errors)}")
+        console.print("unsuccessful jobs, by error and the last fault before they ended:")
+        for key, n in verdict.errors.most_common():
+            example = verdict.examples.get(key, "")[:240]
+            console.print(f"  {n:4d}  {key}: e.g. {example!r}", markup=False, highlight=False)
     posted = producers.posted
     console.print(
         f"producer posts retried: {dict(posted.errors) or 0}; abandoned at the stop: "

@@ -408,6 +408,6 @@ def _crashes(
         rows[ALL].crashes += 1
         last = x.log_tail.strip().splitlines()[-1:] if x.log_tail else []
         problems.append(
-            f"{x.role} worker {x.name} (pid {x.pid}) exited by itself with status "
+            f"{x.role} {x.name} (pid {x.pid}) exited by itself with status "
             f"{x.returncode} after a {kind} fault: {last[0] if last else '(no log)'}"
         )

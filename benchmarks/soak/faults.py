@@ -113,7 +113,7 @@ class Injector:
         # Keep one turn worker up, and kill one that is in the middle of a turn.
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
-            alive = self.supervisor.alive("turns")
+            alive = self.supervisor.alive("worker")
             if len(alive) >= 2:
                 busy = self.monitor.turns_by_pid()
                 ranked = sorted(alive, key=lambda w: busy.get(w.pid, 0), reverse=True)

@@ -118,10 +118,12 @@ def _run(args: argparse.Namespace, home: Path, db: Database, server: RedisServer
     console.print(
         f"[bold]chaz fault soak[/]: {args.minutes:g} min, faults {args.kinds or 'none'} "
         f"x {args.per_kind}, Redis outage {args.redis_outage:g}s, {args.sessions} sessions, "
-        f"{args.workers} workers x {args.concurrency} threads + beat; "
+        f"{args.workers} workers x {args.concurrency} threads, one beat; "
         f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
     console.print(f"chaz under test: {code_version()}")
+    for stale in Database.drop_stale():
+        say(f"dropped {stale}, left behind by a soak that was killed")
     db.create()
     server.start()
     _started["server"] = server
@@ -153,7 +155,7 @@ def _run(args: argparse.Namespace, home: Path, db: Database, server: RedisServer
     _started["supervisor"] = supervisor
     supervisor.start()
     deadline = time.monotonic() + 90
-    for w in supervisor.alive("turns") + supervisor.alive("beat"):
+    for w in supervisor.alive("worker"):
         w.wait_ready(client, timeout=max(1.0, deadline - time.monotonic()))
     say("workers ready")
 

@@ -16,6 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -154,6 +155,33 @@ class Database:
             admin.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
             admin.execute(f'CREATE DATABASE "{self.name}"')
 
+    @staticmethod
+    def drop_stale() -> list[str]:
+        """Drop the databases of earlier soaks that were killed before their clean-up.
+
+        Only ``chaz_soak_<pid>`` databases whose process no longer exists.
+        """
+        dropped = []
+        with psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=5) as admin:
+            names = [
+                str(n)
+                for (n,) in admin.execute(
+                    "SELECT datname FROM pg_database WHERE datname ~ '^chaz_soak_[0-9]+$'"
+                )
+            ]
+            for name in names:
+                pid = int(name.rsplit("_", 1)[1])
+                try:
+                    os.kill(pid, 0)
+                    continue  # that soak still runs
+                except ProcessLookupError:
+                    pass
+                except PermissionError:
+                    continue
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                dropped.append(name)
+        return dropped
+
     def drop(self) -> None:
         """Drop the database, ending whatever is still connected to it."""
         with psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=5) as admin:
@@ -189,8 +217,22 @@ class SoakWorker(WorkerProcess):
 
     def __init__(self, settings: Settings, *, role: str, **kwargs: object) -> None:
         super().__init__(settings, **kwargs)  # type: ignore[arg-type]
-        #: ``turns`` (takes turns) or ``beat`` (beat and the reconciler only).
+        #: ``worker`` (turns and reconciler passes) or ``beat``.
         self.role = role
+
+    def command(self) -> list[str]:
+        """A worker's command line, or for ``beat`` a standalone ``celery beat``.
+
+        A standalone beat, as in docker-compose.yml: a worker's embedded
+        ``--beat`` runs in a child process that outlives a SIGKILLed worker.
+        """
+        if self.role != "beat":
+            return super().command()
+        return [
+            sys.executable, "-m", "celery", "-A", "workers", "beat",
+            "--schedule", str(self.settings.home.resolve() / "celerybeat-schedule"),
+            "--loglevel", self.loglevel,
+        ]  # fmt: skip
 
     def start(self) -> SoakWorker:
         """Launch ``celery worker`` with a parent-death signal."""
@@ -226,7 +268,10 @@ class Exit:
 
 
 class Supervisor:
-    """Keeps ``turn_workers`` turn workers and one beat process running.
+    """Keeps ``turn_workers`` worker processes and one beat process running.
+
+    The workers consume both of chaz's queues (turns and reconciler passes),
+    as ``chaz worker`` does in production; beat is a process of its own.
 
     Like systemd or Kubernetes would, it starts a new process ``restart_delay``
     seconds after one ends, and it records every exit: those the soak caused
@@ -260,9 +305,7 @@ class Supervisor:
             self.settings,
             role=role,
             name=name,
-            concurrency=self.concurrency if role == "turns" else 1,
-            beat=role == "beat",
-            queues="chaz.turns" if role == "turns" else "chaz.control",
+            concurrency=self.concurrency,
             loglevel="WARNING",
             log_file=self.settings.home / f"{name}.log",
         )
@@ -273,11 +316,11 @@ class Supervisor:
         with self._lock:
             self._workers.append(self._new("beat"))
             for _ in range(self.turn_workers):
-                self._workers.append(self._new("turns"))
+                self._workers.append(self._new("worker"))
         self._thread = threading.Thread(target=self._run, name="soak-supervisor", daemon=True)
         self._thread.start()
 
-    def alive(self, role: str = "turns") -> list[SoakWorker]:
+    def alive(self, role: str = "worker") -> list[SoakWorker]:
         """Running processes of ``role``."""
         with self._lock:
             return [w for w in self._workers if w.role == role and w.alive()]

@@ -355,15 +355,23 @@ def _recoveries(
     for e in entries:
         if e.type == "ack" and e.job_id:
             acks[e.job_id].append(e)
+    kills = [(f.start, f.victim_pid) for f in faults if f.victim_pid is not None]
+
+    def stalled(pid: int | None, at: float) -> bool:
+        # Its worker was killed earlier: the job waits for that kill's
+        # recovery, and would only lend that recovery to this fault.
+        return pid is not None and any(t < at and p == pid for t, p in kills)
+
     for f in faults:
-        caught = [
-            j
-            for j in jobs.values()
-            if j.started is not None
-            and j.started <= f.start
-            and (j.finished is None or j.finished > f.start)
-            and (f.victim_pid is None or _ran_on(acks[j.id], f.start) == f.victim_pid)
-        ]
+        caught = []
+        for j in jobs.values():
+            if j.started is None or j.started > f.start:
+                continue
+            if j.finished is not None and j.finished <= f.start:
+                continue
+            pid = _ran_on(acks[j.id], f.start)
+            if (f.victim_pid is None or pid == f.victim_pid) and not stalled(pid, f.start):
+                caught.append(j)
         if not caught:
             rows[f.kind].idle_faults += 1
             continue

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 
 from chaz.domain.agents import Limits
+from chaz.domain.validation import check_tool_name
 from chaz.errors import ChazError
 from chaz.runtime.backends.base import ToolCallRequest, ToolSpec
 
@@ -81,7 +82,8 @@ class ToolRegistry:
             self.register(tool)
 
     def register(self, tool: Tool) -> None:
-        """Add a tool; names are unique."""
+        """Add a tool; names are unique and must be valid tool names."""
+        check_tool_name(tool.name)
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is registered twice")
         self._tools[tool.name] = tool

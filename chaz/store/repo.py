@@ -32,6 +32,7 @@ from chaz.domain.entries import Entry, EntryType, Said, parse_sender
 from chaz.domain.jobs import ACTIVE, Job, JobStatus, check_transition
 from chaz.domain.processing import admits_turn
 from chaz.domain.sessions import Session
+from chaz.domain.validation import check_session_name
 from chaz.errors import (
     AgentNotFound,
     JobNotFound,
@@ -197,9 +198,7 @@ class Store:
     ) -> Session:
         """A new, empty session for ``agent_id``; a root of its own tree unless given one."""
         if name is not None:
-            name = name.strip()
-            if not 1 <= len(name) <= 255:
-                raise ValidationError("a session name must have 1-255 characters")
+            name = check_session_name(name)
         sid = new_id()
         values: dict[str, Any] = {
             "id": sid,

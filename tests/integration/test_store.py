@@ -12,11 +12,11 @@ from sqlalchemy.exc import IntegrityError
 import chaz
 from chaz.domain.entries import EntryType
 from chaz.domain.jobs import JobStatus
-from chaz.errors import IllegalTransition, LeaseLost, SessionNotFound
+from chaz.errors import IllegalTransition, LeaseLost, SessionNotFound, ValidationError
 from chaz.ids import new_id, utcnow
 from chaz.store import Store
 from chaz.store.migrate import upgrade
-from chaz.store.models import EntryRow, JobRow
+from chaz.store.models import EntryRow, JobRow, SessionRow
 from chaz.store.repo import Appended, Fence, Finish
 from tests.support.concurrency import race
 from tests.support.stack import Stack
@@ -89,6 +89,15 @@ def test_append_to_a_missing_session_writes_nothing(store: Store) -> None:
         store.append("nope", EntryType.MESSAGE, "user:a", "x")
     assert count(store, EntryRow, session_id="nope") == 0
     assert count(store, JobRow, session_id="nope") == 0
+
+
+@pytest.mark.parametrize("name", ["talk\n", "ta\nlk", "nul\x00", "x" * 256])
+def test_a_session_name_with_a_control_character_is_refused(store: Store, name: str) -> None:
+    before = count(store, SessionRow)
+    with pytest.raises(ValidationError) as info:
+        store.create_session("bot", name=name)
+    assert info.value.field == "name"
+    assert count(store, SessionRow) == before
 
 
 def test_idempotency_key_returns_the_first_append(store: Store) -> None:

@@ -13,7 +13,14 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from chaz.domain.entries import Entry, EntryType
-from chaz.errors import Cancelled, ChazError, ModelError, QueueFull, TurnNotMatched
+from chaz.errors import (
+    Cancelled,
+    ChazError,
+    ModelError,
+    QueueFull,
+    TurnNotMatched,
+    ValidationError,
+)
 from chaz.runtime.backends.base import (
     ChatMessage,
     ModelResponse,
@@ -310,6 +317,12 @@ def test_register_twice_is_refused() -> None:
     r = default_registry()
     with pytest.raises(ValueError):
         r.register(Tool("echo", "again", _Count, _crashes))
+
+
+@pytest.mark.parametrize("name", ["echo2\n", "two words", ""])
+def test_register_refuses_a_bad_tool_name(name: str) -> None:
+    with pytest.raises(ValidationError):
+        ToolRegistry().register(Tool(name, "Bad name.", _Count, _refuses))
 
 
 def test_specs_follow_the_order_given_and_skip_unknown() -> None:

@@ -15,7 +15,7 @@ import redis
 import sqlalchemy.exc
 
 from chaz.domain.agents import AgentSpec, Limits
-from chaz.domain.entries import Entry, EntryType, agent_sender, parse_sender
+from chaz.domain.entries import Entry, EntryType, KeyScope, agent_sender, parse_sender
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.sessions import Session
 from chaz.errors import BackendUnavailable, SessionNotFound, Timeout, ValidationError
@@ -150,6 +150,7 @@ class Sessions:
             content=content,
             metadata=metadata,
             idempotency_key=idempotency_key,
+            key_scope=KeyScope.USER,
         )
         try:
             return write(session_id).entry

@@ -183,9 +183,19 @@ def test_seq_and_idempotency_key_are_unique_in_the_database(store: Store) -> Non
         conn.execute(insert(EntryRow.__table__).values(id=new_id(), seq=e.seq, **base))
     with pytest.raises(IntegrityError), store.engine.begin() as conn:
         conn.execute(
-            insert(EntryRow.__table__).values(id=new_id(), seq=99, idempotency_key="k", **base)
+            insert(EntryRow.__table__).values(
+                id=new_id(), seq=99, idempotency_key="k", key_scope="runtime", **base
+            )
         )
     assert count(store, EntryRow, session_id=s.id) == 1
+    # The same key in the other scope is another key.
+    with store.engine.begin() as conn:
+        conn.execute(
+            insert(EntryRow.__table__).values(
+                id=new_id(), seq=99, idempotency_key="k", key_scope="user", **base
+            )
+        )
+    assert count(store, EntryRow, session_id=s.id) == 2
 
 
 def test_concurrent_appends_leave_no_gap_and_no_duplicate(store: Store) -> None:

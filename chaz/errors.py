@@ -53,17 +53,19 @@ class ValidationError(ChazError):
         return value if isinstance(value, str) else None
 
     @classmethod
-    def from_pydantic(cls, exc: Any, *, model: str) -> ValidationError:
+    def from_pydantic(cls, exc: Any, *, model: str, prefix: str = "") -> ValidationError:
         """The chaz form of a pydantic ``ValidationError`` raised building ``model``.
 
         ``details`` holds ``field`` (the first refused field, dotted) and
-        ``errors`` (every field with its message); the input values are left
-        out, so a refused secret or a huge value is not echoed back.
+        ``errors`` (every field with its message), each under ``prefix`` (the
+        argument the model was given as); the input values are left out, so a
+        refused secret or a huge value is not echoed back.
         """
-        problems = [
-            {"field": _printable(".".join(str(p) for p in e["loc"])), "message": e["msg"]}
-            for e in exc.errors(include_url=False, include_input=False, include_context=False)
-        ]
+        problems = []
+        for e in exc.errors(include_url=False, include_input=False, include_context=False):
+            path = [prefix] if prefix else []
+            path += [str(p) for p in e["loc"]]
+            problems.append({"field": _printable(".".join(path)), "message": e["msg"]})
         summary = "; ".join(f"{p['field'] or '(root)'}: {p['message']}" for p in problems)
         first = problems[0]["field"] if problems else ""
         return cls(f"invalid {model}: {summary}", field=first, errors=problems)

@@ -20,6 +20,7 @@ import pydantic
 from pydantic import AfterValidator, BaseModel
 from pydantic._internal._model_construction import ModelMetaclass
 
+from chaz.domain.entries import NEEDS_CONTENT, EntryType
 from chaz.errors import RequestTooLarge, ValidationError
 
 #: 1-64 letters, digits, ``_ . -``.
@@ -43,6 +44,7 @@ MAX_JSON_DEPTH = 32
 #: Default of ``CHAZ_MAX_CONTENT_BYTES``.
 DEFAULT_MAX_CONTENT_BYTES = 1 << 20
 
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 # A JSON escape of NUL that is not itself an escaped backslash followed by "u0000".
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
@@ -95,6 +97,69 @@ def check_text(
             max_bytes=max_bytes,
         )
     return value
+
+
+def check_content(type: EntryType, value: object, *, max_bytes: int) -> str:
+    """An entry's content: storable, at most ``max_bytes``, and not blank where
+    the type needs words (:data:`~chaz.domain.entries.NEEDS_CONTENT`)."""
+    text = check_text("content", value, max_bytes=max_bytes)
+    if type in NEEDS_CONTENT and is_blank(text):
+        raise invalid("content", f"the content of a {type.value} may not be empty or blank")
+    return text
+
+
+def check_entry_type(value: object) -> EntryType:
+    """An entry type, by value."""
+    try:
+        if isinstance(value, str):
+            return EntryType(value)
+    except ValueError:
+        pass
+    raise invalid(
+        "type", f"unknown entry type {repr(value)[:80]}; one of {[t.value for t in EntryType]}"
+    )
+
+
+def check_idempotency_key(value: object) -> str | None:
+    """None, or 1 to :data:`IDEMPOTENCY_KEY_CHARS` storable characters."""
+    if value is None:
+        return None
+    key = check_text("idempotency_key", value, max_chars=IDEMPOTENCY_KEY_CHARS)
+    if not key:
+        raise invalid("idempotency_key", "idempotency_key may not be empty")
+    return key
+
+
+def check_command_id(value: object) -> str | None:
+    """None, or 1 to :data:`COMMAND_ID_CHARS` storable characters."""
+    if value is None:
+        return None
+    command_id = check_text("command_id", value, max_chars=COMMAND_ID_CHARS)
+    if not command_id:
+        raise invalid("command_id", "command_id may not be empty")
+    return command_id
+
+
+def sanitized(value: str) -> str:
+    """``value`` with every NUL and lone surrogate replaced by U+FFFD."""
+    if bad_character(value) is None:
+        return value
+    return _UNSTORABLE.sub("\ufffd", value)
+
+
+def truncated(value: str, max_bytes: int) -> tuple[str, bool]:
+    """``value`` cut to at most ``max_bytes`` UTF-8 bytes, with a note saying so."""
+    if utf8_size(value, max_bytes) <= max_bytes:
+        return value, False
+    data = value.encode("utf-8")
+    note = (
+        f"\n[... truncated: {len(data)} bytes in all; "
+        f"only the first part fits in CHAZ_MAX_CONTENT_BYTES={max_bytes} ...]"
+    )
+    keep = max_bytes - len(note.encode("utf-8"))
+    if keep <= 0:  # a cap smaller than the note: the bytes alone
+        return data[:max_bytes].decode("utf-8", "ignore"), True
+    return data[:keep].decode("utf-8", "ignore") + note, True
 
 
 def check_optional_text(field: str, value: object, *, max_chars: int | None = None) -> str | None:
@@ -277,13 +342,17 @@ class CheckedModel(BaseModel, metaclass=_Checking):
     """
 
     @classmethod
-    def parse(cls, data: object) -> Self:
-        """Validate ``data`` (a mapping or an instance) into this model, chaz's way."""
+    def parse(cls, data: object, field: str = "") -> Self:
+        """Validate ``data`` (a mapping or an instance) into this model, chaz's way.
+
+        ``field`` is the argument ``data`` came in as: refused fields are
+        named under it (``limits.max_turn_steps``).
+        """
         if isinstance(data, cls):
             return data
         try:
             return cls.model_validate(data)
         except pydantic.ValidationError as exc:
-            raise ValidationError.from_pydantic(exc, model=cls.__name__) from None
+            raise ValidationError.from_pydantic(exc, model=cls.__name__, prefix=field) from None
         except RecursionError:
-            raise invalid(cls.__name__, f"{cls.__name__} is nested too deeply") from None
+            raise invalid(field or cls.__name__, f"{cls.__name__} is nested too deeply") from None

@@ -37,14 +37,13 @@ from chaz.domain.entries import (
     parse_sender,
     replay_differences,
 )
-from chaz.domain.jobs import ACTIVE, Job, JobStatus, check_transition
+from chaz.domain.jobs import ACTIVE, Job, JobStatus, check_transition, missing_job
 from chaz.domain.processing import admits_turn
 from chaz.domain.sessions import Session
 from chaz.domain.validation import check_session_name
 from chaz.errors import (
     AgentNotFound,
     IdempotencyMismatch,
-    JobNotFound,
     LeaseLost,
     NameTaken,
     SessionNotFound,
@@ -519,7 +518,7 @@ class Store:
         with self._read() as conn:
             row = conn.execute(select(JobRow).where(JobRow.id == job_id)).mappings().first()
         if row is None:
-            raise JobNotFound(f"no job {job_id!r}", job_id=job_id)
+            raise missing_job(job_id)
         return _job(row)
 
     def get_jobs(self, job_ids: Iterable[str]) -> dict[str, Job]:
@@ -883,7 +882,7 @@ def _finish(conn: Connection, finish: Finish) -> Job:
 def _lock_job(conn: Connection, job_id: str) -> dict[str, Any]:
     row = conn.execute(st.LOCK_JOB, {"jid": job_id}).mappings().first()
     if row is None:
-        raise JobNotFound(f"no job {job_id!r}", job_id=job_id)
+        raise missing_job(job_id)
     return dict(row)
 
 

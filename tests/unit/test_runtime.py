@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict
 
+from chaz.domain.agents import AgentSpec
 from chaz.domain.entries import Entry, EntryType
 from chaz.errors import (
     Cancelled,
@@ -152,6 +153,42 @@ def test_first_matching_rule_wins_and_no_match_raises() -> None:
     with pytest.raises(TurnNotMatched) as info:
         b.complete([], [], turn("nothing"))
     assert info.value.code == "model.no_rule"
+
+
+@pytest.mark.timeout(60)  # a backtracking engine takes hours here; RE2 takes microseconds
+def test_a_catastrophic_pattern_matches_in_linear_time() -> None:
+    b = backend({"match": "^(a+)+$", "steps": [{"say": "A"}]}, {"steps": [{"say": "other"}]})
+    assert b.complete([], [], turn("a" * 40 + "b")).text == "other"
+    assert b.complete([], [], turn("a" * 100_000 + "b")).text == "other"
+    assert b.complete([], [], turn("a" * 40)).text == "A"
+    b = backend({"match": "(x+x+)+y", "steps": [{"say": "Y"}]}, {"steps": [{"say": "other"}]})
+    assert b.complete([], [], turn("x" * 5000)).text == "other"
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [r"(a)\1", r"(?=a)b", r"(?<=a)b", r"(?!a)b", "(", "x" * 1001],
+    ids=["backreference", "lookahead", "lookbehind", "negative-lookahead", "unbalanced", "long"],
+)
+def test_patterns_re2_cannot_compile_are_refused(pattern: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        AgentSpec(id="a", script=[{"match": pattern, "steps": [{"say": "x"}]}])
+    assert (info.value.field or "").startswith("script")
+
+
+def test_re2_keeps_the_everyday_syntax() -> None:
+    b = backend(
+        {"match": r"^echo\s+\w+", "steps": [{"say": "E"}]},
+        {"match": "(?i)HELLO|ciao", "steps": [{"say": "H"}]},
+        {"match": "caf[é]", "steps": [{"say": "C"}]},
+        {"steps": [{"say": "other"}]},
+    )
+    assert [b.complete([], [], turn(t)).text for t in ("echo  hi", "say hello", "café", "x")] == [
+        "E",
+        "H",
+        "C",
+        "other",
+    ]
 
 
 def test_a_rule_without_match_catches_everything() -> None:

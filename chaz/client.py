@@ -1,23 +1,41 @@
 """The producer API: ``chaz.Client`` and its ``agents``, ``sessions`` and ``jobs``.
 
 Everything returned is a pydantic model; every error is a
-:class:`chaz.errors.ChazError` with a stable ``code``.
+:class:`chaz.errors.ChazError` with a stable ``code``. Every argument passes
+the rules of :mod:`chaz.domain.validation` before anything is read or
+written, so bad input is ``request.invalid`` (naming the field) or
+``request.too_large`` on SQLite and PostgreSQL alike, and never reaches a
+database driver.
 """
 
 from __future__ import annotations
 
 import builtins
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ParamSpec, TypeVar
 
 import redis
 import sqlalchemy.exc
 
 from chaz.domain.agents import AgentSpec, Limits
-from chaz.domain.entries import Entry, EntryType, agent_sender, parse_sender
+from chaz.domain.entries import Entry, EntryType, KeyScope, agent_sender, parse_sender
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.sessions import Session
+from chaz.domain.validation import (
+    MAX_SEQ,
+    check_content,
+    check_entry_type,
+    check_idempotency_key,
+    check_int,
+    check_json,
+    check_limit,
+    check_ref,
+    check_seconds,
+    check_session_name,
+    check_text,
+    invalid,
+)
 from chaz.errors import BackendUnavailable, SessionNotFound, Timeout, ValidationError
 from chaz.services import Services
 from chaz.settings import Settings, get_settings
@@ -82,18 +100,21 @@ class Agents:
     def __init__(self, services: Services) -> None:
         self._svc = services
 
-    def put(self, spec: AgentSpec) -> AgentSpec:
-        """Create or replace an agent; its tools must exist."""
+    def put(self, spec: AgentSpec | Mapping[str, Any]) -> AgentSpec:
+        """Create or replace an agent (an AgentSpec, or its fields as a mapping); its
+        tools must exist."""
+        spec = AgentSpec.parse(spec)
         unknown = set(spec.tools) - set(self._svc.tools.names())
         if unknown:
             raise ValidationError(
-                f"unknown tools {sorted(unknown)}; known: {self._svc.tools.names()}"
+                f"unknown tools {sorted(unknown)}; known: {self._svc.tools.names()}",
+                field="tools",
             )
         return self._svc.store.put_agent(spec)
 
     def get(self, agent_id: str) -> AgentSpec:
         """One agent."""
-        return self._svc.store.get_agent(agent_id)
+        return self._svc.store.get_agent(check_ref("agent_id", agent_id))
 
     def list(self) -> builtins.list[AgentSpec]:
         """Every agent."""
@@ -108,18 +129,30 @@ class Sessions:
         self._svc = services
 
     def create(
-        self, agent_id: str, name: str | None = None, limits: Limits | None = None
+        self,
+        agent_id: str,
+        name: str | None = None,
+        limits: Limits | Mapping[str, Any] | None = None,
     ) -> Session:
         """A new session of ``agent_id`` (names are unique labels; ids are addresses)."""
-        return self._svc.store.create_session(agent_id, name=name, limits=limits)
+        check_ref("agent_id", agent_id)
+        if name is not None:
+            name = check_session_name(name)
+        return self._svc.store.create_session(
+            agent_id, name=name, limits=None if limits is None else Limits.parse(limits, "limits")
+        )
 
     def get(self, ref: str) -> Session:
         """A session by id or name."""
-        return self._svc.store.get_session(ref)
+        return self._svc.store.get_session(check_ref("session", ref))
 
     def list(self, agent_id: str | None = None, limit: int = 50) -> builtins.list[Session]:
-        """Sessions, newest first."""
-        return self._svc.store.list_sessions(agent_id=agent_id, limit=limit)
+        """Sessions, newest first (``limit``: 1 to 10,000)."""
+        if agent_id is not None:
+            check_ref("agent_id", agent_id)
+        return self._svc.store.list_sessions(
+            agent_id=agent_id, limit=check_limit("limit", limit)
+        )
 
     def post(
         self,
@@ -134,15 +167,19 @@ class Sessions:
         """Write an entry. A Message from a non-agent, or a Directive, admits a turn.
 
         Raises :class:`chaz.errors.QueueFull` or :class:`chaz.errors.JobsExhausted`
-        when the turn cannot be admitted; then nothing is written.
+        when the turn cannot be admitted; then nothing is written. Content must
+        be text of at most ``CHAZ_MAX_CONTENT_BYTES`` (``request.too_large``),
+        not blank for a Message, Directive or Summary; ``metadata`` a JSON
+        object; the same ``idempotency_key`` with a different request is
+        :class:`chaz.errors.IdempotencyMismatch`.
         """
-        try:
-            etype = EntryType(type)
-        except ValueError as exc:
-            raise ValidationError(
-                f"unknown entry type {type!r}; one of {[t.value for t in EntryType]}"
-            ) from exc
-        parse_sender(sender)
+        check_ref("session", session_id)
+        etype = check_entry_type(type)
+        cap = self._svc.settings.max_content_bytes
+        content = check_content(etype, content, max_bytes=cap)
+        parse_sender(check_text("sender", sender))
+        metadata = check_json("metadata", metadata, max_bytes=cap)
+        idempotency_key = check_idempotency_key(idempotency_key)
         write = functools.partial(
             self._svc.append,
             type=etype,
@@ -150,6 +187,7 @@ class Sessions:
             content=content,
             metadata=metadata,
             idempotency_key=idempotency_key,
+            key_scope=KeyScope.USER,
         )
         try:
             return write(session_id).entry
@@ -164,15 +202,21 @@ class Sessions:
     def entries(
         self, session_id: str, after: int = 0, limit: int | None = None
     ) -> builtins.list[Entry]:
-        """The session's entries with ``seq > after``, in order."""
-        session = self._svc.store.get_session(session_id)
+        """The session's entries with ``seq > after``, in order (``limit``: 1 to 10,000)."""
+        after = _seq("after", after)
+        if limit is not None:
+            limit = check_limit("limit", limit)
+        session = self._svc.store.get_session(check_ref("session", session_id))
         return self._svc.store.entries(session.id, after=after, limit=limit)
 
     def watch(
         self, session_id: str, after: int = 0, timeout: float | None = None
     ) -> Iterator[Entry]:
         """Backlog then live entries, in seq order, with no gap and no duplicate."""
-        session = self._svc.store.get_session(session_id)
+        after = _seq("after", after)
+        if timeout is not None:
+            timeout = check_seconds("timeout", timeout)
+        session = self._svc.store.get_session(check_ref("session", session_id))
         return _watch(self._svc.store, self._svc.redis, session.id, after=after, timeout=timeout)
 
     def wait_for_reply(self, session_id: str, after: int = 0, timeout: float = 60.0) -> Entry:
@@ -180,7 +224,9 @@ class Sessions:
 
         If that entry started no turn, the first reply or Error after it.
         """
-        session = self._svc.store.get_session(session_id)
+        after = _seq("after", after)
+        timeout = check_seconds("timeout", timeout)
+        session = self._svc.store.get_session(check_ref("session", session_id))
         trigger = self._svc.store.entries(session.id, after=after - 1, until=after)
         job_id = trigger[0].job_id if trigger and trigger[0].type in _TRIGGERS else None
         me = agent_sender(session.agent_id)
@@ -200,7 +246,7 @@ class Sessions:
 
     def queue(self, session_id: str) -> builtins.list[Job]:
         """What runs and what waits in the session, in admission order."""
-        session = self._svc.store.get_session(session_id)
+        session = self._svc.store.get_session(check_ref("session", session_id))
         return self._svc.store.list_jobs(
             session_id=session.id,
             statuses=[JobStatus.RUNNING, JobStatus.STOPPING, JobStatus.QUEUED],
@@ -208,6 +254,21 @@ class Sessions:
 
 
 _TRIGGERS = (EntryType.MESSAGE, EntryType.DIRECTIVE)
+
+
+def _seq(field: str, value: object) -> int:
+    return check_int(field, value, low=0, high=MAX_SEQ)
+
+
+def _status(value: object) -> JobStatus:
+    try:
+        if isinstance(value, str):
+            return JobStatus(value)
+    except ValueError:
+        pass
+    raise invalid(
+        "status", f"unknown job status {repr(value)[:80]}; one of {[s.value for s in JobStatus]}"
+    )
 
 
 @_translating
@@ -219,7 +280,7 @@ class Jobs:
 
     def get(self, execution_id: str) -> Job:
         """One job."""
-        return self._svc.store.get_job(execution_id)
+        return self._svc.store.get_job(check_ref("execution_id", execution_id))
 
     def list(
         self,
@@ -230,10 +291,14 @@ class Jobs:
     ) -> builtins.list[Job]:
         """Jobs, optionally of one session or in one state, in admission order.
 
-        ``newest_first`` reverses the order, so that ``limit`` keeps the latest.
+        ``newest_first`` reverses the order, so that ``limit`` keeps the latest
+        (``limit``: 1 to 10,000).
         """
+        limit = check_limit("limit", limit)
+        statuses = [_status(status)] if status is not None else None
+        if session_id is not None:
+            check_ref("session", session_id)
         sid = self._svc.store.get_session(session_id).id if session_id else None
-        statuses = [JobStatus(status)] if status else None
         return self._svc.store.list_jobs(
             session_id=sid, statuses=statuses, limit=limit, newest_first=newest_first
         )
@@ -242,7 +307,8 @@ class Jobs:
         """Block until the job is terminal; :class:`chaz.errors.Timeout` otherwise."""
         from chaz.jobs import wait_terminal
 
-        return wait_terminal(self._svc, execution_id, timeout)
+        timeout = check_seconds("timeout", timeout)
+        return wait_terminal(self._svc, check_ref("execution_id", execution_id), timeout)
 
     def output(
         self, execution_id: str, *, block: bool = True, timeout: float = 30.0
@@ -250,7 +316,9 @@ class Jobs:
         """The job's state and bounded result (the API twin of the ``job_output`` tool)."""
         from chaz.jobs import job_output
 
-        return job_output(self._svc, execution_id, None, block=block, timeout=timeout)
+        timeout = check_seconds("timeout", timeout)
+        execution_id = check_ref("execution_id", execution_id)
+        return job_output(self._svc, execution_id, None, block=bool(block), timeout=timeout)
 
     def cancel(
         self,

@@ -42,9 +42,45 @@ class ConfigError(ChazError):
 
 
 class ValidationError(ChazError):
-    """Input was malformed; nothing was changed."""
+    """Input was malformed; nothing was changed. ``details["field"]`` names the input."""
 
     code = "request.invalid"
+
+    @property
+    def field(self) -> str | None:
+        """The input that was refused (``"content"``, ``"limits.max_turn_steps"``, ...)."""
+        value = self.details.get("field")
+        return value if isinstance(value, str) else None
+
+    @classmethod
+    def from_pydantic(cls, exc: Any, *, model: str, prefix: str = "") -> ValidationError:
+        """The chaz form of a pydantic ``ValidationError`` raised building ``model``.
+
+        ``details`` holds ``field`` (the first refused field, dotted) and
+        ``errors`` (every field with its message), each under ``prefix`` (the
+        argument the model was given as); the input values are left out, so a
+        refused secret or a huge value is not echoed back.
+        """
+        problems = []
+        for e in exc.errors(include_url=False, include_input=False, include_context=False):
+            path = [prefix] if prefix else []
+            path += [str(p) for p in e["loc"]]
+            problems.append({"field": _printable(".".join(path)), "message": e["msg"]})
+        summary = "; ".join(f"{p['field'] or '(root)'}: {p['message']}" for p in problems)
+        first = problems[0]["field"] if problems else ""
+        return cls(f"invalid {model}: {summary}", field=first, errors=problems)
+
+
+class RequestTooLarge(ValidationError):
+    """Content (or metadata) is larger than ``CHAZ_MAX_CONTENT_BYTES``; nothing was changed."""
+
+    code = "request.too_large"
+
+
+def _printable(text: str) -> str:
+    # Field names come from the input (unknown keys): keep lone surrogates
+    # out of a message that will be printed or stored.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class NotFound(ChazError):
@@ -87,6 +123,12 @@ class NameTaken(Conflict):
     """Another session already uses that name."""
 
     code = "conflict.name_taken"
+
+
+class IdempotencyMismatch(Conflict):
+    """An idempotency key was reused with a different request (content, sender, type, metadata)."""
+
+    code = "conflict.idempotency_mismatch"
 
 
 class IllegalTransition(Conflict):

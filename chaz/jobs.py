@@ -20,11 +20,20 @@ from typing import Any
 
 from chaz.coord import keys
 from chaz.domain.entries import EntryType
-from chaz.domain.jobs import Job, JobStatus
+from chaz.domain.jobs import Job, JobStatus, missing_job
+from chaz.domain.validation import (
+    MAX_SEQ,
+    check_command_id,
+    check_int,
+    check_ref,
+    check_text,
+)
 from chaz.errors import Conflict, JobNotFound, Timeout, Unauthorized, VersionConflict
 from chaz.services import Services
 
 CANCEL_ACTION = "execution.cancel"
+#: A cancel's reason goes into the withdrawn job's Error entry and the cancel flag.
+MAX_REASON_CHARS = 1000
 #: Lineage walks stop here, so a corrupt cycle cannot hang a caller.
 MAX_HOPS = 64
 
@@ -72,7 +81,16 @@ def cancel(
     command_id: str | None = None,
     reason: str = "",
 ) -> dict[str, Any]:
-    """Apply ``execution.cancel`` to ``job_id`` and its descendants; the outcome."""
+    """Apply ``execution.cancel`` to ``job_id`` and its descendants; the outcome.
+
+    Every argument is checked before anything changes: an over-long
+    ``command_id`` used to cancel the job and then fail to record the command.
+    """
+    job_id = check_ref("execution_id", job_id)
+    command_id = check_command_id(command_id)
+    if expected_version is not None:
+        expected_version = check_int("expected_version", expected_version, low=1, high=MAX_SEQ)
+    reason = check_text("reason", reason, max_chars=MAX_REASON_CHARS)
     store = services.store
     if command_id is not None:
         first = store.get_command(command_id)
@@ -206,11 +224,17 @@ def job_output(
     """A job's state and (bounded) result, after the ownership check.
 
     ``viewer_session_id=None`` is the operator's view (the producer API), which
-    is authorized by whoever holds the client, not by session lineage.
+    is authorized by whoever holds the client, not by session lineage. A job
+    the viewer may not read is answered exactly as a missing one
+    (``job.not_found``, the same message and details: DESIGN invariant 9), so
+    a model cannot learn which ids exist.
     """
     job = services.store.get_job(job_id)
     if viewer_session_id is not None:
-        check_ownership(services, job, viewer_session_id)
+        try:
+            check_ownership(services, job, viewer_session_id)
+        except Unauthorized:
+            raise missing_job(job_id) from None
     if block and not job.status.terminal:
         try:
             job = wait_terminal(services, job_id, timeout)

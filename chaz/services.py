@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
+from collections.abc import Callable
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ from chaz.coord.lanes import Lanes, LeaseKeeper
 from chaz.coord.pubsub import publish
 from chaz.coord.redis import connect
 from chaz.dispatch import Dispatcher
-from chaz.domain.entries import EntryType
+from chaz.domain.entries import EntryType, KeyScope
 from chaz.runtime.tools import ToolRegistry
 from chaz.settings import Settings
 from chaz.store.repo import Admitting, Appended, Fence, Finish, JobFields, Store
@@ -84,6 +85,7 @@ class Services:
         *,
         metadata: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
+        key_scope: KeyScope = KeyScope.RUNTIME,
         job_id: str | None = None,
         admit: bool | None = None,
         job_fields: JobFields | None = None,
@@ -98,6 +100,7 @@ class Services:
         does not happen: a rejected admission raises, rolls back and leaves
         the session unchanged. ``durable=False`` is for a turn's audit
         entries (see :meth:`chaz.store.Store.append`); admissions are durable.
+        ``key_scope`` is the runtime's unless a producer gave the key.
         """
         if admit is None:
             admit = self.store.admits(type, sender)
@@ -109,6 +112,7 @@ class Services:
             content,
             metadata=metadata,
             idempotency_key=idempotency_key,
+            key_scope=key_scope,
             job_id=job_id,
             job_fields=job_fields,
             fence=fence,
@@ -122,24 +126,34 @@ class Services:
             return self._announce(write(admit=False))
         from chaz.admission import resolve_limits
 
+        replay = functools.partial(
+            self.store.replay,
+            session_id,
+            idempotency_key,
+            key_scope,
+            type,
+            sender,
+            content,
+            metadata,
+        )
         if idempotency_key is not None:
-            found = self.store.find_idempotent(session_id, idempotency_key)
+            found = replay()
             if found is not None:
                 return found
         claim = None
         if idempotency_key is not None:
             # Concurrent retries of one request: the first admits, the others
             # wait for its entry instead of spending (or being refused) quota.
-            claim = keys.idempotency_claim(session_id, idempotency_key)
+            claim = keys.idempotency_claim(session_id, f"{key_scope.value}:{idempotency_key}")
             if not self.redis.set(claim, "1", nx=True, ex=30):
-                found = self._await_idempotent(session_id, idempotency_key)
+                found = self._await_idempotent(claim, replay)
                 if found is not None:
                     return found
                 claim = None
             else:
                 # The first caller may have committed and dropped its claim
                 # between our read above and our claim: look again.
-                found = self.store.find_idempotent(session_id, idempotency_key)
+                found = replay()
                 if found is not None:
                     self.redis.delete(claim)
                     return found
@@ -169,17 +183,16 @@ class Services:
         return self._announce(done)
 
     def _await_idempotent(
-        self, session_id: str, key: str, timeout: float = 10.0
+        self, claim: str, replay: Callable[[], Appended | None], timeout: float = 10.0
     ) -> Appended | None:
-        claim = keys.idempotency_claim(session_id, key)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            found = self.store.find_idempotent(session_id, key)
+            found = replay()
             if found is not None:
                 return found
             if not self.redis.exists(claim):
                 # The first caller gave up (refused or failed): look once more.
-                return self.store.find_idempotent(session_id, key)
+                return replay()
             time.sleep(0.01)
         return None
 

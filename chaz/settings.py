@@ -45,6 +45,12 @@ class Settings(BaseSettings):
     max_context_entries: int = Field(
         200, gt=0, description="Newest context entries (after the latest Summary) a turn reads."
     )
+    max_content_bytes: int = Field(
+        1 << 20,
+        gt=0,
+        description="Largest content (and metadata, as JSON) a post may carry, in UTF-8 bytes; "
+        "larger tool results are truncated.",
+    )
     worker_concurrency: int = Field(8, gt=0, description="Threads per worker process.")
     openai_base_url: str | None = Field(None, description="Default base URL for model='openai'.")
     openai_api_key: str | None = Field(None, description="API key for model='openai'.")

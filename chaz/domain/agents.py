@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from chaz.domain.validation import (
+    AGENT_ID,
+    CheckedModel,
+    SafeJson,
+    SafeText,
+    ToolName,
+    check_json,
+)
+from chaz.errors import ValidationError
 
 #: Topology limits (seed 003 §5.1): 0 disables the check; unset takes the default.
 TOPOLOGY_DEFAULTS = {"max_call_depth": 1, "max_spawn_fanout": 8, "max_messages": 8}
 
 
-class Limits(BaseModel):
+class Limits(CheckedModel):
     """Per-agent (or per-session) limits. ``None`` inherits; a value may only narrow.
 
     Resource limits (``max_queued_per_session``, ``max_jobs_per_session``,
     ``max_live_per_tree``, ``max_turn_steps``) are positive when set. Topology
     limits (``max_call_depth``, ``max_spawn_fanout``, ``max_messages``) follow
-    seed 003: ``0`` disables that check.
+    seed 003: ``0`` disables that check. ``Limits(...)`` and :meth:`parse` raise
+    :class:`chaz.errors.ValidationError` (``request.invalid``) naming the field.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -65,32 +75,34 @@ def _tighter(name: str, a: int | None, b: int | None) -> int | None:
     return min(a, b)
 
 
-_AGENT_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-
-
-class AgentSpec(BaseModel):
+class AgentSpec(CheckedModel):
     """A saved agent: model backend, system prompt, tools and limits.
 
     ``model`` is ``"scripted"`` (see :mod:`chaz.runtime.backends.scripted`) or
     ``"openai"`` / ``"openai:MODEL_NAME"`` for any OpenAI-compatible server.
+    ``AgentSpec(...)`` and :meth:`parse` raise :class:`chaz.errors.ValidationError`
+    (``request.invalid``) naming the field; ``model_validate`` keeps pydantic's error.
     """
 
     model_config = ConfigDict(extra="forbid")
 
     id: str
-    model: str = "scripted"
-    system_prompt: str = "You are a helpful agent."
-    tools: list[str] = Field(default_factory=list, description="Tool names the agent may call.")
+    model: SafeText = "scripted"
+    system_prompt: SafeText = "You are a helpful agent."
+    tools: list[ToolName] = Field(
+        default_factory=list, description="Tool names the agent may call."
+    )
     script: list[dict[str, Any]] | None = Field(None, description="Rules of a scripted model.")
     limits: Limits = Field(default_factory=Limits)
-    options: dict[str, Any] = Field(
+    options: SafeJson = Field(
         default_factory=dict, description="Backend options (base_url, temperature, ...)."
     )
 
     @field_validator("id")
     @classmethod
     def _check_id(cls, value: str) -> str:
-        if not _AGENT_ID.match(value):
+        # fullmatch: `$` lets "nl\n" through, and its replies then fail the sender check.
+        if not AGENT_ID.fullmatch(value):
             raise ValueError("agent id must be 1-64 characters of letters, digits, _ . -")
         return value
 
@@ -100,6 +112,10 @@ class AgentSpec(BaseModel):
         if value is not None:
             from chaz.domain.script import parse_script
 
+            try:
+                check_json("script", {"script": value})
+            except ValidationError as exc:
+                raise ValueError(exc.message) from None
             parse_script(value)
         return value
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from enum import StrEnum
@@ -25,6 +26,24 @@ class EntryType(StrEnum):
     APPROVAL_REQUEST = "approval_request"
     APPROVAL_DECISION = "approval_decision"
 
+
+class KeyScope(StrEnum):
+    """Whose idempotency key it is. A key is unique per session and scope.
+
+    Producers' keys (the ``idempotency_key`` of ``client.sessions.post``) are
+    ``user``; every key chaz derives itself (a job's Ack, reply, Error, tool
+    calls and results, spawns, and whatever later work adds) is ``runtime``,
+    the default of every internal write. So no producer key, whatever it
+    spells, can take a key the runtime will need.
+    """
+
+    USER = "user"
+    RUNTIME = "runtime"
+
+
+#: Entry types whose content may not be empty or whitespace only: they are
+#: conversation, and an empty one would admit (or summarize) nothing.
+NEEDS_CONTENT = frozenset({EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY})
 
 #: Entry types that the model sees as conversation (Summary only as a boundary).
 CONTEXT_TYPES = frozenset({EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY})
@@ -63,7 +82,9 @@ class Entry(BaseModel):
     content: str
     metadata: dict[str, Any] = Field(default_factory=dict)
     job_id: str | None = Field(None, description="The turn that wrote it, or that it admitted.")
-    idempotency_key: str | None = None
+    idempotency_key: str | None = Field(
+        None, description="The producer's idempotency key (the runtime's own keys are internal)."
+    )
     created_at: datetime
 
 
@@ -79,3 +100,23 @@ class Said(NamedTuple):
     type: EntryType
     sender: str
     content: str
+
+
+def replay_differences(
+    first: Entry, type: EntryType, sender: str, content: str, metadata: dict[str, Any] | None
+) -> list[str]:
+    """What a retried post changed from the ``first`` entry its key made (empty: nothing).
+
+    Metadata is compared in its stored (JSON) form, so a tuple and a list of
+    the same items are the same request.
+    """
+    differs = []
+    if first.type is not type:
+        differs.append("type")
+    if first.sender != sender:
+        differs.append("sender")
+    if first.content != content:
+        differs.append("content")
+    if first.metadata != json.loads(json.dumps(metadata or {})):
+        differs.append("metadata")
+    return differs

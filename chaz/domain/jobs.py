@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from chaz.errors import IllegalTransition
+from chaz.errors import IllegalTransition, JobNotFound
 
 
 class JobStatus(StrEnum):
@@ -95,3 +95,11 @@ class Job(BaseModel):
     created_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None
+
+
+def missing_job(job_id: str) -> JobNotFound:
+    """The one error for a job that does not exist *or* that the caller may not see.
+
+    Both answers are built here so they cannot drift apart (DESIGN invariant 9).
+    """
+    return JobNotFound(f"no job {job_id!r}", job_id=job_id)

@@ -2,10 +2,37 @@
 
 from __future__ import annotations
 
-import re
+import functools
 from typing import Any
 
+import re2
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from chaz.domain.validation import sanitized
+
+#: Longest ``match`` pattern a rule may have.
+MAX_PATTERN_CHARS = 1000
+
+
+def _options() -> Any:
+    options = re2.Options()
+    # A refused pattern is reported to the caller; RE2 would also log it to stderr.
+    options.log_errors = False
+    return options
+
+
+_OPTIONS = _options()
+
+
+@functools.lru_cache(maxsize=1024)
+def compile_rule(pattern: str) -> Any:
+    """``pattern`` compiled by RE2 (linear-time matching); ``re2.error`` if it cannot be.
+
+    RE2 has no backreferences and no lookaround, the constructs that make a
+    backtracking engine take exponential time (``^(a+)+$``): such a pattern
+    is refused when the script is validated rather than run slowly later.
+    """
+    return re2.compile(pattern, _OPTIONS)
 
 
 class ScriptCall(BaseModel):
@@ -71,25 +98,40 @@ class ScriptStep(BaseModel):
 
 
 class ScriptRule(BaseModel):
-    """A rule: when ``match`` (a regex) is found in the input, play ``steps``."""
+    """A rule: when ``match`` (an RE2 regular expression) is found in the input, play ``steps``."""
 
     model_config = ConfigDict(extra="forbid")
 
-    match: str | None = None
+    match: str | None = Field(None, max_length=MAX_PATTERN_CHARS)
     steps: list[ScriptStep] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _regex_compiles(self) -> ScriptRule:
         if self.match is not None:
             try:
-                re.compile(self.match)
-            except re.error as exc:
-                raise ValueError(f"match is not a valid regular expression: {exc}") from exc
+                compile_rule(self.match)
+            except re2.error as exc:
+                reason = exc.args[0] if exc.args else exc
+                if isinstance(reason, bytes):
+                    reason = reason.decode("utf-8", "replace")
+                raise ValueError(
+                    f"match is not a regular expression RE2 accepts "
+                    f"(no backreferences or lookaround): {reason}"
+                ) from None
+            except UnicodeEncodeError:
+                raise ValueError("match contains a lone surrogate") from None
         return self
 
     def matches(self, content: str) -> bool:
-        """True when the rule applies to this input."""
-        return self.match is None or re.search(self.match, content) is not None
+        """True when the rule applies to this input (searched, in linear time)."""
+        if self.match is None:
+            return True
+        pattern = compile_rule(self.match)
+        try:
+            return pattern.search(content) is not None
+        except UnicodeEncodeError:
+            # Content stored before inputs were checked: match what can be read.
+            return pattern.search(sanitized(content)) is not None
 
 
 def parse_script(script: list[dict[str, Any]]) -> list[ScriptRule]:

@@ -3,6 +3,9 @@
 A tool's arguments are a pydantic model. Whatever the model sends (malformed
 JSON, wrong types, an unknown or forbidden tool name) becomes an error result
 that the model reads; a tool call never crashes a turn (DESIGN invariant 7).
+What a tool returns is made storable here too: a NUL or a lone surrogate
+becomes U+FFFD, and a result larger than ``CHAZ_MAX_CONTENT_BYTES`` is cut,
+with a note saying so, rather than refused.
 """
 
 from __future__ import annotations
@@ -16,6 +19,12 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 
 from chaz.domain.agents import Limits
+from chaz.domain.validation import (
+    DEFAULT_MAX_CONTENT_BYTES,
+    check_tool_name,
+    sanitized,
+    truncated,
+)
 from chaz.errors import ChazError
 from chaz.runtime.backends.base import ToolCallRequest, ToolSpec
 
@@ -81,7 +90,8 @@ class ToolRegistry:
             self.register(tool)
 
     def register(self, tool: Tool) -> None:
-        """Add a tool; names are unique."""
+        """Add a tool; names are unique and must be valid tool names."""
+        check_tool_name(tool.name)
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is registered twice")
         self._tools[tool.name] = tool
@@ -122,12 +132,18 @@ class ToolRegistry:
                 "tool.invalid_arguments", f"invalid arguments for {tool.name}: {problems}"
             )
         try:
-            return ToolOutcome(tool.run(args, replace(ctx, call_id=call.id)))
+            output = tool.run(args, replace(ctx, call_id=call.id))
         except ChazError as exc:
             return ToolOutcome(json.dumps({"error": exc.to_dict()}), is_error=True)
         except Exception as exc:
             log.exception("tool %s crashed", tool.name)
             return _error("tool.crashed", f"{tool.name} failed: {type(exc).__name__}: {exc}")
+        if not isinstance(output, str):
+            return _error(
+                "tool.crashed", f"{tool.name} returned {type(output).__name__}, not text"
+            )
+        cap = ctx.services.settings.max_content_bytes if ctx.services else DEFAULT_MAX_CONTENT_BYTES
+        return ToolOutcome(truncated(sanitized(output), cap)[0])
 
 
 def _error(code: str, message: str) -> ToolOutcome:

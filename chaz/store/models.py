@@ -64,7 +64,11 @@ class EntryRow(Base):
     __tablename__ = "entries"
     __table_args__ = (
         UniqueConstraint("session_id", "seq", name="uq_entries_session_seq"),
-        UniqueConstraint("session_id", "idempotency_key", name="uq_entries_session_idem"),
+        # A key is unique per session *and scope*: a producer's key can never
+        # take one of the runtime's (chaz.domain.entries.KeyScope).
+        UniqueConstraint(
+            "session_id", "key_scope", "idempotency_key", name="uq_entries_session_scope_idem"
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -76,6 +80,8 @@ class EntryRow(Base):
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
     job_id: Mapped[str | None] = mapped_column(String(32))
     idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    #: Whose key it is: "user" (a producer's) or "runtime" (chaz's own); None without a key.
+    key_scope: Mapped[str | None] = mapped_column(String(8))
     created_at: Mapped[datetime]
 
 

@@ -7,6 +7,7 @@ database write lock), so per session, commit order is seq order.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -28,13 +29,21 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 
 from chaz.domain.agents import AgentSpec, Limits
-from chaz.domain.entries import Entry, EntryType, Said, parse_sender
-from chaz.domain.jobs import ACTIVE, Job, JobStatus, check_transition
+from chaz.domain.entries import (
+    Entry,
+    EntryType,
+    KeyScope,
+    Said,
+    parse_sender,
+    replay_differences,
+)
+from chaz.domain.jobs import ACTIVE, Job, JobStatus, check_transition, missing_job
 from chaz.domain.processing import admits_turn
 from chaz.domain.sessions import Session
+from chaz.domain.validation import check_session_name
 from chaz.errors import (
     AgentNotFound,
-    JobNotFound,
+    IdempotencyMismatch,
     LeaseLost,
     NameTaken,
     SessionNotFound,
@@ -197,9 +206,7 @@ class Store:
     ) -> Session:
         """A new, empty session for ``agent_id``; a root of its own tree unless given one."""
         if name is not None:
-            name = name.strip()
-            if not 1 <= len(name) <= 255:
-                raise ValidationError("a session name must have 1-255 characters")
+            name = check_session_name(name)
         sid = new_id()
         values: dict[str, Any] = {
             "id": sid,
@@ -297,6 +304,7 @@ class Store:
         *,
         metadata: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
+        key_scope: KeyScope = KeyScope.RUNTIME,
         job_id: str | None = None,
         admit: bool | None = None,
         job_fields: JobFields | None = None,
@@ -311,16 +319,23 @@ class Store:
         ``admit=None`` applies the processing rule of seed 000. A repeated
         ``idempotency_key`` returns the first append unchanged (``created`` is
         False): the unique key in the database, not a check here, is what
-        makes this safe under concurrency. With ``finish``, the entry and the
-        job's terminal state commit together: whoever sees a turn's final entry
-        sees its job finished. ``precheck=False`` skips the read for an earlier
-        append with the same key (the caller already looked, or expects none).
+        makes this safe under concurrency. Keys are unique per ``key_scope``:
+        the runtime's (the default) and producers' (``KeyScope.USER``) never
+        meet, and a producer's key reused for a different request is
+        :class:`~chaz.errors.IdempotencyMismatch` (see :meth:`replay`). With
+        ``finish``, the entry and the job's terminal state commit together:
+        whoever sees a turn's final entry sees its job finished.
+        ``precheck=False`` skips the read for an earlier append with the same
+        key (the caller already looked, or expects none).
         ``on_admit`` runs inside the transaction once the session is locked,
         with the session and its agent (admission checks its quota there).
         """
         parse_sender(sender)
+        replay = functools.partial(
+            self.replay, session_id, idempotency_key, key_scope, type, sender, content, metadata
+        )
         if idempotency_key is not None and precheck:
-            found = self.find_idempotent(session_id, idempotency_key)
+            found = replay()
             if found:
                 return found
         try:
@@ -351,6 +366,7 @@ class Store:
                     content,
                     metadata=metadata,
                     idempotency_key=idempotency_key,
+                    key_scope=key_scope,
                     job_id=job_id,
                     admit=admit,
                     job_fields=job_fields,
@@ -361,7 +377,7 @@ class Store:
             if idempotency_key is None:
                 raise
             # Lost a race with a concurrent append of the same key: theirs stands.
-            found = self.find_idempotent(session_id, idempotency_key)
+            found = replay()
             if found is None:
                 raise
             return found
@@ -387,13 +403,17 @@ class Store:
             known.add(name)
         return admits_turn(type, sender, known)
 
-    def find_idempotent(self, session_id: str, key: str) -> Appended | None:
-        """The earlier append made with this idempotency key, if there was one."""
+    def find_idempotent(
+        self, session_id: str, key: str, scope: KeyScope = KeyScope.RUNTIME
+    ) -> Appended | None:
+        """The earlier append made with this idempotency key in ``scope``, if there was one."""
         with self._read() as conn:
             row = (
                 conn.execute(
                     select(EntryRow).where(
-                        EntryRow.session_id == session_id, EntryRow.idempotency_key == key
+                        EntryRow.session_id == session_id,
+                        EntryRow.key_scope == scope.value,
+                        EntryRow.idempotency_key == key,
                     )
                 )
                 .mappings()
@@ -407,6 +427,42 @@ class Store:
                 .first()
             )
         return Appended(entry=_entry(row), job=_job(job) if job else None, created=False)
+
+    def replay(
+        self,
+        session_id: str,
+        key: str | None,
+        scope: KeyScope,
+        type: EntryType,
+        sender: str,
+        content: str,
+        metadata: dict[str, Any] | None,
+    ) -> Appended | None:
+        """The earlier append with this key, if it was the same request.
+
+        A producer's key (``KeyScope.USER``) reused with a different type,
+        sender, content or metadata is refused with
+        :class:`~chaz.errors.IdempotencyMismatch`, as payment APIs do: the
+        caller has a bug, and answering with the first entry would hide it.
+        The runtime's keys keep "first wins": a resumed turn may word its
+        reply differently, and the first one stands.
+        """
+        if key is None:
+            return None
+        found = self.find_idempotent(session_id, key, scope)
+        if found is None or scope is not KeyScope.USER:
+            return found
+        differs = replay_differences(found.entry, type, sender, content, metadata)
+        if differs:
+            raise IdempotencyMismatch(
+                f"idempotency key {key!r} was already used in session {session_id} for a "
+                f"different request ({', '.join(differs)} differ)",
+                session_id=session_id,
+                idempotency_key=key,
+                entry_id=found.entry.id,
+                differs=differs,
+            )
+        return found
 
     def entries(
         self,
@@ -462,7 +518,7 @@ class Store:
         with self._read() as conn:
             row = conn.execute(select(JobRow).where(JobRow.id == job_id)).mappings().first()
         if row is None:
-            raise JobNotFound(f"no job {job_id!r}", job_id=job_id)
+            raise missing_job(job_id)
         return _job(row)
 
     def get_jobs(self, job_ids: Iterable[str]) -> dict[str, Job]:
@@ -574,6 +630,7 @@ class Store:
                     "processing",
                     metadata=ack_metadata,
                     idempotency_key=f"job:{job_id}:ack",
+                    key_scope=KeyScope.RUNTIME,
                     job_id=job_id,
                     admit=False,
                     job_fields=None,
@@ -772,6 +829,7 @@ def _insert_entry(
     *,
     metadata: dict[str, Any] | None,
     idempotency_key: str | None,
+    key_scope: KeyScope,
     job_id: str | None,
     admit: bool,
     job_fields: JobFields | None,
@@ -797,6 +855,7 @@ def _insert_entry(
         "metadata": metadata or {},
         "job_id": job_id,
         "idempotency_key": idempotency_key,
+        "key_scope": key_scope.value if idempotency_key is not None else None,
         "created_at": now,
     }
     conn.execute(st.INSERT_ENTRY, entry_values)
@@ -823,7 +882,7 @@ def _finish(conn: Connection, finish: Finish) -> Job:
 def _lock_job(conn: Connection, job_id: str) -> dict[str, Any]:
     row = conn.execute(st.LOCK_JOB, {"jid": job_id}).mappings().first()
     if row is None:
-        raise JobNotFound(f"no job {job_id!r}", job_id=job_id)
+        raise missing_job(job_id)
     return dict(row)
 
 
@@ -880,7 +939,8 @@ def _entry(row: Any) -> Entry:
         content=row["content"],
         metadata=row["metadata"] or {},
         job_id=row["job_id"],
-        idempotency_key=row["idempotency_key"],
+        # The runtime's keys are its own business; a producer sees its own.
+        idempotency_key=row["idempotency_key"] if row["key_scope"] == KeyScope.USER else None,
         created_at=as_utc(row["created_at"]),
     )
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from chaz.domain.entries import EntryType, agent_sender
 from chaz.domain.jobs import JobStatus
+from chaz.domain.validation import SafeText, check_content, check_session_name
 from chaz.errors import (
     ConfigError,
     DepthExceeded,
@@ -36,14 +37,16 @@ class SpawnArgs(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    agent_id: str = Field(description="The saved agent to run the task.")
-    task: str = Field(min_length=1, description="What the child agent should do.")
+    agent_id: SafeText = Field(description="The saved agent to run the task.")
+    task: SafeText = Field(min_length=1, description="What the child agent should do.")
     run_in_background: bool = Field(
         False,
         alias="async",
         description="Return the child's execution_id at once instead of waiting.",
     )
-    name: str | None = Field(None, max_length=255, description="A label for the child session.")
+    name: SafeText | None = Field(
+        None, max_length=255, description="A label for the child session."
+    )
     timeout: float = Field(600, gt=0, le=3600, description="Seconds to wait in the foreground.")
 
 
@@ -61,7 +64,7 @@ class JobOutputArgs(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    job_id: str
+    job_id: SafeText
     block: bool = True
     timeout: float = Field(30, ge=0, le=600)
 
@@ -78,13 +81,16 @@ def spawn_agent(args: SpawnArgs, ctx: ToolContext) -> str:
     from chaz.turns import TurnRunner
 
     svc = _services(ctx)
+    # The task becomes a Directive: the same rules as a producer's post.
+    check_content(EntryType.DIRECTIVE, args.task, max_bytes=svc.settings.max_content_bytes)
+    name = check_session_name(args.name) if args.name is not None else None
     child_spec = svc.store.get_agent(args.agent_id)
     depth, messages = _check_topology(svc, ctx)
     # Transitive narrowing: a child never gets a tool its parent lacks.
     tools = sorted(set(child_spec.tools) & ctx.allowed_tools)
     child = svc.store.create_session(
         args.agent_id,
-        name=args.name,
+        name=name,
         tools=tools,
         parent_job_id=ctx.job_id,
         tree_id=ctx.tree_id,

@@ -105,7 +105,9 @@ def test_unique_constraints_exist_in_the_migrated_schema(engine: Engine) -> None
         found |= {tuple(i["column_names"]) for i in insp.get_indexes(table) if i["unique"]}
         return found
 
-    assert {("session_id", "seq"), ("session_id", "idempotency_key")} <= uniques("entries")
+    assert {("session_id", "seq"), ("session_id", "key_scope", "idempotency_key")} <= uniques(
+        "entries"
+    )
     assert {("trigger_entry_id",), ("session_id", "ordinal")} <= uniques("jobs")
     assert ("name",) in uniques("sessions")
 

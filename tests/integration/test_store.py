@@ -12,11 +12,11 @@ from sqlalchemy.exc import IntegrityError
 import chaz
 from chaz.domain.entries import EntryType
 from chaz.domain.jobs import JobStatus
-from chaz.errors import IllegalTransition, LeaseLost, SessionNotFound
+from chaz.errors import IllegalTransition, LeaseLost, SessionNotFound, ValidationError
 from chaz.ids import new_id, utcnow
 from chaz.store import Store
 from chaz.store.migrate import upgrade
-from chaz.store.models import EntryRow, JobRow
+from chaz.store.models import EntryRow, JobRow, SessionRow
 from chaz.store.repo import Appended, Fence, Finish
 from tests.support.concurrency import race
 from tests.support.stack import Stack
@@ -89,6 +89,15 @@ def test_append_to_a_missing_session_writes_nothing(store: Store) -> None:
         store.append("nope", EntryType.MESSAGE, "user:a", "x")
     assert count(store, EntryRow, session_id="nope") == 0
     assert count(store, JobRow, session_id="nope") == 0
+
+
+@pytest.mark.parametrize("name", ["talk\n", "ta\nlk", "nul\x00", "x" * 256])
+def test_a_session_name_with_a_control_character_is_refused(store: Store, name: str) -> None:
+    before = count(store, SessionRow)
+    with pytest.raises(ValidationError) as info:
+        store.create_session("bot", name=name)
+    assert info.value.field == "name"
+    assert count(store, SessionRow) == before
 
 
 def test_idempotency_key_returns_the_first_append(store: Store) -> None:
@@ -174,9 +183,19 @@ def test_seq_and_idempotency_key_are_unique_in_the_database(store: Store) -> Non
         conn.execute(insert(EntryRow.__table__).values(id=new_id(), seq=e.seq, **base))
     with pytest.raises(IntegrityError), store.engine.begin() as conn:
         conn.execute(
-            insert(EntryRow.__table__).values(id=new_id(), seq=99, idempotency_key="k", **base)
+            insert(EntryRow.__table__).values(
+                id=new_id(), seq=99, idempotency_key="k", key_scope="runtime", **base
+            )
         )
     assert count(store, EntryRow, session_id=s.id) == 1
+    # The same key in the other scope is another key.
+    with store.engine.begin() as conn:
+        conn.execute(
+            insert(EntryRow.__table__).values(
+                id=new_id(), seq=99, idempotency_key="k", key_scope="user", **base
+            )
+        )
+    assert count(store, EntryRow, session_id=s.id) == 2
 
 
 def test_concurrent_appends_leave_no_gap_and_no_duplicate(store: Store) -> None:

@@ -12,6 +12,7 @@ from chaz.domain.agents import AgentSpec, Limits
 from chaz.domain.entries import EntryType, parse_sender
 from chaz.domain.jobs import ACTIVE, TERMINAL, JobStatus, check_transition
 from chaz.domain.processing import admits_turn
+from chaz.domain.validation import check_agent_id, check_session_name, check_tool_name
 from chaz.errors import IllegalTransition, ValidationError
 from chaz.settings import Settings, mask_url
 
@@ -257,8 +258,15 @@ def test_limits_unset_call_depth_inherits() -> None:
     ],
 )
 def test_limits_reject_bad_values(kwargs: dict[str, Any]) -> None:
-    with pytest.raises(pydantic.ValidationError):
+    # The Python API answers with chaz's code and the field, not pydantic's error.
+    with pytest.raises(ValidationError) as info:
         Limits(**kwargs)
+    assert info.value.code == "request.invalid"
+    assert info.value.field == next(iter(kwargs))
+    with pytest.raises(ValidationError):
+        Limits.parse(kwargs)
+    with pytest.raises(pydantic.ValidationError):  # pydantic's own API keeps its error
+        Limits.model_validate(kwargs)
 
 
 # -- agent specs ---------------------------------------------------------------
@@ -308,6 +316,56 @@ def test_a_good_spec_validates() -> None:
 def test_bad_specs_raise_pydantic_validation_error(data: dict[str, Any]) -> None:
     with pytest.raises(pydantic.ValidationError):
         AgentSpec.model_validate(data)
+
+
+def test_building_a_bad_spec_raises_chaz_validation_error_with_the_field() -> None:
+    with pytest.raises(ValidationError) as info:
+        AgentSpec(id="has space", script=SCRIPT)
+    assert (info.value.code, info.value.field) == ("request.invalid", "id")
+    with pytest.raises(ValidationError) as info:
+        AgentSpec(id="a", script=SCRIPT, limits={"max_turn_steps": 0})  # type: ignore[arg-type]
+    assert info.value.field == "limits.max_turn_steps"
+    with pytest.raises(ValidationError) as info:
+        AgentSpec.parse({"id": "a", "script": SCRIPT, "colour": "red"})
+    assert info.value.field == "colour"
+
+
+# -- identifiers: fullmatch, never `$` (a trailing newline) -----------------------
+
+
+@pytest.mark.parametrize("agent_id", ["nl\n", "nl\r\n", "a\nb", "\nnl"])
+def test_agent_id_with_a_newline_is_refused(agent_id: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        AgentSpec(id=agent_id, script=SCRIPT)
+    assert info.value.field == "id"
+    with pytest.raises(pydantic.ValidationError):
+        AgentSpec.model_validate({"id": agent_id, "script": SCRIPT})
+    with pytest.raises(ValidationError):
+        check_agent_id(agent_id)
+
+
+@pytest.mark.parametrize("name", ["echo\n", "echo\r", "ec ho", "", "x" * 65])
+def test_tool_name_with_a_newline_or_bad_character_is_refused(name: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        AgentSpec(id="a", script=SCRIPT, tools=[name])
+    assert info.value.field == "tools.0"
+    with pytest.raises(ValidationError):
+        check_tool_name(name)
+
+
+@pytest.mark.parametrize(
+    "name", ["talk\n", "ta\nlk", "talk\x00", "\ttalk", "a\x7f", "x" * 256, "", "   "]
+)
+def test_session_name_with_a_control_character_is_refused(name: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        check_session_name(name)
+    assert info.value.field == "name"
+
+
+def test_session_names_keep_their_inner_spaces_and_lose_the_outer_ones() -> None:
+    assert check_session_name("  my talk  ") == "my talk"
+    assert check_session_name("x" * 255) == "x" * 255
+    assert check_session_name("café ☕") == "café ☕"
 
 
 def test_sleep_zero_is_a_valid_step() -> None:

@@ -14,8 +14,16 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 from pydantic import ValidationError as PydanticValidationError
 
+from chaz.domain.agents import AgentSpec
 from chaz.domain.entries import Entry, EntryType
-from chaz.errors import Cancelled, ChazError, ModelError, QueueFull, TurnNotMatched
+from chaz.errors import (
+    Cancelled,
+    ChazError,
+    ModelError,
+    QueueFull,
+    TurnNotMatched,
+    ValidationError,
+)
 from chaz.runtime.backends.base import (
     ChatMessage,
     ModelResponse,
@@ -189,6 +197,42 @@ def test_first_matching_rule_wins_and_no_match_raises() -> None:
     assert info.value.code == "model.no_rule"
 
 
+@pytest.mark.timeout(60)  # a backtracking engine takes hours here; RE2 takes microseconds
+def test_a_catastrophic_pattern_matches_in_linear_time() -> None:
+    b = backend({"match": "^(a+)+$", "steps": [{"say": "A"}]}, {"steps": [{"say": "other"}]})
+    assert b.complete([], [], turn("a" * 40 + "b")).text == "other"
+    assert b.complete([], [], turn("a" * 100_000 + "b")).text == "other"
+    assert b.complete([], [], turn("a" * 40)).text == "A"
+    b = backend({"match": "(x+x+)+y", "steps": [{"say": "Y"}]}, {"steps": [{"say": "other"}]})
+    assert b.complete([], [], turn("x" * 5000)).text == "other"
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [r"(a)\1", r"(?=a)b", r"(?<=a)b", r"(?!a)b", "(", "x" * 1001],
+    ids=["backreference", "lookahead", "lookbehind", "negative-lookahead", "unbalanced", "long"],
+)
+def test_patterns_re2_cannot_compile_are_refused(pattern: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        AgentSpec(id="a", script=[{"match": pattern, "steps": [{"say": "x"}]}])
+    assert (info.value.field or "").startswith("script")
+
+
+def test_re2_keeps_the_everyday_syntax() -> None:
+    b = backend(
+        {"match": r"^echo\s+\w+", "steps": [{"say": "E"}]},
+        {"match": "(?i)HELLO|ciao", "steps": [{"say": "H"}]},
+        {"match": "caf[é]", "steps": [{"say": "C"}]},
+        {"steps": [{"say": "other"}]},
+    )
+    assert [b.complete([], [], turn(t)).text for t in ("echo  hi", "say hello", "café", "x")] == [
+        "E",
+        "H",
+        "C",
+        "other",
+    ]
+
+
 def test_a_rule_without_match_catches_everything() -> None:
     b = backend({"match": "x", "steps": [{"say": "X"}]}, {"steps": [{"say": "any"}]})
     assert b.complete([], [], turn("")).text == "any"
@@ -352,6 +396,12 @@ def test_register_twice_is_refused() -> None:
     r = default_registry()
     with pytest.raises(ValueError):
         r.register(Tool("echo", "again", _Count, _crashes))
+
+
+@pytest.mark.parametrize("name", ["echo2\n", "two words", ""])
+def test_register_refuses_a_bad_tool_name(name: str) -> None:
+    with pytest.raises(ValidationError):
+        ToolRegistry().register(Tool(name, "Bad name.", _Count, _refuses))
 
 
 def test_specs_follow_the_order_given_and_skip_unknown() -> None:

@@ -1,0 +1,358 @@
+"""The input rules every producer call and every tool argument passes before the store.
+
+Pure rules, no I/O: the producer API (:mod:`chaz.client`), the tools and the
+domain models call them, so SQLite and PostgreSQL are never asked to judge
+input. Each refusal is a :class:`~chaz.errors.ValidationError`
+(``request.invalid``) naming the ``field``, or :class:`~chaz.errors.RequestTooLarge`
+(``request.too_large``). Identifiers are checked with ``fullmatch``: ``$``
+would let a trailing newline through.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Self
+
+import pydantic
+from pydantic import AfterValidator, BaseModel
+from pydantic._internal._model_construction import ModelMetaclass
+
+from chaz.domain.entries import NEEDS_CONTENT, EntryType
+from chaz.errors import RequestTooLarge, ValidationError
+
+#: 1-64 letters, digits, ``_ . -``.
+AGENT_ID = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+#: What model APIs accept as a function name: 1-64 letters, digits, ``_ -``.
+TOOL_NAME = re.compile(r"[A-Za-z0-9_\-]{1,64}")
+#: 1-255 characters (after surrounding spaces are stripped), none of them a control character.
+SESSION_NAME = re.compile(r"[^\x00-\x1f\x7f-\x9f\ud800-\udfff]{1,255}")
+
+#: Column widths: a longer value would be refused by PostgreSQL and kept by SQLite.
+IDEMPOTENCY_KEY_CHARS = 200
+COMMAND_ID_CHARS = 100
+#: The most rows one listing may ask for.
+MAX_LIMIT = 10_000
+#: ``seq`` and ``ordinal`` are 32-bit integers in the database.
+MAX_SEQ = 2**31 - 1
+#: The longest a producer call may wait (a day).
+MAX_TIMEOUT = 86_400.0
+#: Nesting depth of metadata and options; deeper is refused before a parser recurses.
+MAX_JSON_DEPTH = 32
+#: Default of ``CHAZ_MAX_CONTENT_BYTES``.
+DEFAULT_MAX_CONTENT_BYTES = 1 << 20
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+# A JSON escape of NUL that is not itself an escaped backslash followed by "u0000".
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def invalid(field: str, message: str, **details: Any) -> ValidationError:
+    """A ``request.invalid`` error about ``field``."""
+    return ValidationError(message, field=field, **details)
+
+
+def bad_character(value: str) -> str | None:
+    """What makes ``value`` unstorable (a NUL or a lone surrogate), or None."""
+    if "\x00" in value:
+        return "a NUL character"
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "a lone surrogate (not valid Unicode)"
+    return None
+
+
+def utf8_size(value: str, cap: int) -> int:
+    """The UTF-8 size of ``value``, computed only when it could exceed ``cap``."""
+    if len(value) * 4 <= cap:
+        return len(value)
+    return len(value.encode("utf-8", "surrogatepass"))
+
+
+def check_text(
+    field: str,
+    value: object,
+    *,
+    max_chars: int | None = None,
+    max_bytes: int | None = None,
+) -> str:
+    """A storable string: not None, no NUL, no lone surrogate, within its limits."""
+    if value is None:
+        raise invalid(field, f"{field} is required")
+    if not isinstance(value, str):
+        raise invalid(field, f"{field} must be a string, not {type(value).__name__}")
+    problem = bad_character(value)
+    if problem:
+        raise invalid(field, f"{field} contains {problem}")
+    if max_chars is not None and len(value) > max_chars:
+        raise invalid(field, f"{field} is longer than {max_chars} characters", max=max_chars)
+    if max_bytes is not None and len(value) > 0 and utf8_size(value, max_bytes) > max_bytes:
+        raise RequestTooLarge(
+            f"{field} is larger than {max_bytes} bytes (CHAZ_MAX_CONTENT_BYTES)",
+            field=field,
+            max_bytes=max_bytes,
+        )
+    return value
+
+
+def check_content(type: EntryType, value: object, *, max_bytes: int) -> str:
+    """An entry's content: storable, at most ``max_bytes``, and not blank where
+    the type needs words (:data:`~chaz.domain.entries.NEEDS_CONTENT`)."""
+    text = check_text("content", value, max_bytes=max_bytes)
+    if type in NEEDS_CONTENT and is_blank(text):
+        raise invalid("content", f"the content of a {type.value} may not be empty or blank")
+    return text
+
+
+def check_entry_type(value: object) -> EntryType:
+    """An entry type, by value."""
+    try:
+        if isinstance(value, str):
+            return EntryType(value)
+    except ValueError:
+        pass
+    raise invalid(
+        "type", f"unknown entry type {repr(value)[:80]}; one of {[t.value for t in EntryType]}"
+    )
+
+
+def check_idempotency_key(value: object) -> str | None:
+    """None, or 1 to :data:`IDEMPOTENCY_KEY_CHARS` storable characters."""
+    if value is None:
+        return None
+    key = check_text("idempotency_key", value, max_chars=IDEMPOTENCY_KEY_CHARS)
+    if not key:
+        raise invalid("idempotency_key", "idempotency_key may not be empty")
+    return key
+
+
+def check_command_id(value: object) -> str | None:
+    """None, or 1 to :data:`COMMAND_ID_CHARS` storable characters."""
+    if value is None:
+        return None
+    command_id = check_text("command_id", value, max_chars=COMMAND_ID_CHARS)
+    if not command_id:
+        raise invalid("command_id", "command_id may not be empty")
+    return command_id
+
+
+def sanitized(value: str) -> str:
+    """``value`` with every NUL and lone surrogate replaced by U+FFFD."""
+    if bad_character(value) is None:
+        return value
+    return _UNSTORABLE.sub("\ufffd", value)
+
+
+def truncated(value: str, max_bytes: int) -> tuple[str, bool]:
+    """``value`` cut to at most ``max_bytes`` UTF-8 bytes, with a note saying so."""
+    if utf8_size(value, max_bytes) <= max_bytes:
+        return value, False
+    data = value.encode("utf-8")
+    note = (
+        f"\n[... truncated: {len(data)} bytes in all; "
+        f"only the first part fits in CHAZ_MAX_CONTENT_BYTES={max_bytes} ...]"
+    )
+    keep = max_bytes - len(note.encode("utf-8"))
+    if keep <= 0:  # a cap smaller than the note: the bytes alone
+        return data[:max_bytes].decode("utf-8", "ignore"), True
+    return data[:keep].decode("utf-8", "ignore") + note, True
+
+
+def check_optional_text(field: str, value: object, *, max_chars: int | None = None) -> str | None:
+    """:func:`check_text`, with None allowed."""
+    return None if value is None else check_text(field, value, max_chars=max_chars)
+
+
+def is_blank(value: str) -> bool:
+    """Empty or whitespace only."""
+    return not value or value.isspace()
+
+
+def check_json(field: str, value: object, *, max_bytes: int | None = None) -> dict[str, Any]:
+    """A JSON object the database stores as given: finite numbers, storable strings.
+
+    None is ``{}``. Non-string keys are allowed where JSON turns them into
+    strings; anything ``json`` cannot write (NaN, Infinity, objects, cycles,
+    integers too long to print) is refused, as is nesting deeper than
+    :data:`MAX_JSON_DEPTH`.
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise invalid(field, f"{field} must be a JSON object, not {type(value).__name__}")
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+    except RecursionError:
+        raise invalid(field, f"{field} is nested too deeply") from None
+    except (ValueError, TypeError) as exc:
+        raise invalid(field, f"{field} is not JSON: {exc}") from None
+    if (text.count("[") + text.count("{")) > MAX_JSON_DEPTH and _depth(text) > MAX_JSON_DEPTH:
+        raise invalid(field, f"{field} is nested deeper than {MAX_JSON_DEPTH} levels")
+    if _JSON_NUL.search(text):
+        raise invalid(field, f"{field} contains a NUL character")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise invalid(field, f"{field} contains a lone surrogate (not valid Unicode)") from None
+    if max_bytes is not None and size > max_bytes:
+        raise RequestTooLarge(
+            f"{field} is larger than {max_bytes} bytes as JSON (CHAZ_MAX_CONTENT_BYTES)",
+            field=field,
+            max_bytes=max_bytes,
+        )
+    return dict(value)
+
+
+def _depth(text: str) -> int:
+    """Bracket nesting of JSON text, outside its strings."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def check_int(field: str, value: object, *, low: int, high: int) -> int:
+    """An integer (not a bool) in ``[low, high]``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(field, f"{field} must be an integer, not {type(value).__name__}")
+    if not low <= value <= high:
+        raise invalid(field, f"{field} must be between {low} and {high}", min=low, max=high)
+    return int(value)
+
+
+def check_limit(field: str, value: object) -> int:
+    """A listing's ``limit``: 1 to :data:`MAX_LIMIT`."""
+    return check_int(field, value, low=1, high=MAX_LIMIT)
+
+
+def check_seconds(field: str, value: object) -> float:
+    """A finite, non-negative wait of at most :data:`MAX_TIMEOUT` seconds."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise invalid(field, f"{field} must be a number of seconds, not {type(value).__name__}")
+    if not math.isfinite(value) or not 0 <= value <= MAX_TIMEOUT:
+        raise invalid(field, f"{field} must be between 0 and {MAX_TIMEOUT:g} seconds")
+    return float(value)
+
+
+def check_agent_id(value: object, field: str = "agent_id") -> str:
+    """An agent id (:data:`AGENT_ID`)."""
+    if not isinstance(value, str) or not AGENT_ID.fullmatch(value):
+        raise invalid(field, "an agent id has 1-64 characters: letters, digits, _ . -")
+    return value
+
+
+def check_tool_name(value: object, field: str = "tool") -> str:
+    """A tool name (:data:`TOOL_NAME`)."""
+    if not isinstance(value, str) or not TOOL_NAME.fullmatch(value):
+        raise invalid(field, "a tool name has 1-64 characters: letters, digits, _ -")
+    return value
+
+
+def check_session_name(value: object, field: str = "name") -> str:
+    """A session name, stripped of surrounding spaces (:data:`SESSION_NAME`)."""
+    if not isinstance(value, str):
+        raise invalid(field, f"{field} must be a string")
+    name = value.strip(" ")
+    if not SESSION_NAME.fullmatch(name) or name.isspace():
+        raise invalid(
+            field, "a session name has 1-255 characters, none of them a control character"
+        )
+    return name
+
+
+def check_ref(field: str, value: object) -> str:
+    """An id or name used to look something up: a storable string.
+
+    Its length is not checked: a longer one matches nothing and is not found.
+    """
+    return check_text(field, value)
+
+
+# -- for pydantic models --------------------------------------------------------
+
+
+def _safe_text(value: str) -> str:
+    problem = bad_character(value)
+    if problem:
+        raise ValueError(f"contains {problem}")
+    return value
+
+
+def _safe_json(value: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return check_json("value", value)
+    except ValidationError as exc:
+        raise ValueError(exc.message.removeprefix("value ")) from None
+
+
+def _tool_name(value: str) -> str:
+    if not TOOL_NAME.fullmatch(value):
+        raise ValueError("a tool name has 1-64 characters: letters, digits, _ -")
+    return value
+
+
+#: A string field that the database can store (no NUL, no lone surrogate).
+SafeText = Annotated[str, AfterValidator(_safe_text)]
+#: A JSON-object field that the database can store as given.
+SafeJson = Annotated[dict[str, Any], AfterValidator(_safe_json)]
+#: A tool name field.
+ToolName = Annotated[str, AfterValidator(_tool_name)]
+
+
+class _Checking(ModelMetaclass):
+    """Turns pydantic's error into chaz's when a model is called, and only then.
+
+    Only ``Model(...)`` goes through the metaclass: ``model_validate`` and a
+    model nested in another keep pydantic's behaviour (and its full field
+    paths), which a custom ``__init__`` would change.
+    """
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except pydantic.ValidationError as exc:
+            raise ValidationError.from_pydantic(exc, model=cls.__name__) from None
+
+
+class CheckedModel(BaseModel, metaclass=_Checking):
+    """A pydantic model whose constructor raises chaz's ``request.invalid``.
+
+    ``Model(**fields)`` and :meth:`parse` raise
+    :class:`chaz.errors.ValidationError` naming the refused ``field``;
+    pydantic's own ``model_validate`` keeps pydantic's ``ValidationError`` (a
+    ``ValueError``), so code written against pydantic still works.
+    """
+
+    @classmethod
+    def parse(cls, data: object, field: str = "") -> Self:
+        """Validate ``data`` (a mapping or an instance) into this model, chaz's way.
+
+        ``field`` is the argument ``data`` came in as: refused fields are
+        named under it (``limits.max_turn_steps``).
+        """
+        if isinstance(data, cls):
+            return data
+        try:
+            return cls.model_validate(data)
+        except pydantic.ValidationError as exc:
+            raise ValidationError.from_pydantic(exc, model=cls.__name__, prefix=field) from None
+        except RecursionError:
+            raise invalid(field or cls.__name__, f"{cls.__name__} is nested too deeply") from None

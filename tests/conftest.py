@@ -24,9 +24,13 @@ if str(ROOT) not in sys.path:
 from tests.support.stack import Stack  # noqa: E402
 
 PG_ADMIN = os.environ.get("CHAZ_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
-# A database number per test process, so two test runs on one machine (or a
-# benchmark) do not flush each other's broker.
-REDIS_URL = os.environ.get("CHAZ_TEST_REDIS_URL", f"redis://127.0.0.1:6379/{1 + os.getpid() % 12}")
+# The Redis server of the `server` stack. Each test run claims a database
+# number of its own (see `redis_url`), so two runs on one machine never flush
+# each other's broker; CHAZ_TEST_REDIS_URL names one explicitly instead.
+REDIS_SERVER = "redis://127.0.0.1:6379"
+REDIS_URL = os.environ.get("CHAZ_TEST_REDIS_URL")
+#: Database numbers test runs may claim: 0 is left to people, 13 to the benchmarks.
+REDIS_DBS = [n for n in range(1, 16) if n != 13]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
@@ -56,13 +60,41 @@ def pg_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def redis_url() -> str:
-    """The machine's Redis (a database number of its own)."""
+def redis_url() -> Iterator[str]:
+    """The machine's Redis, in a database number this test run has claimed.
+
+    A claim is a key in database 0, taken with SET NX and dropped at the end;
+    its expiry frees the number of a run that was killed. A number derived
+    from the pid could be the same for two concurrent runs, and the second
+    run's FLUSHDB would then wipe the first one's queues and lanes.
+    """
+    if REDIS_URL is not None:
+        try:
+            redis.Redis.from_url(REDIS_URL, socket_timeout=3).ping()
+        except redis.RedisError as exc:
+            _unavailable("Redis", exc)
+        yield REDIS_URL
+        return
+    admin = redis.Redis.from_url(f"{REDIS_SERVER}/0", socket_timeout=3)
     try:
-        redis.Redis.from_url(REDIS_URL, socket_timeout=3).ping()
+        claimed = next(
+            (n for n in REDIS_DBS if admin.set(_claim(n), os.getpid(), nx=True, ex=6 * 3600)),
+            None,
+        )
     except redis.RedisError as exc:
         _unavailable("Redis", exc)
-    return REDIS_URL
+        raise
+    if claimed is None:
+        pytest.fail(f"every Redis database {REDIS_DBS} is claimed by another test run")
+    try:
+        yield f"{REDIS_SERVER}/{claimed}"
+    finally:
+        admin.delete(_claim(claimed))
+        admin.close()
+
+
+def _claim(db: int) -> str:
+    return f"chaz-test:redis-db:{db}"
 
 
 def _make_stack(request: pytest.FixtureRequest, home: Path) -> Stack:

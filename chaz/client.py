@@ -305,7 +305,7 @@ class Jobs:
 
     def wait(self, execution_id: str, timeout: float = 60.0) -> Job:
         """Block until the job is terminal; :class:`chaz.errors.Timeout` otherwise."""
-        from chaz.jobs import wait_terminal
+        from chaz.control import wait_terminal
 
         timeout = check_seconds("timeout", timeout)
         return wait_terminal(self._svc, check_ref("execution_id", execution_id), timeout)
@@ -314,7 +314,7 @@ class Jobs:
         self, execution_id: str, *, block: bool = True, timeout: float = 30.0
     ) -> dict[str, Any]:
         """The job's state and bounded result (the API twin of the ``job_output`` tool)."""
-        from chaz.jobs import job_output
+        from chaz.control import job_output
 
         timeout = check_seconds("timeout", timeout)
         execution_id = check_ref("execution_id", execution_id)
@@ -329,7 +329,7 @@ class Jobs:
         reason: str = "",
     ) -> dict[str, Any]:
         """The ``execution.cancel`` command (seed 003 §1, §5.3). Returns its outcome."""
-        from chaz.jobs import cancel
+        from chaz.control import cancel
 
         return cancel(
             self._svc,

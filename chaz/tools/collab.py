@@ -77,7 +77,7 @@ def _services(ctx: ToolContext) -> Services:
 
 def spawn_agent(args: SpawnArgs, ctx: ToolContext) -> str:
     """Run ``task`` in a new child session of ``agent_id``."""
-    from chaz.jobs import wait_terminal
+    from chaz.control import wait_terminal
     from chaz.turns import TurnRunner
 
     svc = _services(ctx)
@@ -197,7 +197,7 @@ def list_jobs(args: ListJobsArgs, ctx: ToolContext) -> str:
 
 def job_output(args: JobOutputArgs, ctx: ToolContext) -> str:
     """A job's state and result, if this session may read it."""
-    from chaz.jobs import job_output as output
+    from chaz.control import job_output as output
 
     svc = _services(ctx)
     return json.dumps(

@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import text
 
 import chaz
+from chaz.control import check_ownership
 from chaz.domain.entries import EntryType
 from chaz.errors import Unauthorized, VersionConflict
-from chaz.jobs import check_ownership
 from tests.support.stack import Stack
 
 

@@ -91,7 +91,7 @@ def test_slots_of_finished_jobs_are_freed_and_their_waiters_woken(svc: Services)
 
 
 def test_queued_counter_drops_once_whether_a_job_starts_or_is_cancelled(svc: Services) -> None:
-    from chaz.jobs import cancel
+    from chaz.control import cancel
 
     s = svc.store.create_session("echo")
     a = svc.append(s.id, EntryType.MESSAGE, "user:u", "a").job

@@ -1,4 +1,5 @@
-"""Execution control: waiting for jobs and the versioned ``execution.cancel`` command.
+"""Execution control: waiting for jobs, the versioned ``execution.cancel`` command,
+ownership of job results and their cap.
 
 Cancelling (seed 003 §1, §5.3, §5.10):
 

@@ -38,7 +38,7 @@ from chaz.domain.validation import (
 )
 from chaz.errors import BackendUnavailable, SessionNotFound, Timeout, ValidationError
 from chaz.services import Services
-from chaz.settings import Settings, get_settings
+from chaz.settings import Settings
 from chaz.store.migrate import upgrade
 from chaz.watch import watch as _watch
 
@@ -74,7 +74,9 @@ class Client:
     """Entry point of the producer API. ``Client()`` reads the ``CHAZ_*`` settings."""
 
     def __init__(self, settings: Settings | None = None, *, migrate: bool = True) -> None:
-        self.settings = settings or get_settings()
+        # Read now, not once per process: a program that changes CHAZ_* between
+        # two clients (or starts an embedded stack, then a fleet) gets what it set.
+        self.settings = settings or Settings()
         self.services = Services(self.settings)
         if migrate:
             upgrade(self.services.store.engine)

@@ -108,7 +108,11 @@ def mask_url(url: str) -> str:
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """Process-wide settings, read once from the environment."""
+    """Process-wide settings, read once from the environment.
+
+    For worker processes, whose environment is fixed when they start. A
+    :class:`chaz.Client` reads the environment each time one is constructed.
+    """
     return Settings()
 
 

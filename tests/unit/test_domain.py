@@ -418,3 +418,19 @@ def test_settings_masked_fills_in_the_embedded_defaults(tmp_path: Any) -> None:
     assert masked["database_url"] == f"sqlite:///{tmp_path.resolve() / 'chaz.db'}"
     assert masked["redis_url"] == f"unix://{tmp_path.resolve() / 'redis.sock'}"
     assert masked["openai_api_key"] is None
+
+
+def test_a_client_reads_the_environment_when_it_is_constructed(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import chaz
+
+    monkeypatch.setenv("CHAZ_HOME", str(tmp_path / "first"))
+    first = chaz.Client(migrate=False)
+    monkeypatch.setenv("CHAZ_HOME", str(tmp_path / "second"))
+    monkeypatch.setenv("CHAZ_MAX_TURN_STEPS", "7")
+    second = chaz.Client(migrate=False)
+    assert first.settings.home == tmp_path / "first"
+    assert (second.settings.home, second.settings.max_turn_steps) == (tmp_path / "second", 7)
+    first.close()
+    second.close()

@@ -3,7 +3,7 @@
 Every worker process runs one (a thread, started when the worker is ready).
 A lease that expires unreleased means its turn's worker died or lost Redis
 for longer than the lease; nobody else will wake that session, so the watch
-does, at most a heartbeat after the expiry, with no beat and no reconciler
+does, at most half a heartbeat after the expiry, with no beat and no reconciler
 pass needed. The claim is atomic (:meth:`chaz.coord.lanes.Lanes.expired`),
 so one worker wakes each session once; the wake-up itself is a hint, and a
 duplicate finds the lane busy.
@@ -53,7 +53,7 @@ class LeaseWatch:
         return woken
 
     def start(self) -> None:
-        """Run :meth:`sweep` every heartbeat on a daemon thread."""
+        """Run :meth:`sweep` every half heartbeat on a daemon thread."""
         if self._thread is not None:
             return
         self._thread = threading.Thread(target=self._run, name="chaz-lease-watch", daemon=True)
@@ -64,7 +64,9 @@ class LeaseWatch:
         self._stop.set()
 
     def _run(self) -> None:
-        interval = heartbeat_seconds(self.services.settings.lease_seconds)
+        # Twice per heartbeat: one script call, and half a heartbeat less
+        # between a lease's expiry and the resume.
+        interval = heartbeat_seconds(self.services.settings.lease_seconds) / 2
         while not self._stop.wait(interval):
             try:
                 self.sweep()

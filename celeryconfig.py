@@ -30,8 +30,9 @@ worker_prefetch_multiplier = 1
 
 #: A turn that outruns the visibility timeout is redelivered while it still
 #: runs. That is harmless (the session lane's lease fences the duplicate out),
-#: and the reconciler, not the visibility timeout, recovers dead turns, so
-#: this only bounds how long a lost message waits. One hour.
+#: and the lease watch and the reconciler, not the visibility timeout, recover
+#: dead turns (docs/architecture.md#recovery says why a short timeout would
+#: not help), so this only bounds how long a lost message waits. One hour.
 broker_transport_options = {"visibility_timeout": 3600}
 
 #: JSON only: arguments are ids, and nothing unpickles data from the network.

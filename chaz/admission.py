@@ -203,6 +203,7 @@ class Admission:
                 keys.waiting(job.tree_id),
                 keys.cancel(job.id),
                 keys.queued(job.session_id),
+                keys.leases(),
             ],
             args=[
                 token,
@@ -213,6 +214,7 @@ class Admission:
                 keys.entries_channel(job.session_id),
                 last.model_dump_json() if last is not None else "",
                 int(self.services.settings.lease_seconds * 1000),
+                job.session_id,
             ],
         )
         count = int(queued)

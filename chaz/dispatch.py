@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 from celery import Celery
 
@@ -17,6 +18,16 @@ from chaz.settings import Settings, broker_url_for
 log = logging.getLogger(__name__)
 
 TURN_TASK = "chaz.turn"
+
+#: How long a patient wake-up keeps trying to reach the broker.
+PATIENT_SECONDS = 60.0
+#: kombu's retry policy for it: every second, up to PATIENT_SECONDS.
+PATIENT_RETRY = {
+    "max_retries": int(PATIENT_SECONDS),
+    "interval_start": 0.5,
+    "interval_step": 0.5,
+    "interval_max": 1.0,
+}
 
 
 class Dispatcher:
@@ -39,21 +50,37 @@ class Dispatcher:
                     self._app = app
         return self._app
 
-    def wake(self, session_id: str, execution_id: str) -> None:
-        """Ask a worker to run the session's next turn.
+    def wake(
+        self,
+        session_id: str,
+        execution_id: str,
+        *,
+        countdown: float | None = None,
+        patient: bool = False,
+    ) -> bool:
+        """Ask a worker to run the session's next turn (in ``countdown`` seconds).
 
         A failure to publish is logged, not raised: the job is committed, and
         the reconciler's sweep sends the wake-up again (write first, publish
         second; a lost notification delays work, it never loses it).
+        ``patient`` keeps retrying through a broker outage of up to
+        :data:`PATIENT_SECONDS`: a worker re-queuing a turn that a Redis
+        restart interrupted must not lose that wake-up to the same restart.
+        Returns whether the wake-up was sent.
         """
+        options: dict[str, Any] = {"retry": True, "retry_policy": PATIENT_RETRY} if patient else {}
         try:
             self.app.send_task(
                 TURN_TASK,
                 kwargs={"session_id": session_id, "execution_id": execution_id},
                 queue="chaz.turns",
+                countdown=countdown,
+                **options,
             )
         except Exception:
             log.warning("could not send a wake-up for session %s", session_id, exc_info=True)
+            return False
+        return True
 
     def close(self) -> None:
         """Release broker connections."""

@@ -70,11 +70,15 @@ class Reconciler:
         for job in active:
             if job.status is JobStatus.STOPPING:
                 svc.redis.set(keys.cancel(job.id), "cancelled", nx=True)
-        if report.woken:
-            log.info(
-                "reconciler woke %d sessions (%d orphaned turns)",
-                len(report.woken),
-                len(report.orphaned),
+        # Only a running job with no lease is an orphaned turn (its worker is
+        # gone); a queued job past the grace period just had its wake-up sent
+        # again, which a backlog of wake-ups explains as well as a lost one.
+        if report.orphaned:
+            log.warning("reconciler found orphaned turns, woke their sessions: %s", report.orphaned)
+        if len(report.woken) > len(report.orphaned):
+            log.debug(
+                "reconciler re-sent %d wake-ups for unclaimed jobs",
+                len(report.woken) - len(report.orphaned),
             )
         return report
 

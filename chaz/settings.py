@@ -29,7 +29,10 @@ class Settings(BaseSettings):
         None, description="Redis URL; default the embedded server at $CHAZ_HOME/redis.sock."
     )
     lease_seconds: float = Field(
-        30.0, gt=0, description="Lane lease length; a heartbeat renews it at a third of this."
+        10.0,
+        gt=0,
+        description="Lane lease length; a heartbeat renews it every quarter of this, and a "
+        "dead worker's turn is resumed about this long after its last heartbeat.",
     )
     reconcile_seconds: float = Field(5.0, gt=0, description="How often beat runs the reconciler.")
     max_queued_per_session: int | None = Field(

@@ -11,9 +11,11 @@ committing, one of them always sees the other: no wake-up is lost.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import secrets
 import socket
 import time
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from chaz.coord.lanes import Lease
 from chaz.domain.entries import Entry, EntryType, agent_sender
 from chaz.domain.jobs import Job, JobStatus
 from chaz.errors import Cancelled, ChazError, IllegalTransition, LeaseLost
+from chaz.faults import is_transient
 from chaz.runtime.backends import make_backend
 from chaz.runtime.backends.base import TurnContext
 from chaz.runtime.context import build_context
@@ -36,9 +39,14 @@ from chaz.store.repo import Fence, Finish, TurnSetup
 
 log = logging.getLogger(__name__)
 
-#: A job whose turn was started this many times without finishing (each time its
-#: worker died) ends ``interrupted`` instead of being resumed once more.
+#: A job whose turn was started this many times without finishing (its worker
+#: died, or a transient fault stopped it) ends ``interrupted`` instead of being
+#: resumed once more.
 MAX_ATTEMPTS = 3
+
+#: How long a turn stopped by a transient fault waits before its retry: long
+#: enough for a restarting backend, short next to the lease.
+RETRY_SECONDS = 1.0
 
 
 #: A worker that finds more of its session's jobs waiting when a turn ends
@@ -89,7 +97,32 @@ class TurnRunner:
         foreground parent that runs its child inline lends the child its own
         slot while it waits, so a full tree cannot deadlock on itself. Such a
         wake-up runs that one turn only.
+
+        A transient fault (Redis or the database briefly away, see
+        :mod:`chaz.faults`) ends the wake-up with ``retry``: nothing is
+        finished or failed, the lane is given back if Redis answers, and a
+        new wake-up is queued; the job's next start counts an attempt and
+        resumes from its checkpoint, as after a lost worker.
         """
+        try:
+            return self._wake(session_id, execution_id, lend_slot)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            log.warning(
+                "a turn of session %s met a transient fault (%s: %s); retrying from its checkpoint",
+                session_id,
+                type(exc).__name__,
+                exc,
+            )
+            # A lane we could not give back expires on its own, and the
+            # lease watch wakes the session then (chaz.coord.leases).
+            self.services.dispatcher.wake(
+                session_id, execution_id, countdown=RETRY_SECONDS, patient=True
+            )
+            return WakeOutcome("retry", execution_id or None)
+
+    def _wake(self, session_id: str, execution_id: str, lend_slot: bool) -> WakeOutcome:
         svc = self.services
         token = svc.lanes.acquire(session_id, execution_id, svc.settings.lease_seconds)
         if token is None:
@@ -139,9 +172,16 @@ class TurnRunner:
                     # or it sends its own wake-up after its commit.
                     look = False
                 break
+        except Exception as exc:
+            if is_transient(exc):
+                # The retry's own wake-up follows; looking for the head job
+                # now would only hit the same fault.
+                look = False
+            raise
         finally:
             if held:
-                svc.lanes.release(session_id, token)
+                with contextlib.suppress(Exception):
+                    svc.lanes.release(session_id, token)
             if look:
                 # Released first, looked second: an admitter commits first and
                 # wakes second, so one of us always sees the other.
@@ -179,10 +219,12 @@ class TurnRunner:
                 fence,
                 session.agent_id,
                 JobStatus.INTERRUPTED,
-                ChazError(f"the turn's worker died {MAX_ATTEMPTS} times; giving up"),
+                ChazError(f"the turn was interrupted {MAX_ATTEMPTS} times; giving up"),
                 code="turn.interrupted",
             )
             return _Ran(finished=True, last=last)
+        if job.attempts > 1:
+            self._announce_resume(job, fence, session.agent_id)
         heartbeat = svc.lease_keeper.hold(job.session_id, token)
         try:
             return _Ran(True, self._turn(job, fence, setup, heartbeat, cancel_requested))
@@ -192,6 +234,21 @@ class TurnRunner:
             return _Ran(finished=False)
         finally:
             svc.lease_keeper.drop(heartbeat)
+
+    def _announce_resume(self, job: Job, fence: Fence, agent_id: str) -> None:
+        """A status entry that tells the session's readers this turn was resumed."""
+        self.services.append(
+            job.session_id,
+            EntryType.ACK,
+            agent_sender(agent_id),
+            f"resumed: attempt {job.attempts}",
+            job_id=job.id,
+            idempotency_key=f"job:{job.id}:resume:{job.attempts}",
+            admit=False,
+            fence=fence,
+            durable=False,
+            metadata={"resumed": job.attempts, "host": socket.gethostname(), "pid": os.getpid()},
+        )
 
     def _turn(
         self,
@@ -215,18 +272,23 @@ class TurnRunner:
         except Cancelled as exc:
             _close_quietly(sink)
             return self._fail(job, fence, agent_id, JobStatus.CANCELLED, exc)
-        except ChazError as exc:
-            _close_quietly(sink)
-            return self._fail(job, fence, agent_id, JobStatus.FAILED, exc)
         except Exception as exc:
             _close_quietly(sink)
-            log.exception("turn %s crashed", job.id)
+            if is_transient(exc):
+                raise  # retried from the checkpoint (see wake)
+            if isinstance(exc, ChazError):
+                return self._fail(job, fence, agent_id, JobStatus.FAILED, exc)
+            # The session's readers get a code and a reference; the
+            # exception (a driver's carries its SQL and parameters) goes to
+            # the worker log only.
+            ref = secrets.token_hex(6)
+            log.exception("turn %s crashed (ref %s)", job.id, ref)
             return self._fail(
                 job,
                 fence,
                 agent_id,
                 JobStatus.FAILED,
-                ChazError(f"{type(exc).__name__}: {exc}"),
+                ChazError(f"the turn stopped on an internal error (ref {ref})", ref=ref),
                 code="turn.crashed",
             )
         done = svc.store.append(

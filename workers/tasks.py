@@ -10,6 +10,7 @@ from typing import Any
 from celery.signals import worker_process_shutdown, worker_ready, worker_shutting_down
 
 from chaz.coord import keys
+from chaz.lease_watch import LeaseWatch
 from chaz.reconcile import Reconciler
 from chaz.services import Services
 from chaz.settings import get_settings
@@ -20,6 +21,7 @@ log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _services: Services | None = None
+_watch: LeaseWatch | None = None
 
 
 def services() -> Services:
@@ -36,11 +38,18 @@ def services() -> Services:
 def _announce(sender: Any, **_: Any) -> None:
     # Launchers (chaz.embedded, tests) wait for this key rather than a control
     # ping: a broadcast ping over Redis takes seconds to gather replies.
+    global _watch
     services().redis.set(keys.worker_ready(sender.hostname), os.getpid(), ex=24 * 3600)
+    # Every worker watches for expired leases: a dead worker's turn is
+    # resumed about a lease after its last heartbeat, with or without beat.
+    _watch = LeaseWatch(services())
+    _watch.start()
 
 
 @worker_shutting_down.connect
 def _retract(sender: Any, **_: Any) -> None:
+    if _watch is not None:
+        _watch.stop()
     if _services is not None:
         _services.redis.delete(keys.worker_ready(str(sender)))
 

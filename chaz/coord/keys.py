@@ -5,6 +5,9 @@ key                                     type        meaning
 ======================================  ==========  ==========================================
 ``chaz:lane:{sid}``                     string      lease on session ``sid``: ``TOKEN JOB_ID``,
                                                     with a TTL renewed by the holder's heartbeat
+``chaz:leases``                          zset        session ids whose lane is leased, scored by
+                                                    when the lease expires (ms, Redis clock):
+                                                    the lease watch wakes the expired ones
 ``chaz:entries:{sid}``                  channel     every committed entry of ``sid``, as JSON
 ``chaz:q:{sid}``                        string      jobs admitted and waiting in ``sid``
 ``chaz:cum:{sid}``                      string      jobs ever admitted in ``sid`` (never refunded)
@@ -27,6 +30,11 @@ PREFIX = "chaz"
 def lane(session_id: str) -> str:
     """The lease key of a session's lane."""
     return f"{PREFIX}:lane:{session_id}"
+
+
+def leases() -> str:
+    """The sessions whose lane is leased, scored by the lease's expiry (ms)."""
+    return f"{PREFIX}:leases"
 
 
 def entries_channel(session_id: str) -> str:

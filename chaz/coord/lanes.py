@@ -19,28 +19,70 @@ from chaz.coord import keys, lua
 
 log = logging.getLogger(__name__)
 
-# Renew or release only the lease we hold: compare, then act, atomically.
-_RENEW = (
-    lua.LEASE_IS
+# Every lease is also a member of the leases zset, scored by its expiry, in
+# the same atomic step that takes, renews or gives it back: the lease watch
+# finds the expired ones without scanning lanes. KEYS: lane, leases zset.
+
+# ARGV: value (TOKEN JOB_ID), ttl_ms, session id.
+_ACQUIRE = (
+    lua.WATCH_LEASE
     + """
-if lease_is(redis.call('GET', KEYS[1]), ARGV[1]) then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  watch_lease(KEYS[2], ARGV[3], ARGV[2])
   return 1
 end
 return 0
 """
 )
 
-_RELEASE = (
+# Renew or release only the lease we hold: compare, then act, atomically.
+# ARGV: token, ttl_ms, session id.
+_RENEW = (
     lua.LEASE_IS
+    + lua.WATCH_LEASE
     + """
 if lease_is(redis.call('GET', KEYS[1]), ARGV[1]) then
-  redis.call('DEL', KEYS[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  watch_lease(KEYS[2], ARGV[3], ARGV[2])
   return 1
 end
 return 0
 """
 )
+
+# ARGV: token, session id.
+_RELEASE = (
+    lua.LEASE_IS
+    + """
+if lease_is(redis.call('GET', KEYS[1]), ARGV[1]) then
+  redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[2], ARGV[2])
+  return 1
+end
+return 0
+"""
+)
+
+# The sessions whose lease expired without being given back (its holder died,
+# or lost Redis for longer than the lease), each claimed by exactly one caller.
+# A member whose lane is still leased (renewed by a path that did not move its
+# score) gets its score back. KEYS: leases zset. ARGV: lane key prefix, limit.
+_EXPIRED = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+for _, sid in ipairs(due) do
+  local ttl = redis.call('PTTL', ARGV[1] .. sid)
+  if ttl > 0 then
+    redis.call('ZADD', KEYS[1], now + ttl, sid)
+  else
+    redis.call('ZREM', KEYS[1], sid)
+    table.insert(out, sid)
+  end
+end
+return out
+"""
 
 
 class Lanes:
@@ -48,24 +90,44 @@ class Lanes:
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
+        self._acquire = client.register_script(_ACQUIRE)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
+        self._expired = client.register_script(_EXPIRED)
 
     def acquire(self, session_id: str, job_id: str, ttl_seconds: float) -> str | None:
         """Take the session's lease for ``job_id``; the token, or None if it is held."""
         token = secrets.token_hex(8)
-        ok = self.client.set(
-            keys.lane(session_id), f"{token} {job_id}", nx=True, px=_ms(ttl_seconds)
+        ok = self._acquire(
+            keys=[keys.lane(session_id), keys.leases()],
+            args=[f"{token} {job_id}", _ms(ttl_seconds), session_id],
         )
         return token if ok else None
 
     def renew(self, session_id: str, token: str, ttl_seconds: float) -> bool:
         """Extend our lease; False if it expired or another holder took it."""
-        return bool(self._renew(keys=[keys.lane(session_id)], args=[token, _ms(ttl_seconds)]))
+        return bool(
+            self._renew(
+                keys=[keys.lane(session_id), keys.leases()],
+                args=[token, _ms(ttl_seconds), session_id],
+            )
+        )
 
     def release(self, session_id: str, token: str) -> bool:
         """Give the lease back; False if it was no longer ours."""
-        return bool(self._release(keys=[keys.lane(session_id)], args=[token]))
+        return bool(
+            self._release(keys=[keys.lane(session_id), keys.leases()], args=[token, session_id])
+        )
+
+    def expired(self, limit: int = 100) -> list[str]:
+        """Claim the sessions whose lease expired without being given back.
+
+        Each is returned to one caller only, which must wake the session:
+        its turn's worker is gone (or cut off from Redis for longer than the
+        lease), and nobody else will.
+        """
+        found = self._expired(keys=[keys.leases()], args=[keys.lane(""), limit])
+        return [str(s) for s in found]
 
     def holder(self, session_id: str) -> tuple[str, str] | None:
         """``(token, job_id)`` of the current lease, if any."""
@@ -97,12 +159,23 @@ class Lease:
         self.lost = threading.Event()
 
 
+#: Renewals per lease period: a lease survives three missed beats, and one
+#: that nobody renews is at most a quarter of a lease from expiring when the
+#: lease watch notices it.
+BEATS_PER_LEASE = 4
+
+
+def heartbeat_seconds(lease_seconds: float) -> float:
+    """How often leases are renewed (and the lease watch looks for expired ones)."""
+    return lease_seconds / BEATS_PER_LEASE
+
+
 class LeaseKeeper:
     """Renews every lease this process holds, from one thread.
 
     One thread per process rather than one per turn: starting and joining a
     thread for every turn cost more than the renewals themselves. A renewal
-    runs every third of the lease, so a lease survives two missed beats.
+    runs every :func:`heartbeat_seconds`.
     """
 
     def __init__(self, lanes: Lanes, ttl_seconds: float) -> None:
@@ -131,7 +204,7 @@ class LeaseKeeper:
 
     def _run(self) -> None:
         while True:
-            time.sleep(self._ttl / 3)
+            time.sleep(heartbeat_seconds(self._ttl))
             with self._lock:
                 leases = list(self._held.values())
             for lease in leases:
@@ -139,5 +212,5 @@ class LeaseKeeper:
                     if not self._lanes.renew(lease.session_id, lease.token, self._ttl):
                         lease.lost.set()
                 except Exception:
-                    # A Redis hiccup: try again next beat; the lease outlives two misses.
+                    # A Redis hiccup: try again next beat; the lease outlives three misses.
                     log.warning("renewing the lease of %s failed", lease.session_id, exc_info=True)

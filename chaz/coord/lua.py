@@ -28,6 +28,16 @@ local function lease_is(value, token)
 end
 """
 
+#: Lua ``watch_lease(leases, session, ttl_ms)``: record when a lane's lease
+#: expires (on the Redis clock), for the lease watch (chaz.coord.leases).
+WATCH_LEASE = """
+local function watch_lease(leases, session, ttl_ms)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZADD', leases, now + tonumber(ttl_ms), session)
+end
+"""
+
 #: Lua ``hand_off(live, waiting, job)``: free the job's live slot and pop the
 #: session that has waited longest for one (false when none waits).
 HAND_OFF = """
@@ -121,14 +131,16 @@ return redis.call('EXISTS', KEYS[2])
 #: live slot (handing it to the oldest waiting session), give the lane back,
 #: and say how many jobs still wait in the session: one round trip where
 #: there were five.
-#: KEYS: lane, live hash, waiting zset, cancel flag, queued counter.
+#: KEYS: lane, live hash, waiting zset, cancel flag, queued counter, leases zset.
 #: ARGV: token, job id, clear_cancel (1/0), free_slot (1/0), release (1: always, k: keep the
-#: lane if jobs wait in the session), channel, payload, lease ttl_ms (to renew a kept lane).
+#: lane if jobs wait in the session), channel, payload, lease ttl_ms (to renew a kept lane),
+#: session id.
 #: Returns {lane, session to wake ('' = none), queued ('-1' = unknown)}, where lane is
 #: 1 (released), 0 (kept: still ours) or -1 (not ours any more).
 TURN_ENDED = (
     HAND_OFF
     + LEASE_IS
+    + WATCH_LEASE
     + """
 if ARGV[7] ~= '' then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
 if ARGV[3] == '1' then redis.call('DEL', KEYS[4]) end
@@ -139,9 +151,11 @@ local queued = redis.call('GET', KEYS[5])
 if lease_is(redis.call('GET', KEYS[1]), ARGV[1]) then
   if ARGV[5] == '1' or not queued or tonumber(queued) <= 0 then
     redis.call('DEL', KEYS[1])
+    redis.call('ZREM', KEYS[6], ARGV[9])
     lane = 1
   else
     redis.call('PEXPIRE', KEYS[1], ARGV[8])
+    watch_lease(KEYS[6], ARGV[9], ARGV[8])
     lane = 0
   end
 end

@@ -22,9 +22,7 @@ _POLL_SECONDS = 0.02
 def gate_path(home: Path, name: str) -> Path:
     """Where the gate ``name`` of this ``CHAZ_HOME`` lives."""
     if not GATE_NAME.fullmatch(name):
-        raise ValidationError(
-            f"gate name {name!r} must be 1-128 letters, digits, _ . -", gate=name
-        )
+        raise ValidationError(f"gate name {name!r} must be 1-128 letters, digits, _ . -", gate=name)
     return home.resolve() / "gates" / name
 
 

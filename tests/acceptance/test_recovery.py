@@ -77,7 +77,11 @@ def test_sigkill_mid_turn_resumes_without_duplicates(stack: Stack) -> None:
     results = [e.metadata["tool"] for e in mine if e.type is EntryType.TOOL_RESULT]
     assert calls == ["echo", "sleep"], "a completed tool call was repeated"
     assert results == ["echo", "sleep"]
-    assert [e.type for e in mine].count(EntryType.ACK) == 1
+    # One Ack of the start, one status entry of the resume.
+    assert [e.content for e in mine if e.type is EntryType.ACK] == [
+        "processing",
+        "resumed: attempt 2",
+    ]
     assert [e.type for e in mine].count(EntryType.MESSAGE) == 2  # the trigger and the reply
     # The next turn started only after the recovered one finished.
     last_of_first = max(e.seq for e in mine)
@@ -175,3 +179,40 @@ def test_redis_flushed_while_jobs_are_queued(stack: Stack) -> None:
         assert all(j.attempts == 1 for j in client.jobs.list(session_id=s.id))
     # The counters came back from the database: cumulative is never refunded.
     wait_for(lambda: r.get(keys.cumulative(sessions[0].id)) == "4", 10, stack, "counters")
+
+
+def test_a_killed_workers_turn_resumes_with_no_beat_running(stack: Stack) -> None:
+    # No housekeeper: nothing runs the reconciler. The surviving worker's
+    # lease watch finds the dead worker's expired lease and wakes the session.
+    workers = stack.workers(2, concurrency=2)
+    client = stack.client
+    client.agents.put(CRASHY)
+    s = client.sessions.create(agent_id="crashy")
+    first = client.sessions.post(s.id, "long job", sender="user:alice")
+
+    def sleeping_call() -> chaz.Entry | None:
+        return next(
+            (
+                e
+                for e in client.sessions.entries(s.id)
+                if e.type is EntryType.TOOL_CALL and e.metadata.get("tool") == "sleep"
+            ),
+            None,
+        )
+
+    wait_for(sleeping_call, 30, stack, "the sleep tool call")
+    ack = next(e for e in client.sessions.entries(s.id) if e.type is EntryType.ACK)
+    victim = next(w for w in workers if w.pid == ack.metadata["pid"])
+    victim.kill(signal.SIGKILL)
+    survivor = next(w for w in workers if w is not victim)
+
+    reply = client.sessions.wait_for_reply(s.id, after=first.seq, timeout=60)
+    assert reply.type is EntryType.MESSAGE, f"{reply.content}\n{stack.logs()}"
+    job = client.jobs.get(first.job_id or "")
+    assert job.status is chaz.JobStatus.SUCCEEDED and job.attempts == 2
+    # A reader of the timeline sees the resume, and which worker took it over.
+    mine = [e for e in client.sessions.entries(s.id) if e.job_id == first.job_id]
+    acks = [e for e in mine if e.type is EntryType.ACK]
+    assert [a.content for a in acks] == ["processing", "resumed: attempt 2"]
+    assert acks[1].metadata["resumed"] == 2 and acks[1].metadata["pid"] == survivor.pid
+    assert acks[1].seq < reply.seq

@@ -40,9 +40,7 @@ class ScriptedBackend:
         self.home = home or Path(".chaz")
 
     @classmethod
-    def from_script(
-        cls, script: list[dict[str, Any]], home: Path | None = None
-    ) -> ScriptedBackend:
+    def from_script(cls, script: list[dict[str, Any]], home: Path | None = None) -> ScriptedBackend:
         """Build from an AgentSpec's raw ``script`` (validated again here)."""
         return cls(parse_script(script), home)
 

@@ -1,0 +1,61 @@
+"""The Celery broker on Redis: a workaround that lets a worker ride through a Redis restart.
+
+When the broker connection drops, Celery's consumer (5.7) first *collects*
+the broken connection, which detaches its kombu transport
+(``transport.client = None``), and then closes it. Closing the channel
+restores the messages the worker holds unacknowledged (every turn in flight,
+``task_acks_late``), and the late ack of a turn that finishes after the
+reconnect goes through that same old channel. Both build a new Redis pool
+from ``transport.client``: ``AttributeError: 'NoneType' object has no
+attribute 'hostname'``, which Celery treats as unrecoverable, and the worker
+exits. An idle worker holds no unacked message and survives. This is a
+kombu/Celery bug (kombu.transport.redis.Channel._connparams reads the
+detached transport), not chaz's; until it is fixed upstream, each channel
+remembers the connection it was opened on and uses it when its transport
+has been detached, so the restore and the ack reach the restarted server (or
+fail with a connection error, which kombu already handles: the message stays
+in the unacked hash and the broker redelivers it).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+_installed = False
+_lock = threading.Lock()
+
+
+def install_restart_workaround() -> None:
+    """Patch kombu's Redis channel once per process (idempotent)."""
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        from kombu.transport import redis as kredis
+
+        channel_cls: Any = kredis.Channel
+        original_init = channel_cls.__init__
+        original_connparams = channel_cls._connparams
+
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            original_init(self, *args, **kwargs)
+            self._chaz_conninfo = self.connection.client
+
+        def _connparams(self: Any, asynchronous: bool = False) -> Any:
+            transport = self.connection
+            saved = getattr(self, "_chaz_conninfo", None)
+            if transport.client is not None or saved is None:
+                return original_connparams(self, asynchronous=asynchronous)
+            # A detached transport belongs to a connection Celery has given
+            # up on: nobody else reads it, so lending it back its client for
+            # this one call is safe.
+            transport.client = saved
+            try:
+                return original_connparams(self, asynchronous=asynchronous)
+            finally:
+                transport.client = None
+
+        channel_cls.__init__ = __init__
+        channel_cls._connparams = _connparams
+        _installed = True

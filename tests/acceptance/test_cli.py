@@ -7,19 +7,24 @@ machine. stdout is a pipe here, so the CLI prints its plain-text form.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO, Any
 
 import chaz
 from chaz.coord.redis import process_running, stop_embedded
 from chaz.domain.jobs import JobStatus
+from chaz.runtime.gates import open_gate
 from chaz.settings import Settings
 from chaz.stack import settings_env
 from tests.support.stack import Stack
@@ -36,14 +41,36 @@ COUNTER = {
         {"steps": [{"call": "word_count", "args": {"text": "{input}"}}, {"say": "{last_result}"}]},
     ],
 }
-#: A turn of ~10 s in short steps: it surely still runs while the CLI reads the
-#: queue, even on a loaded machine, yet a cancel stops it within half a second
-#: (cancellation takes effect at step boundaries).
-SLOW = chaz.AgentSpec(
-    id="slow",
+#: A turn that holds at its session's gate until the test opens it: it surely
+#: still runs while the CLI reads the queue, however loaded the machine. The
+#: tool call after the gate is a step boundary, where a cancel takes effect.
+GATED = chaz.AgentSpec(
+    id="gated",
     tools=["clock"],
-    script=[{"steps": [{"sleep": 0.5}, {"call": "clock"}] * 20 + [{"say": "done"}]}],
+    script=[
+        {
+            "steps": [
+                {"wait": "go-{session_id}", "timeout": 300},
+                {"call": "clock"},
+                {"say": "done"},
+            ]
+        }
+    ],
 )
+#: COUNTER behind a gate: the test decides when the turn goes on.
+GATED_COUNTER = {
+    "id": "gated-counter",
+    "tools": ["word_count"],
+    "script": [
+        {
+            "steps": [
+                {"wait": "go-{session_id}", "timeout": 300},
+                {"call": "word_count", "args": {"text": "{input}"}},
+                {"say": "{last_result}"},
+            ]
+        }
+    ],
+}
 
 
 def cli_env(
@@ -64,7 +91,7 @@ def cli_env(
 
 
 def chaz_cli(
-    *args: str, env: dict[str, str], stdin: str | None = None, timeout: float = 60
+    *args: str, env: dict[str, str], stdin: str | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     """Run ``chaz ARGS`` to completion (in the home's parent: no stray .env is read)."""
     return subprocess.run(
@@ -137,9 +164,18 @@ def test_demo_on_a_fresh_home_prints_the_turn_and_cleans_up(tmp_path: Path) -> N
     )
     # The pid file goes away when Redis stops, so note the pid while it runs.
     pidfile = home / "redis.pid"
-    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 30, "redis.pid")
-    redis_pid = int(pidfile.read_text().strip())
-    stdout, stderr = proc.communicate(timeout=60)
+    seen: list[int] = []
+
+    def note_pid() -> bool:
+        # The file may vanish between two reads once the demo is done.
+        with contextlib.suppress(OSError, ValueError):
+            seen.append(int(pidfile.read_text().strip()))
+        return bool(seen) or proc.poll() is not None
+
+    wait_for(note_pid, 120, "redis.pid")
+    assert seen, "the demo ended before its Redis wrote a pid file"
+    redis_pid = seen[0]
+    stdout, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 0, f"{stdout}\n{stderr}"
     assert "Traceback" not in stderr
     rows = timeline(stdout)
@@ -245,7 +281,9 @@ def test_sessions_send_jobs_and_the_queue_against_a_worker(stack: Stack) -> None
 
     sid = ok(chaz_cli("sessions", "new", "counter", "--name", "talk", env=env)).strip()
     assert client.sessions.get("talk").id == sid
-    reply = chaz_cli("send", "talk", "three little words", "--wait", "--timeout", "30", env=env)
+    reply = chaz_cli(
+        "send", "talk", "three little words", "--wait", "--timeout", "120", env=env, timeout=180
+    )
     assert ok(reply).strip() == "3", stack.logs()
 
     # A bad sender changes nothing and says why.
@@ -257,7 +295,7 @@ def test_sessions_send_jobs_and_the_queue_against_a_worker(stack: Stack) -> None
     assert client.sessions.get(sid).last_seq == before
 
     # A turn that fails: the Error entry is the answer, exit status 1.
-    r = chaz_cli("send", sid, "fail now", "--wait", "--timeout", "30", env=env)
+    r = chaz_cli("send", sid, "fail now", "--wait", "--timeout", "120", env=env, timeout=180)
     assert r.returncode == 1 and "error [model.error]: the model is down" in r.stderr
 
     jobs = json.loads(ok(chaz_cli("jobs", "ls", "--json", "--session", sid, env=env)))
@@ -265,11 +303,14 @@ def test_sessions_send_jobs_and_the_queue_against_a_worker(stack: Stack) -> None
     assert all(j["session_id"] == sid for j in jobs)
 
     # The queue: one turn runs, the ones admitted after it wait, in admission order.
-    client.agents.put(SLOW)
-    s = client.sessions.create("slow")
+    # The running turn holds at its gate until the end of the test.
+    client.agents.put(GATED)
+    s = client.sessions.create("gated")
     posted = [client.sessions.post(s.id, f"m{i}", sender="user:you") for i in range(3)]
     job_ids = [e.job_id or "" for e in posted]
-    wait_for(lambda: client.jobs.get(job_ids[0]).status is JobStatus.RUNNING, 20, "the first turn")
+    # Its Ack is written when the turn has started.
+    next(e for e in client.sessions.watch(s.id, after=posted[0].seq, timeout=60) if e.type == "ack")
+    assert client.jobs.get(job_ids[0]).status is JobStatus.RUNNING
     text = ok(chaz_cli("sessions", "show", s.id, env=env))
     assert "queue (1 running, 2 waiting)" in text, text
     queue = text.split("queue (1 running, 2 waiting)", 1)[1].splitlines()
@@ -307,20 +348,61 @@ def test_sessions_send_jobs_and_the_queue_against_a_worker(stack: Stack) -> None
     assert client.jobs.get(last.id).status is JobStatus.CANCELLED
     stale = chaz_cli("jobs", "cancel", job_ids[1], "--expected-version", "99", env=env)
     assert stale.returncode == 1 and "error [conflict.version]" in stale.stderr
-    # Stop the rest, so that stopping the worker does not wait for them.
+    # Cancel the rest: the running turn stops at its next step boundary once
+    # the gate lets it reach one.
     client.jobs.cancel(job_ids[1])
     assert client.jobs.cancel(job_ids[0])["status"] == "stopping"
+    stack.open_gate(f"go-{s.id}")
+    assert client.jobs.wait(job_ids[0], timeout=60).status is JobStatus.CANCELLED
 
 
 # --------------------------------------------------------------------------- long-running commands
 
 
-def _counter_session(home: Path) -> str:
-    """A session of COUNTER in ``home``, made through the API (the CLI is tested above)."""
+def _counter_session(home: Path, spec: dict[str, Any] = COUNTER) -> str:
+    """A session of ``spec`` in ``home``, made through the API (the CLI is tested above)."""
     settings = Settings(_env_file=None, home=home, database_url=None, redis_url=None)
     with chaz.Client(settings) as client:
-        client.agents.put(chaz.AgentSpec.model_validate(COUNTER))
-        return client.sessions.create("counter").id
+        client.agents.put(chaz.AgentSpec.model_validate(spec))
+        return client.sessions.create(spec["id"]).id
+
+
+class LineReader:
+    """The lines a child process prints, read by a thread so that a test can wait on them."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _pump(self, stream: IO[str]) -> None:
+        for line in stream:
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def until(self, predicate: Callable[[str], bool], timeout: float, what: str) -> str:
+        """Collect lines up to the first one that satisfies ``predicate``; return it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"timed out waiting for {what}: {self.lines}") from None
+            if line is None:
+                raise AssertionError(f"the stream ended before {what}: {self.lines}")
+            self.lines.append(line)
+            if predicate(line):
+                return line
+
+    def rest(self, timeout: float) -> str:
+        """Every remaining line, once the stream has ended."""
+        self._thread.join(timeout)
+        while not self._queue.empty():
+            line = self._queue.get()
+            if line is not None:
+                self.lines.append(line)
+        return "".join(self.lines)
 
 
 def test_up_serves_until_sigint_and_tail_follows(tmp_path: Path) -> None:
@@ -337,10 +419,12 @@ def test_up_serves_until_sigint_and_tail_follows(tmp_path: Path) -> None:
             start_new_session=True,
         )
     try:
-        wait_for(lambda: "Press Ctrl-C" in log.read_text() or up.poll() is not None, 30, "up")
+        wait_for(lambda: "Press Ctrl-C" in log.read_text() or up.poll() is not None, 120, "up")
         assert up.poll() is None, log.read_text()
         redis_pid = int((home / "redis.pid").read_text())
-        sid = _counter_session(home)
+        sid = _counter_session(home, GATED_COUNTER)
+        # The turn starts (Message, Ack) and holds at its gate.
+        ok(chaz_cli("send", sid, "one two", env=env))
 
         tail = subprocess.Popen(
             [*CLI, "tail", sid],
@@ -350,21 +434,33 @@ def test_up_serves_until_sigint_and_tail_follows(tmp_path: Path) -> None:
             stderr=subprocess.PIPE,
             text=True,
         )
-        assert ok(chaz_cli("send", sid, "one two", "--wait", env=env)).strip() == "2"
-        time.sleep(0.5)
+        lines = LineReader(tail.stdout)  # type: ignore[arg-type]
+        # The history first: tail is running once it printed the Ack.
+        lines.until(lambda line: " Ack " in line, 120, "the Ack in the tail")
+        # What the turn writes from now on reaches the tail live.
+        open_gate(home, f"go-{sid}")
+        lines.until(
+            lambda line: " agent:gated-counter " in line and " Message " in line,
+            120,
+            "the reply in the tail",
+        )
         tail.send_signal(signal.SIGINT)
-        stdout, stderr = tail.communicate(timeout=10)
-        assert tail.returncode == 130 and "Traceback" not in stderr, stderr
-        assert [label for _, label, *_ in timeline(stdout)] == [
+        assert tail.wait(60) == 130
+        stdout = lines.rest(10)
+        stderr = tail.stderr.read()  # type: ignore[union-attr]
+        assert "Traceback" not in stderr, stderr
+        rows = timeline(stdout)
+        assert [label for _, label, *_ in rows] == [
             "Message",
             "Ack",
             "ToolCall",
             "ToolResult",
             "Message",
         ]
+        assert rows[-1][3] == "2"
 
         up.send_signal(signal.SIGINT)
-        assert up.wait(30) == 0, log.read_text()
+        assert up.wait(60) == 0, log.read_text()
         assert "Traceback" not in log.read_text()
         assert not process_running(redis_pid)
     finally:
@@ -393,7 +489,9 @@ def test_worker_execs_celery_on_chaz_queues(tmp_path: Path) -> None:
     )
     try:
         sid = _counter_session(home)
-        reply = chaz_cli("send", sid, "a b c d e", "--wait", "--timeout", "30", env=env)
+        reply = chaz_cli(
+            "send", sid, "a b c d e", "--wait", "--timeout", "120", env=env, timeout=180
+        )
         assert ok(reply).strip() == "5"
         # exec kept the pid: the process we started *is* the celery worker.
         assert "celery" in Path(f"/proc/{worker.pid}/cmdline").read_text()

@@ -19,7 +19,8 @@ def test_embedded_runs_a_turn_and_leaves_nothing_running(tmp_path: Path) -> None
         assert client.sessions.get("embedded-demo").id == s.id
         redis_pid = int((home / "redis.pid").read_text())
         assert process_running(redis_pid)
-    deadline = time.monotonic() + 10
+    # A bounded poll for the outcome: stopping may be slow on a loaded machine.
+    deadline = time.monotonic() + 60
     while process_running(redis_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not process_running(redis_pid), "the embedded Redis outlived the stack"

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from contextlib import ExitStack, suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 
@@ -19,14 +19,13 @@ from chaz.cli.context import (
     Context,
     Interrupts,
     _is_reply,
-    _pydantic_message,
     _watching,
+    pydantic_message,
 )
 from chaz.cli.output import (
     EXIT_FAILURE,
     EXIT_OK,
 )
-from chaz.coord.redis import ensure_embedded, stop_embedded
 from chaz.domain.agents import AgentSpec
 from chaz.domain.entries import Entry, EntryType, agent_sender
 from chaz.domain.jobs import Job, JobStatus
@@ -37,7 +36,9 @@ from chaz.errors import (
     ValidationError,
 )
 from chaz.settings import Settings, mask_url
-from chaz.stack import WorkerProcess, embedded, worker_command
+
+if TYPE_CHECKING:
+    from chaz.stack import WorkerProcess
 
 #: The agent ``chaz demo`` registers: one built-in tool call, then a reply.
 DEMO_AGENT = AgentSpec(
@@ -53,12 +54,12 @@ DEMO_AGENT = AgentSpec(
         }
     ],
 )
-DEMO_MESSAGE = "Hello chaz, please count the words in this message."
-#: The queues chaz's tasks are routed to (see celeryconfig.task_routes).
 
 
 def cmd_demo(ctx: Context) -> int:
     """Start the embedded stack, run one scripted turn and print it as it happens."""
+    from chaz.stack import embedded
+
     args, out = ctx.args, ctx.out
     settings = ctx.settings
     home = settings.home.resolve()
@@ -102,6 +103,9 @@ def cmd_demo(ctx: Context) -> int:
 
 def cmd_up(ctx: Context) -> int:
     """Run worker processes (and beat) in the foreground until Ctrl-C or SIGTERM."""
+    from chaz.coord.redis import ensure_embedded, stop_embedded
+    from chaz.stack import WorkerProcess
+
     args, out = ctx.args, ctx.out
     settings = ctx.settings
     home = settings.home.resolve()
@@ -202,6 +206,9 @@ def _up_banner(ctx: Context, workers: Sequence[WorkerProcess], concurrency: int)
 
 def cmd_worker(ctx: Context) -> int:
     """Replace this process with a ``celery worker`` consuming chaz's queues."""
+    from chaz.coord.redis import ensure_embedded
+    from chaz.stack import worker_command
+
     args, out = ctx.args, ctx.out
     settings = ctx.settings
     home = settings.home.resolve()
@@ -261,16 +268,6 @@ def cmd_migrate(ctx: Context) -> int:
     return EXIT_OK
 
 
-def cmd_config(ctx: Context) -> int:
-    """Print the effective settings with passwords and keys masked."""
-    values = ctx.settings.masked()
-    if ctx.out.json_mode:
-        ctx.out.json(values)
-    else:
-        ctx.out.fields("settings", sorted(values.items()))
-    return EXIT_OK
-
-
 def _read_agents(source: str) -> tuple[list[AgentSpec], bool]:
     """AgentSpecs from a JSON file (or ``-``, stdin); True when it held a list."""
     name = "stdin" if source == "-" else source
@@ -290,9 +287,7 @@ def _read_agents(source: str) -> tuple[list[AgentSpec], bool]:
             specs.append(AgentSpec.model_validate(item))
         except pydantic.ValidationError as exc:
             where = f"{name}[{i}]" if many else name
-            raise ValidationError(
-                f"{where} is not a valid agent: {_pydantic_message(exc)}"
-            ) from exc
+            raise ValidationError(f"{where} is not a valid agent: {pydantic_message(exc)}") from exc
     return specs, many
 
 

@@ -8,15 +8,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 
 from chaz.cli.output import Output
-from chaz.client import Client
-from chaz.domain.entries import Entry, EntryType
 from chaz.errors import ConfigError
 from chaz.settings import Settings
+
+if TYPE_CHECKING:
+    from chaz.client import Client
+    from chaz.domain.entries import Entry
 
 
 def load_settings(home: str | None) -> Settings:
@@ -24,10 +26,10 @@ def load_settings(home: str | None) -> Settings:
     try:
         return Settings(home=Path(home)) if home else Settings()
     except pydantic.ValidationError as exc:
-        raise ConfigError(f"invalid settings: {_pydantic_message(exc)}") from exc
+        raise ConfigError(f"invalid settings: {pydantic_message(exc)}") from exc
 
 
-def _pydantic_message(exc: pydantic.ValidationError) -> str:
+def pydantic_message(exc: pydantic.ValidationError) -> str:
     parts = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err.get("loc", ())) or "value"
@@ -55,6 +57,9 @@ class Context:
     def client(self) -> Client:
         """A producer client (migrates the database on first use)."""
         if self._client is None:
+            # Imported here: SQLAlchemy, Redis and Celery load only for commands that connect.
+            from chaz.client import Client
+
             self._client = Client(self.settings)
         return self._client
 
@@ -135,4 +140,5 @@ def _is_reply(entry: Entry, job_id: str | None, me: str) -> bool:
     """Whether ``entry`` ends the turn ``job_id``: the agent's Message or an Error."""
     if job_id is not None and entry.job_id != job_id:
         return False
-    return entry.type is EntryType.ERROR or (entry.type is EntryType.MESSAGE and entry.sender == me)
+    # String values, so that this module loads without the domain models.
+    return entry.type == "error" or (entry.type == "message" and entry.sender == me)

@@ -8,8 +8,8 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Sequence
-from contextlib import ExitStack, suppress
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,7 @@ from chaz.domain.entries import Entry, EntryType, agent_sender
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.sessions import Session
 from chaz.errors import (
+    AlreadyRunning,
     BackendUnavailable,
     Timeout,
     ValidationError,
@@ -104,7 +105,7 @@ def cmd_demo(ctx: Context) -> int:
 def cmd_up(ctx: Context) -> int:
     """Run worker processes (and beat) in the foreground until Ctrl-C or SIGTERM."""
     from chaz.coord.redis import ensure_embedded, stop_embedded
-    from chaz.stack import WorkerProcess
+    from chaz.stack import Watchdog, WorkerProcess, embedded_redis_pid
 
     args, out = ctx.args, ctx.out
     settings = ctx.settings
@@ -112,14 +113,22 @@ def cmd_up(ctx: Context) -> int:
     concurrency = args.concurrency or settings.worker_concurrency
     started_redis = False
     workers: list[WorkerProcess] = []
-    with Interrupts(signal.SIGINT, signal.SIGTERM) as interrupts:
+    home.mkdir(parents=True, exist_ok=True)
+    with (
+        _up_lock(home),
+        Interrupts(signal.SIGINT, signal.SIGTERM) as interrupts,
+    ):
+        # Stops the workers, and a Redis this command started, if we are SIGKILLed.
+        watchdog = Watchdog()
         try:
             with out.status(f"starting chaz in {home}...", announce=True):
-                home.mkdir(parents=True, exist_ok=True)
                 # Shielded: what was started must be recorded, or nothing stops it.
                 if settings.embedded_redis:
                     with interrupts.shield():
                         started_redis = ensure_embedded(settings)
+                        redis_pid = embedded_redis_pid(settings) if started_redis else None
+                        if redis_pid is not None:
+                            watchdog.guard_pid(redis_pid)
                 client = ctx.client  # migrates the database
                 for i in range(args.workers):
                     worker = WorkerProcess(
@@ -132,6 +141,7 @@ def cmd_up(ctx: Context) -> int:
                     )
                     with interrupts.shield():
                         workers.append(worker.start())
+                        watchdog.guard_group(worker.pid)
                 for w in workers:
                     w.wait_ready(client)
             _up_banner(ctx, workers, concurrency)
@@ -159,8 +169,40 @@ def cmd_up(ctx: Context) -> int:
                 ctx.close()
                 if started_redis:
                     stop_embedded(settings)
+                watchdog.release()
             if out.json_mode:
                 out.json({"status": "stopped"}, stream=True)
+
+
+@contextmanager
+def _up_lock(home: Path) -> Iterator[None]:
+    """Hold ``$CHAZ_HOME/up.lock`` while ``chaz up`` runs; refuse a second copy.
+
+    An flock, not a pid file: the kernel drops it when its holder dies, even
+    by SIGKILL, so a crash never leaves a stale lock behind.
+    """
+    import fcntl
+
+    path = home / "up.lock"
+    fh = path.open("a+")
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "?"
+            raise AlreadyRunning(
+                f"chaz up is already running on {home} (pid {holder}); stop it first",
+                home=str(home),
+                pid=holder,
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        yield
+    finally:
+        fh.close()
 
 
 def _up_banner(ctx: Context, workers: Sequence[WorkerProcess], concurrency: int) -> None:

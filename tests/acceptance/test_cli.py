@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import chaz
-from chaz.coord.redis import process_running, stop_embedded
+from chaz.coord.redis import ensure_embedded, process_running, stop_embedded
 from chaz.domain.jobs import JobStatus
 from chaz.runtime.gates import open_gate
 from chaz.settings import Settings
@@ -503,3 +503,98 @@ def test_worker_execs_celery_on_chaz_queues(tmp_path: Path) -> None:
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait()
         stop_embedded(Settings(_env_file=None, home=home))
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of the process group ``pgid``."""
+    members = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(proc.name))
+    return members
+
+
+def _start_up(
+    home: Path, tmp_path: Path, name: str
+) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    """``chaz up --json`` (beat on) started and ready; its first line, parsed."""
+    up = subprocess.Popen(
+        [*CLI, "up", "--json", "--concurrency", "1"],
+        env=cli_env(home=home),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=(tmp_path / f"{name}.err").open("w"),
+        text=True,
+        start_new_session=True,
+    )
+    lines = LineReader(up.stdout)  # type: ignore[arg-type]
+    banner = json.loads(lines.until(lambda line: '"status": "up"' in line, 120, "chaz up"))
+    return up, banner
+
+
+def test_kill_9_of_up_takes_its_workers_and_its_redis_along(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    up, banner = _start_up(home, tmp_path, "up")
+    worker_pid = banner["workers"][0]["pid"]
+    try:
+        redis_pid = int((home / "redis.pid").read_text())
+        # The worker's group holds the worker and its beat child.
+        wait_for(lambda: len(group_members(worker_pid)) >= 2, 120, "the worker's beat child")
+        members = group_members(worker_pid)
+
+        # A second copy on the same home is refused while the first runs, and
+        # touches nothing of it.
+        second = chaz_cli("up", env=cli_env(home=home))
+        assert second.returncode == 1, second.stderr
+        assert second.stderr.startswith("error [conflict.already_running]: "), second.stderr
+        assert f"pid {up.pid}" in second.stderr
+        assert "Traceback" not in second.stderr
+        assert up.poll() is None and process_running(redis_pid)
+        assert all(process_running(pid) for pid in members)
+
+        up.kill()
+        up.wait()
+        wait_for(
+            lambda: not group_members(worker_pid) and not process_running(redis_pid),
+            120,
+            "the worker, its beat and Redis to stop",
+        )
+        assert redis_servers_of(home) == []
+        # The lock went with its holder: up starts again on this home.
+        up, _ = _start_up(home, tmp_path, "up-again")
+        up.send_signal(signal.SIGINT)
+        assert up.wait(60) == 0
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait()
+        for pid in group_members(worker_pid):
+            os.kill(pid, signal.SIGKILL)
+        stop_embedded(Settings(_env_file=None, home=home))
+
+
+def test_kill_9_of_up_leaves_a_redis_it_did_not_start(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    settings = Settings(_env_file=None, home=home, database_url=None, redis_url=None)
+    assert ensure_embedded(settings)  # this test's Redis, shared with up
+    redis_pid = int((home / "redis.pid").read_text())
+    up, banner = _start_up(home, tmp_path, "up")
+    worker_pid = banner["workers"][0]["pid"]
+    try:
+        up.kill()
+        up.wait()
+        wait_for(lambda: not group_members(worker_pid), 120, "the worker to stop")
+        assert process_running(redis_pid)
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait()
+        for pid in group_members(worker_pid):
+            os.kill(pid, signal.SIGKILL)
+        stop_embedded(settings)

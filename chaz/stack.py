@@ -23,6 +23,7 @@ from chaz.client import Client
 from chaz.coord import keys
 from chaz.coord.redis import ensure_embedded, stop_embedded
 from chaz.errors import BackendUnavailable
+from chaz.files import PRIVATE_UMASK, create_private, private_dir
 from chaz.settings import Settings
 from chaz.store import Store
 from chaz.store.migrate import upgrade
@@ -169,11 +170,17 @@ class WorkerProcess:
 
     def start(self) -> WorkerProcess:
         """Launch the process (returns at once; see :meth:`wait_ready`)."""
-        self.settings.home.resolve().mkdir(parents=True, exist_ok=True)
+        private_dir(self.settings.home.resolve())
         env = {**os.environ, **settings_env(self.settings)}
-        out = self.log_file.open("ab") if self.log_file else subprocess.DEVNULL
+        out = create_private(self.log_file).open("ab") if self.log_file else subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            self.command(), env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            self.command(),
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            # Its beat schedule and anything else it writes in the home stay private.
+            umask=PRIVATE_UMASK,
         )
         return self
 
@@ -239,7 +246,7 @@ def embedded(
     """
     if settings is None:
         settings = Settings(home=Path(home)) if home is not None else Settings()
-    settings.home.resolve().mkdir(parents=True, exist_ok=True)
+    private_dir(settings.home.resolve())
     started_redis = False
     client: Client | None = None
     worker: WorkerProcess | None = None

@@ -275,7 +275,11 @@ def run(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     from chaz.cli.context import Context
     from chaz.cli.output import Output
+    from chaz.files import PRIVATE_UMASK
 
+    # Whatever a command creates (the home, the database, logs, the processes
+    # it starts and their files) is for the owner only.
+    os.umask(os.umask(PRIVATE_UMASK) | PRIVATE_UMASK)
     out = Output(json_mode=bool(args.json))
     ctx = Context(args, out)
     try:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy.exc
 from sqlalchemy import Engine, text
 
+from chaz.files import create_private
 from chaz.store.db import is_sqlite
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
             _run(engine, cfg, revision)
             return
         lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with lock_path.open("w") as fh:
+        with create_private(lock_path).open("w") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 _run(engine, cfg, revision)

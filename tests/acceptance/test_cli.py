@@ -13,6 +13,7 @@ import os
 import queue
 import re
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -195,6 +196,11 @@ def test_demo_on_a_fresh_home_prints_the_turn_and_cleans_up(tmp_path: Path) -> N
     assert not process_running(redis_pid)
     assert redis_servers_of(home) == []
     assert (home / "chaz.db").exists()
+    # Everything the demo created is its owner's only: dirs 0700, files 0600.
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    for path in home.rglob("*"):
+        want = 0o700 if path.is_dir() else 0o600
+        assert stat.S_IMODE(path.lstat().st_mode) == want, path
 
 
 def test_demo_on_real_servers(tmp_path: Path, pg_url: str, redis_url: str) -> None:
@@ -216,6 +222,21 @@ def test_demo_on_real_servers(tmp_path: Path, pg_url: str, redis_url: str) -> No
         assert [s.agent_id for s in servers.client.sessions.list()] == ["demo"]
     finally:
         servers.close()
+
+
+def test_config_masks_passwords_in_queries_and_with_raw_separators(tmp_path: Path) -> None:
+    env = cli_env(
+        home=tmp_path / "home",
+        CHAZ_DATABASE_URL="postgresql+psycopg://u@h/db?sslmode=require&password=q-s3cr3t",
+        CHAZ_REDIS_URL="redis://:at@sign/sl:ash@h:6379/0",
+    )
+    for args in (["config"], ["config", "--json"]):
+        text = ok(chaz_cli(*args, env=env))
+        for secret in ("q-s3cr3t", "at@sign", "sign/sl", "sl:ash"):
+            assert secret not in text, text
+    data = json.loads(ok(chaz_cli("config", "--json", env=env)))
+    assert data["database_url"] == "postgresql+psycopg://u@h/db?sslmode=require&password=****"
+    assert data["redis_url"] == "redis://:****@h:6379/0"
 
 
 def test_config_masks_secrets(tmp_path: Path) -> None:

@@ -323,21 +323,25 @@ def _read_agents(source: str) -> tuple[list[AgentSpec], bool]:
         raise ValidationError(f"{name} is not valid JSON: {exc}") from exc
     many = isinstance(data, list)
     items = data if many else [data]
-    specs = []
+    specs: list[AgentSpec] = []
     for i, item in enumerate(items):
+        where = f"{name}[{i}]" if many else name
         try:
-            specs.append(AgentSpec.model_validate(item))
+            spec = AgentSpec.model_validate(item)
         except pydantic.ValidationError as exc:
-            where = f"{name}[{i}]" if many else name
             raise ValidationError(f"{where} is not a valid agent: {pydantic_message(exc)}") from exc
+        if any(s.id == spec.id for s in specs):
+            raise ValidationError(f"{where}: agent {spec.id!r} appears twice in {name}")
+        specs.append(spec)
     return specs, many
 
 
 def cmd_agents_put(ctx: Context) -> int:
     """Create or replace agents from JSON (one object or a list)."""
     specs, many = _read_agents(ctx.args.file)
-    # Every spec was validated before the first write: a bad file changes nothing.
-    saved = [ctx.client.agents.put(spec) for spec in specs]
+    # Every spec is checked (fields here, tools in put_many) before one
+    # transaction saves them all: a bad file changes nothing.
+    saved = ctx.client.agents.put_many(specs)
     out = ctx.out
     if out.json_mode:
         dumped = [s.model_dump(mode="json") for s in saved]

@@ -268,6 +268,18 @@ def test_agents_put_from_stdin_and_ls_json(tmp_path: Path) -> None:
     assert "stdin[1]" in r.stderr
     r = chaz_cli("agents", "put", "-", env=env, stdin="{not json")
     assert r.returncode == 2 and "not valid JSON" in r.stderr
+    # Valid fields but an unknown tool in the second: the first is not saved either.
+    unknown_tool = [
+        {"id": "fine", "script": [{"steps": [{"echo": True}]}]},
+        {"id": "tooled", "tools": ["no_such_tool"], "script": [{"steps": [{"echo": True}]}]},
+    ]
+    r = chaz_cli("agents", "put", "-", env=env, stdin=json.dumps(unknown_tool))
+    assert r.returncode == 2 and "error [request.invalid]" in r.stderr, r.stderr
+    assert "no_such_tool" in r.stderr
+    saved = json.loads(ok(chaz_cli("agents", "ls", "--json", env=env)))
+    assert [a["id"] for a in saved] == ["counter"]  # not "fine"
+    r = chaz_cli("agents", "put", "-", env=env, stdin=json.dumps([COUNTER, COUNTER]))
+    assert r.returncode == 2 and "appears twice" in r.stderr, r.stderr
 
     # --json works after the subcommand and before it.
     for args in (["agents", "ls", "--json"], ["--json", "agents", "ls"]):

@@ -62,7 +62,7 @@ def cmd_demo(ctx: Context) -> int:
     from chaz.stack import embedded
 
     args, out = ctx.args, ctx.out
-    settings = ctx.settings
+    settings = ctx.server_settings
     home = settings.home.resolve()
     # embedded() writes its worker log here even when it uses real servers.
     home.mkdir(parents=True, exist_ok=True)
@@ -108,7 +108,7 @@ def cmd_up(ctx: Context) -> int:
     from chaz.stack import Watchdog, WorkerProcess, embedded_redis_pid
 
     args, out = ctx.args, ctx.out
-    settings = ctx.settings
+    settings = ctx.server_settings
     home = settings.home.resolve()
     concurrency = args.concurrency or settings.worker_concurrency
     started_redis = False
@@ -206,7 +206,7 @@ def _up_lock(home: Path) -> Iterator[None]:
 
 
 def _up_banner(ctx: Context, workers: Sequence[WorkerProcess], concurrency: int) -> None:
-    settings, out = ctx.settings, ctx.out
+    settings, out = ctx.server_settings, ctx.out
     home = settings.home.resolve()
     info = {
         "status": "up",
@@ -252,7 +252,7 @@ def cmd_worker(ctx: Context) -> int:
     from chaz.stack import worker_command
 
     args, out = ctx.args, ctx.out
-    settings = ctx.settings
+    settings = ctx.server_settings
     home = settings.home.resolve()
     extra = list(args.extra)
     if extra[:1] == ["--"]:
@@ -299,7 +299,7 @@ def _migrate(settings: Settings) -> str | None:
 
 def cmd_migrate(ctx: Context) -> int:
     """Bring the database schema up to date (safe to run again, and concurrently)."""
-    settings, out = ctx.settings, ctx.out
+    settings, out = ctx.server_settings, ctx.out
     with out.status("migrating..."):
         revision = _migrate(settings)
     database = mask_url(settings.effective_database_url())
@@ -314,13 +314,23 @@ def _read_agents(source: str) -> tuple[list[AgentSpec], bool]:
     """AgentSpecs from a JSON file (or ``-``, stdin); True when it held a list."""
     name = "stdin" if source == "-" else source
     try:
-        raw = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+        raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
     except OSError as exc:
         raise ValidationError(f"cannot read {name}: {exc.strerror or exc}") from exc
     try:
-        data = json.loads(raw)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValidationError(
+            f"{name} is not UTF-8 text (byte {exc.start}: {exc.reason})", file=name
+        ) from exc
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValidationError(f"{name} is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        # The json module recurses once per nesting level: a deep file would
+        # otherwise end the command with a RecursionError.
+        raise ValidationError(f"{name} is nested too deeply to be an agent", file=name) from exc
     many = isinstance(data, list)
     items = data if many else [data]
     specs: list[AgentSpec] = []

@@ -283,6 +283,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     out = Output(json_mode=bool(args.json))
     ctx = Context(args, out)
     try:
+        _check_arguments(args)
         return int(args.func(ctx))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
@@ -303,6 +304,23 @@ def run(argv: Sequence[str] | None = None) -> int:
         # Closing connections must not hide the command's own outcome.
         with suppress(Exception):
             ctx.close()
+
+
+def _check_arguments(args: argparse.Namespace) -> None:
+    """Refuse an argument that was not valid UTF-8 on the command line.
+
+    Python decodes such bytes to lone surrogates, which no database or JSON
+    encoder accepts; better said here than as an encoder's error later.
+    """
+    values = [v for v in vars(args).values() if isinstance(v, str)] + list(args.extra)
+    for value in values:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            shown = value.encode("utf-8", "backslashreplace").decode()
+            raise ValidationError(
+                f"argument '{shown}' is not valid UTF-8 (at character {exc.start})"
+            ) from exc
 
 
 def as_chaz_error(exc: Exception) -> ChazError:

@@ -303,6 +303,54 @@ def test_errors_are_one_line_with_a_code_and_an_exit_status(tmp_path: Path) -> N
     assert re.search(r"is at revision \w+", ok(chaz_cli("migrate", env=env)))
 
 
+def one_error(result: subprocess.CompletedProcess[Any], exit_code: int, code: str) -> str:
+    """stderr of a run that failed as documented: the exit code, one line with the code."""
+    stderr = result.stderr if isinstance(result.stderr, str) else result.stderr.decode()
+    assert "Traceback" not in stderr, stderr
+    assert (result.returncode, stderr.count("\n")) == (exit_code, 1), stderr
+    assert stderr.startswith(f"error [{code}]: "), stderr
+    return stderr
+
+
+def test_hostile_input_gets_a_code_never_a_traceback(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = cli_env(home=home)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    one_error(chaz_cli("agents", "put", str(deep), env=env), 2, "request.invalid")
+    not_utf8 = b'{"id": "x\xff\xfe", "script": [{"steps": [{"echo": true}]}]}'
+    (tmp_path / "latin.json").write_bytes(not_utf8)
+    err = one_error(chaz_cli("agents", "put", "latin.json", env=env), 2, "request.invalid")
+    assert "not UTF-8" in err
+    r = subprocess.run(
+        [*CLI, "agents", "put", "-"], env=env, cwd=tmp_path, input=not_utf8, capture_output=True
+    )
+    assert "not UTF-8" in one_error(r, 2, "request.invalid")
+    # An argument that is not UTF-8 (Python decodes it to lone surrogates).
+    r = subprocess.run(
+        [*CLI, "sessions", "show", b"\xff\xfe"], env=env, cwd=tmp_path, capture_output=True
+    )
+    one_error(r, 2, "request.invalid")
+    assert [a.id for a in chaz.Client(Settings(_env_file=None, home=home)).agents.list()] == []
+
+    for url in (
+        "postgresql://u:pw-s3cr3t@h:notaport/db",
+        "::garbage",
+        "nosuchdb://u:pw-s3cr3t@h/d",
+    ):
+        for args in (["sessions", "ls"], ["migrate"], ["worker"], ["up"]):
+            err = one_error(
+                chaz_cli(*args, env={**env, "CHAZ_DATABASE_URL": url}), 2, "config.invalid"
+            )
+            assert "CHAZ_DATABASE_URL" in err and "s3cr3t" not in err
+    for url in ("garbage", "redis://:pw-s3cr3t@h:notaport/0", "http://h/"):
+        for args in (["sessions", "ls"], ["send", "s", "hi"], ["up"]):
+            err = one_error(
+                chaz_cli(*args, env={**env, "CHAZ_REDIS_URL": url}), 2, "config.invalid"
+            )
+            assert "CHAZ_REDIS_URL" in err and "s3cr3t" not in err
+
+
 # --------------------------------------------------------------------------- against a stack
 
 

@@ -388,6 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument(
+        "--cli",
+        action="store_true",
+        help="only time the `chaz` command's start-up (benchmarks/cli_startup.py)",
+    )
+    parser.add_argument(
         "--py-spy",
         type=Path,
         metavar="DIR",
@@ -395,6 +400,10 @@ def main(argv: list[str] | None = None) -> int:
         help="sample chaz's workers with py-spy during (b): speedscope files",
     )
     args = parser.parse_args(argv)
+    if args.cli:
+        from benchmarks import cli_startup
+
+        return cli_startup.main([])
 
     scrub_environment()
     sizes = QUICK if args.quick else FULL

@@ -114,6 +114,21 @@ class Agents:
             )
         return self._svc.store.put_agent(spec)
 
+    def put_many(self, specs: builtins.list[AgentSpec]) -> builtins.list[AgentSpec]:
+        """Create or replace several agents at once: all are checked first, then all
+        are saved in one transaction, so a bad one leaves every agent as it was."""
+        known = set(self._svc.tools.names())
+        for i, spec in enumerate(specs):
+            unknown = set(spec.tools) - known
+            if unknown:
+                raise ValidationError(
+                    f"agent [{i}] {spec.id!r}: unknown tools {sorted(unknown)}; "
+                    f"known: {self._svc.tools.names()}",
+                    index=i,
+                    agent_id=spec.id,
+                )
+        return self._svc.store.put_agents(specs)
+
     def get(self, agent_id: str) -> AgentSpec:
         """One agent."""
         return self._svc.store.get_agent(check_ref("agent_id", agent_id))

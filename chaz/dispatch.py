@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
-
-from celery import Celery
+from typing import TYPE_CHECKING, Any
 
 from chaz.settings import Settings, broker_url_for
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,10 @@ class Dispatcher:
         if self._app is None:
             with self._lock:
                 if self._app is None:
+                    # Imported on the first wake-up: a client that only reads
+                    # never pays for loading Celery.
+                    from celery import Celery
+
                     app = Celery("chaz-producer", set_as_current=False)
                     app.config_from_object("celeryconfig")
                     app.conf.broker_url = broker_url_for(self._settings)

@@ -229,3 +229,9 @@ class BackendUnavailable(ChazError):
 
     code = "backend.unavailable"
     retryable = True
+
+
+class AlreadyRunning(Conflict):
+    """Another ``chaz up`` already serves this ``CHAZ_HOME``."""
+
+    code = "conflict.already_running"

@@ -101,12 +101,33 @@ class Settings(BaseSettings):
         return out
 
 
-_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@]*:)(?P<pw>[^@]*)(?P<tail>@)")
+#: Query parameters that carry a secret (``?password=...`` in libpq and redis URLs).
+_SECRET_PARAM = re.compile(
+    r"(?P<head>[?&;](?:password|passwd|pwd|secret|token|api_key|apikey|sslpassword)=)"
+    r"(?P<value>[^&;#]*)",
+    re.IGNORECASE,
+)
+_MASK = "****"
 
 
 def mask_url(url: str) -> str:
-    """Hide the password part of a URL: ``redis://u:****@host``."""
-    return _PASSWORD.sub(lambda m: f"{m['head']}****{m['tail']}", url)
+    """Hide every password of a URL: ``redis://u:****@host``, ``...?password=****``.
+
+    Parsed by hand, because the URLs that most need masking are the ones
+    standard parsers split wrongly: a password written with a raw ``@``,
+    ``/``, ``:`` or ``;`` (urllib.parse and SQLAlchemy's make_url stop at the
+    first ``@`` or ``/`` and print the rest as the host). The credentials end
+    at the *last* ``@``; when in doubt, more is masked, never less.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
+        return url
+    userinfo, at, hostpart = rest.rpartition("@")
+    if at:
+        user, colon, _password = userinfo.partition(":")
+        if colon and "/" not in user:
+            rest = f"{user}:{_MASK}@{hostpart}"
+    return f"{scheme}://{_SECRET_PARAM.sub(lambda m: m['head'] + _MASK, rest)}"
 
 
 @lru_cache(maxsize=1)

@@ -23,6 +23,7 @@ from chaz.client import Client
 from chaz.coord import keys
 from chaz.coord.redis import ensure_embedded, stop_embedded
 from chaz.errors import BackendUnavailable
+from chaz.files import PRIVATE_UMASK, create_private, private_dir
 from chaz.settings import Settings
 from chaz.store import Store
 from chaz.store.migrate import upgrade
@@ -39,6 +40,65 @@ def settings_env(settings: Settings) -> dict[str, str]:
             value = value.resolve()
         env[f"CHAZ_{name.upper()}"] = str(value)
     return env
+
+
+class Watchdog:
+    """A ``python -m chaz.watchdog`` child that stops what this process started if it dies.
+
+    Nothing runs in this process when it is SIGKILLed, so the cleanup lives in
+    another one: it holds the read end of a pipe whose only write end is ours,
+    and the kernel closes that end when we die, however we die. Tell it about
+    each process group or server right after starting it; :meth:`release`
+    after stopping them yourself.
+    """
+
+    def __init__(self) -> None:
+        read_end, self._write_end = os.pipe()  # both non-inheritable (PEP 446)
+        try:
+            self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+                [sys.executable, "-m", "chaz.watchdog"],
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                # Out of the terminal's process group: Ctrl-C is for us, not for it.
+                start_new_session=True,
+            )
+        finally:
+            os.close(read_end)
+
+    def _say(self, line: str) -> None:
+        if self._proc is not None:
+            os.write(self._write_end, f"{line}\n".encode())
+
+    def guard_group(self, pgid: int) -> None:
+        """Stop this process group (a worker and its beat) if we die first."""
+        self._say(f"group {pgid}")
+
+    def guard_pid(self, pid: int) -> None:
+        """Stop this process (a daemonized server) if we die first."""
+        self._say(f"pid {pid}")
+
+    def release(self) -> None:
+        """Everything was stopped cleanly: let the watchdog go without acting."""
+        if self._proc is None:
+            return
+        proc, self._proc = self._proc, None
+        with contextlib.suppress(OSError):
+            os.write(self._write_end, b"done\n")
+        os.close(self._write_end)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def embedded_redis_pid(settings: Settings) -> int | None:
+    """The pid of this ``CHAZ_HOME``'s embedded Redis, from its pid file."""
+    try:
+        return int((settings.home.resolve() / "redis.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 #: Every queue chaz's tasks are routed to (see celeryconfig.task_routes).
@@ -110,11 +170,17 @@ class WorkerProcess:
 
     def start(self) -> WorkerProcess:
         """Launch the process (returns at once; see :meth:`wait_ready`)."""
-        self.settings.home.resolve().mkdir(parents=True, exist_ok=True)
+        private_dir(self.settings.home.resolve())
         env = {**os.environ, **settings_env(self.settings)}
-        out = self.log_file.open("ab") if self.log_file else subprocess.DEVNULL
+        out = create_private(self.log_file).open("ab") if self.log_file else subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            self.command(), env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            self.command(),
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            # Its beat schedule and anything else it writes in the home stay private.
+            umask=PRIVATE_UMASK,
         )
         return self
 
@@ -180,12 +246,17 @@ def embedded(
     """
     if settings is None:
         settings = Settings(home=Path(home)) if home is not None else Settings()
-    settings.home.resolve().mkdir(parents=True, exist_ok=True)
+    private_dir(settings.home.resolve())
     started_redis = False
     client: Client | None = None
     worker: WorkerProcess | None = None
+    # A SIGKILL of this process must not leave the worker or Redis running.
+    watchdog = Watchdog()
     try:
         started_redis = ensure_embedded(settings) if settings.embedded_redis else False
+        redis_pid = embedded_redis_pid(settings) if started_redis else None
+        if redis_pid is not None:
+            watchdog.guard_pid(redis_pid)
         store = Store(settings.effective_database_url())
         try:
             upgrade(store.engine)
@@ -199,6 +270,7 @@ def embedded(
             log_file=settings.home.resolve() / "worker.log",
         )
         worker.start()
+        watchdog.guard_group(worker.pid)
         worker.wait_ready(client)
         yield client
     finally:
@@ -209,3 +281,4 @@ def embedded(
             client.close()
         if started_redis:
             stop_embedded(settings)
+        watchdog.release()

@@ -8,10 +8,10 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Sequence
-from contextlib import ExitStack, suppress
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 
@@ -19,25 +19,27 @@ from chaz.cli.context import (
     Context,
     Interrupts,
     _is_reply,
-    _pydantic_message,
     _watching,
+    pydantic_message,
 )
 from chaz.cli.output import (
     EXIT_FAILURE,
     EXIT_OK,
 )
-from chaz.coord.redis import ensure_embedded, stop_embedded
 from chaz.domain.agents import AgentSpec
 from chaz.domain.entries import Entry, EntryType, agent_sender
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.sessions import Session
 from chaz.errors import (
+    AlreadyRunning,
     BackendUnavailable,
     Timeout,
     ValidationError,
 )
 from chaz.settings import Settings, mask_url
-from chaz.stack import WorkerProcess, embedded, worker_command
+
+if TYPE_CHECKING:
+    from chaz.stack import WorkerProcess
 
 #: The agent ``chaz demo`` registers: one built-in tool call, then a reply.
 DEMO_AGENT = AgentSpec(
@@ -53,14 +55,14 @@ DEMO_AGENT = AgentSpec(
         }
     ],
 )
-DEMO_MESSAGE = "Hello chaz, please count the words in this message."
-#: The queues chaz's tasks are routed to (see celeryconfig.task_routes).
 
 
 def cmd_demo(ctx: Context) -> int:
     """Start the embedded stack, run one scripted turn and print it as it happens."""
+    from chaz.stack import embedded
+
     args, out = ctx.args, ctx.out
-    settings = ctx.settings
+    settings = ctx.server_settings
     home = settings.home.resolve()
     # embedded() writes its worker log here even when it uses real servers.
     home.mkdir(parents=True, exist_ok=True)
@@ -102,20 +104,31 @@ def cmd_demo(ctx: Context) -> int:
 
 def cmd_up(ctx: Context) -> int:
     """Run worker processes (and beat) in the foreground until Ctrl-C or SIGTERM."""
+    from chaz.coord.redis import ensure_embedded, stop_embedded
+    from chaz.stack import Watchdog, WorkerProcess, embedded_redis_pid
+
     args, out = ctx.args, ctx.out
-    settings = ctx.settings
+    settings = ctx.server_settings
     home = settings.home.resolve()
     concurrency = args.concurrency or settings.worker_concurrency
     started_redis = False
     workers: list[WorkerProcess] = []
-    with Interrupts(signal.SIGINT, signal.SIGTERM) as interrupts:
+    home.mkdir(parents=True, exist_ok=True)
+    with (
+        _up_lock(home),
+        Interrupts(signal.SIGINT, signal.SIGTERM) as interrupts,
+    ):
+        # Stops the workers, and a Redis this command started, if we are SIGKILLed.
+        watchdog = Watchdog()
         try:
             with out.status(f"starting chaz in {home}...", announce=True):
-                home.mkdir(parents=True, exist_ok=True)
                 # Shielded: what was started must be recorded, or nothing stops it.
                 if settings.embedded_redis:
                     with interrupts.shield():
                         started_redis = ensure_embedded(settings)
+                        redis_pid = embedded_redis_pid(settings) if started_redis else None
+                        if redis_pid is not None:
+                            watchdog.guard_pid(redis_pid)
                 client = ctx.client  # migrates the database
                 for i in range(args.workers):
                     worker = WorkerProcess(
@@ -128,6 +141,7 @@ def cmd_up(ctx: Context) -> int:
                     )
                     with interrupts.shield():
                         workers.append(worker.start())
+                        watchdog.guard_group(worker.pid)
                 for w in workers:
                     w.wait_ready(client)
             _up_banner(ctx, workers, concurrency)
@@ -155,12 +169,44 @@ def cmd_up(ctx: Context) -> int:
                 ctx.close()
                 if started_redis:
                     stop_embedded(settings)
+                watchdog.release()
             if out.json_mode:
                 out.json({"status": "stopped"}, stream=True)
 
 
+@contextmanager
+def _up_lock(home: Path) -> Iterator[None]:
+    """Hold ``$CHAZ_HOME/up.lock`` while ``chaz up`` runs; refuse a second copy.
+
+    An flock, not a pid file: the kernel drops it when its holder dies, even
+    by SIGKILL, so a crash never leaves a stale lock behind.
+    """
+    import fcntl
+
+    path = home / "up.lock"
+    fh = path.open("a+")
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "?"
+            raise AlreadyRunning(
+                f"chaz up is already running on {home} (pid {holder}); stop it first",
+                home=str(home),
+                pid=holder,
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        yield
+    finally:
+        fh.close()
+
+
 def _up_banner(ctx: Context, workers: Sequence[WorkerProcess], concurrency: int) -> None:
-    settings, out = ctx.settings, ctx.out
+    settings, out = ctx.server_settings, ctx.out
     home = settings.home.resolve()
     info = {
         "status": "up",
@@ -202,8 +248,11 @@ def _up_banner(ctx: Context, workers: Sequence[WorkerProcess], concurrency: int)
 
 def cmd_worker(ctx: Context) -> int:
     """Replace this process with a ``celery worker`` consuming chaz's queues."""
+    from chaz.coord.redis import ensure_embedded
+    from chaz.stack import worker_command
+
     args, out = ctx.args, ctx.out
-    settings = ctx.settings
+    settings = ctx.server_settings
     home = settings.home.resolve()
     extra = list(args.extra)
     if extra[:1] == ["--"]:
@@ -250,7 +299,7 @@ def _migrate(settings: Settings) -> str | None:
 
 def cmd_migrate(ctx: Context) -> int:
     """Bring the database schema up to date (safe to run again, and concurrently)."""
-    settings, out = ctx.settings, ctx.out
+    settings, out = ctx.server_settings, ctx.out
     with out.status("migrating..."):
         revision = _migrate(settings)
     database = mask_url(settings.effective_database_url())
@@ -261,46 +310,48 @@ def cmd_migrate(ctx: Context) -> int:
     return EXIT_OK
 
 
-def cmd_config(ctx: Context) -> int:
-    """Print the effective settings with passwords and keys masked."""
-    values = ctx.settings.masked()
-    if ctx.out.json_mode:
-        ctx.out.json(values)
-    else:
-        ctx.out.fields("settings", sorted(values.items()))
-    return EXIT_OK
-
-
 def _read_agents(source: str) -> tuple[list[AgentSpec], bool]:
     """AgentSpecs from a JSON file (or ``-``, stdin); True when it held a list."""
     name = "stdin" if source == "-" else source
     try:
-        raw = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+        raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
     except OSError as exc:
         raise ValidationError(f"cannot read {name}: {exc.strerror or exc}") from exc
     try:
-        data = json.loads(raw)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValidationError(
+            f"{name} is not UTF-8 text (byte {exc.start}: {exc.reason})", file=name
+        ) from exc
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValidationError(f"{name} is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        # The json module recurses once per nesting level: a deep file would
+        # otherwise end the command with a RecursionError.
+        raise ValidationError(f"{name} is nested too deeply to be an agent", file=name) from exc
     many = isinstance(data, list)
     items = data if many else [data]
-    specs = []
+    specs: list[AgentSpec] = []
     for i, item in enumerate(items):
+        where = f"{name}[{i}]" if many else name
         try:
-            specs.append(AgentSpec.model_validate(item))
+            spec = AgentSpec.model_validate(item)
         except pydantic.ValidationError as exc:
-            where = f"{name}[{i}]" if many else name
-            raise ValidationError(
-                f"{where} is not a valid agent: {_pydantic_message(exc)}"
-            ) from exc
+            raise ValidationError(f"{where} is not a valid agent: {pydantic_message(exc)}") from exc
+        if any(s.id == spec.id for s in specs):
+            raise ValidationError(f"{where}: agent {spec.id!r} appears twice in {name}")
+        specs.append(spec)
     return specs, many
 
 
 def cmd_agents_put(ctx: Context) -> int:
     """Create or replace agents from JSON (one object or a list)."""
     specs, many = _read_agents(ctx.args.file)
-    # Every spec was validated before the first write: a bad file changes nothing.
-    saved = [ctx.client.agents.put(spec) for spec in specs]
+    # Every spec is checked (fields here, tools in put_many) before one
+    # transaction saves them all: a bad file changes nothing.
+    saved = ctx.client.agents.put_many(specs)
     out = ctx.out
     if out.json_mode:
         dumped = [s.model_dump(mode="json") for s in saved]

@@ -8,15 +8,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import pydantic
 
 from chaz.cli.output import Output
-from chaz.client import Client
-from chaz.domain.entries import Entry, EntryType
 from chaz.errors import ConfigError
-from chaz.settings import Settings
+from chaz.settings import Settings, mask_url
+
+if TYPE_CHECKING:
+    from chaz.client import Client
+    from chaz.domain.entries import Entry
 
 
 def load_settings(home: str | None) -> Settings:
@@ -24,15 +27,56 @@ def load_settings(home: str | None) -> Settings:
     try:
         return Settings(home=Path(home)) if home else Settings()
     except pydantic.ValidationError as exc:
-        raise ConfigError(f"invalid settings: {_pydantic_message(exc)}") from exc
+        raise ConfigError(f"invalid settings: {pydantic_message(exc)}") from exc
 
 
-def _pydantic_message(exc: pydantic.ValidationError) -> str:
+def pydantic_message(exc: pydantic.ValidationError) -> str:
     parts = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err.get("loc", ())) or "value"
         parts.append(f"{where}: {err.get('msg', 'invalid')}")
     return "; ".join(parts)
+
+
+def check_urls(settings: Settings) -> None:
+    """Refuse a database or Redis URL that cannot be used, before anything connects.
+
+    The drivers would raise ValueError or SQLAlchemy's ArgumentError deep in
+    a connection attempt; here the message names the setting, with the URL's
+    password masked.
+    """
+    if settings.database_url:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            make_url(settings.database_url).get_dialect()
+        except (ArgumentError, ValueError) as exc:
+            raise ConfigError(
+                f"CHAZ_DATABASE_URL {mask_url(settings.database_url)!r} is not a usable "
+                f"database URL: {_first_line(exc)}"
+            ) from exc
+    if settings.redis_url:
+        url = settings.redis_url
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - parsing the port is the check
+        except ValueError as exc:
+            raise ConfigError(
+                f"CHAZ_REDIS_URL {mask_url(url)!r} is not a usable Redis URL: {exc}"
+            ) from exc
+        if parts.scheme not in _REDIS_SCHEMES:
+            raise ConfigError(
+                f"CHAZ_REDIS_URL {mask_url(url)!r} is not a usable Redis URL: the scheme "
+                f"must be one of {', '.join(sorted(_REDIS_SCHEMES))}"
+            )
+
+
+_REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 class Context:
@@ -52,9 +96,19 @@ class Context:
         return self._settings
 
     @property
+    def server_settings(self) -> Settings:
+        """Settings whose database and Redis URLs can be used (``config.invalid`` if not)."""
+        check_urls(self.settings)
+        return self.settings
+
+    @property
     def client(self) -> Client:
         """A producer client (migrates the database on first use)."""
         if self._client is None:
+            check_urls(self.settings)
+            # Imported here: SQLAlchemy, Redis and Celery load only for commands that connect.
+            from chaz.client import Client
+
             self._client = Client(self.settings)
         return self._client
 
@@ -135,4 +189,5 @@ def _is_reply(entry: Entry, job_id: str | None, me: str) -> bool:
     """Whether ``entry`` ends the turn ``job_id``: the agent's Message or an Error."""
     if job_id is not None and entry.job_id != job_id:
         return False
-    return entry.type is EntryType.ERROR or (entry.type is EntryType.MESSAGE and entry.sender == me)
+    # String values, so that this module loads without the domain models.
+    return entry.type == "error" or (entry.type == "message" and entry.sender == me)

@@ -1,51 +1,30 @@
-"""The argument parser and the entry points of the ``chaz`` command."""
+"""The argument parser and the entry points of the ``chaz`` command.
+
+This module loads nothing heavy: ``chaz --help`` and ``chaz --version`` answer
+from argparse alone, and a command's module (with SQLAlchemy, Redis, rich,
+Celery behind it) is imported only when that command runs. The error handler
+recognises third-party exceptions only through modules already loaded: an
+exception of a library that was never imported cannot have been raised.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import suppress
-from typing import Any
-
-import pydantic
-import redis
-import sqlalchemy.exc
+from typing import TYPE_CHECKING, Any
 
 from chaz import __version__
-from chaz.cli.commands import (
-    DEMO_MESSAGE,
-    cmd_agents_ls,
-    cmd_agents_put,
-    cmd_config,
-    cmd_demo,
-    cmd_jobs_cancel,
-    cmd_jobs_ls,
-    cmd_jobs_show,
-    cmd_migrate,
-    cmd_send,
-    cmd_sessions_ls,
-    cmd_sessions_new,
-    cmd_sessions_show,
-    cmd_tail,
-    cmd_up,
-    cmd_worker,
-)
-from chaz.cli.context import (
-    Context,
-    _pydantic_message,
-)
-from chaz.cli.output import (
+from chaz.cli.exits import (
     EXIT_BROKEN_PIPE,
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
     EXIT_USAGE,
-    Output,
 )
-from chaz.domain.entries import EntryType
-from chaz.domain.jobs import JobStatus
 from chaz.errors import (
     BackendUnavailable,
     ChazError,
@@ -53,6 +32,36 @@ from chaz.errors import (
     NotFound,
     ValidationError,
 )
+
+if TYPE_CHECKING:
+    from chaz.cli.context import Context
+
+DEMO_MESSAGE = "Hello chaz, please count the words in this message."
+#: The values of chaz.domain.entries.EntryType a producer may post, and of
+#: chaz.domain.jobs.JobStatus, spelled out so that the parser needs no pydantic
+#: (tests/unit/test_cli_parser.py keeps them equal to the enums).
+POSTABLE_TYPES = ("message", "directive")
+JOB_STATUSES = (
+    "queued",
+    "running",
+    "stopping",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "interrupted",
+)
+
+
+def _command(name: str, module_name: str = "chaz.cli.commands") -> Callable[[Context], int]:
+    """The command ``MODULE.NAME``, imported when it runs."""
+
+    def run_command(ctx: Context) -> int:
+        module = importlib.import_module(module_name)
+        func: Callable[[Context], int] = getattr(module, name)
+        return func(ctx)
+
+    run_command.__name__ = name
+    return run_command
 
 
 def _show_help(_ctx: Context) -> int:
@@ -121,11 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=_help_of(p))
         return p.add_subparsers(dest=f"{name}_command", metavar="COMMAND")
 
-    p = add(sub, "demo", cmd_demo, "run one agent turn on the embedded stack, live")
+    p = add(sub, "demo", _command("cmd_demo"), "run one agent turn on the embedded stack, live")
     p.add_argument("--message", default=DEMO_MESSAGE, help="what user:you says")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the reply")
 
-    p = add(sub, "up", cmd_up, "run workers and beat in the foreground until Ctrl-C")
+    p = add(sub, "up", _command("cmd_up"), "run workers and beat in the foreground until Ctrl-C")
     p.add_argument(
         "--workers", type=int, default=1, metavar="N", help="worker processes (default 1)"
     )
@@ -142,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add(
         sub,
         "worker",
-        cmd_worker,
+        _command("cmd_worker"),
         "exec a celery worker on chaz's queues (extra args go to celery)",
         allow_abbrev=False,  # an unknown option is celery's, never a prefix of ours
     )
@@ -159,33 +168,36 @@ def build_parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="print the celery command instead of running it"
     )
 
-    add(sub, "migrate", cmd_migrate, "bring the database schema up to date")
-    add(sub, "config", cmd_config, "print the effective settings (secrets masked)")
+    add(sub, "migrate", _command("cmd_migrate"), "bring the database schema up to date")
+    config = _command("cmd_config", "chaz.cli.info")
+    add(sub, "config", config, "print the effective settings (secrets masked)")
 
     agents_sub = group("agents", "saved agents")
-    p = add(agents_sub, "put", cmd_agents_put, "create or replace agents from JSON")
+    p = add(agents_sub, "put", _command("cmd_agents_put"), "create or replace agents from JSON")
     p.add_argument("file", metavar="FILE", help="a JSON AgentSpec (or a list of them); - = stdin")
-    add(agents_sub, "ls", cmd_agents_ls, "list agents")
+    add(agents_sub, "ls", _command("cmd_agents_ls"), "list agents")
 
     sessions_sub = group("sessions", "sessions: create, list, inspect")
-    p = add(sessions_sub, "ls", cmd_sessions_ls, "list sessions, newest first")
+    p = add(sessions_sub, "ls", _command("cmd_sessions_ls"), "list sessions, newest first")
     p.add_argument("--agent", help="only this agent's sessions")
     p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
-    p = add(sessions_sub, "new", cmd_sessions_new, "create a session")
+    p = add(sessions_sub, "new", _command("cmd_sessions_new"), "create a session")
     p.add_argument("agent", metavar="AGENT", help="the agent id")
     p.add_argument("--name", help="a unique label (addressable like the id)")
-    p = add(sessions_sub, "show", cmd_sessions_show, "a session, its entries and its queue")
+    p = add(
+        sessions_sub, "show", _command("cmd_sessions_show"), "a session, its entries and its queue"
+    )
     p.add_argument("session", metavar="SESSION", help="session id or name")
     p.add_argument("--last", type=int, default=None, metavar="N", help="only the last N entries")
 
-    p = add(sub, "send", cmd_send, "post a message or directive into a session")
+    p = add(sub, "send", _command("cmd_send"), "post a message or directive into a session")
     p.add_argument("session", metavar="SESSION", help="session id or name")
     p.add_argument("text", metavar="TEXT", help="the content")
     p.add_argument("--sender", default="user:you", help="user:NAME, agent:NAME or system:NAME")
     p.add_argument(
         "--type",
-        choices=[EntryType.MESSAGE.value, EntryType.DIRECTIVE.value],
-        default=EntryType.MESSAGE.value,
+        choices=POSTABLE_TYPES,
+        default=POSTABLE_TYPES[0],
         help="entry type (default message)",
     )
     p.add_argument(
@@ -196,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", action="store_true", help="wait for and print the reply")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds --wait waits (default 60)")
 
-    p = add(sub, "tail", cmd_tail, "print a session's entries live until Ctrl-C")
+    p = add(sub, "tail", _command("cmd_tail"), "print a session's entries live until Ctrl-C")
     p.add_argument("session", metavar="SESSION", help="session id or name")
     p.add_argument(
         "--after",
@@ -218,13 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     jobs_sub = group("jobs", "jobs (admitted turns): list, inspect, cancel")
-    p = add(jobs_sub, "ls", cmd_jobs_ls, "list jobs, oldest first")
+    p = add(jobs_sub, "ls", _command("cmd_jobs_ls"), "list jobs, oldest first")
     p.add_argument("--session", help="only this session's jobs (id or name)")
-    p.add_argument("--status", choices=[s.value for s in JobStatus], help="only jobs in this state")
+    p.add_argument("--status", choices=JOB_STATUSES, help="only jobs in this state")
     p.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
-    p = add(jobs_sub, "show", cmd_jobs_show, "one job")
+    p = add(jobs_sub, "show", _command("cmd_jobs_show"), "one job")
     p.add_argument("job", metavar="ID", help="the job (execution) id")
-    p = add(jobs_sub, "cancel", cmd_jobs_cancel, "cancel a job (execution.cancel)")
+    p = add(jobs_sub, "cancel", _command("cmd_jobs_cancel"), "cancel a job (execution.cancel)")
     p.add_argument("job", metavar="ID", help="the job (execution) id")
     p.add_argument(
         "--expected-version",
@@ -258,43 +270,86 @@ def run(argv: Sequence[str] | None = None) -> int:
         # argparse exits on --help (0) and on usage errors (2); run() returns instead.
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     args.extra = extra
-    out = Output(json_mode=bool(args.json))
     if not hasattr(args, "func"):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    from chaz.cli.context import Context
+    from chaz.cli.output import Output
+    from chaz.files import PRIVATE_UMASK
+
+    # Whatever a command creates (the home, the database, logs, the processes
+    # it starts and their files) is for the owner only.
+    os.umask(os.umask(PRIVATE_UMASK) | PRIVATE_UMASK)
+    out = Output(json_mode=bool(args.json))
     ctx = Context(args, out)
     try:
+        _check_arguments(args)
         return int(args.func(ctx))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except ChazError as exc:
         out.error(exc)
         return exit_code(exc)
-    except pydantic.ValidationError as exc:
-        # Input that reached a model unchecked (a malformed id, a bad limit).
-        err = ValidationError(_pydantic_message(exc))
-        out.error(err)
-        return exit_code(err)
-    except (redis.RedisError, sqlalchemy.exc.OperationalError) as exc:
-        # An unreachable server is the environment's fault, not a bug: no traceback.
-        busy = BackendUnavailable(f"{type(exc).__name__}: {exc}".splitlines()[0])
-        out.error(busy)
-        return exit_code(busy)
     except BrokenPipeError:
         # `chaz tail S | head`: the reader left. Point stdout at /dev/null so
         # the interpreter's final flush does not complain a second time.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
-    except OSError as exc:
-        # A file or directory chaz needs (CHAZ_HOME, an agent file) is unusable.
-        failure = ChazError(str(exc))
-        out.error(failure)
-        return exit_code(failure)
+    except Exception as exc:
+        err = as_chaz_error(exc)
+        out.error(err)
+        return exit_code(err)
     finally:
         # Closing connections must not hide the command's own outcome.
         with suppress(Exception):
             ctx.close()
+
+
+def _check_arguments(args: argparse.Namespace) -> None:
+    """Refuse an argument that was not valid UTF-8 on the command line.
+
+    Python decodes such bytes to lone surrogates, which no database or JSON
+    encoder accepts; better said here than as an encoder's error later.
+    """
+    values = [v for v in vars(args).values() if isinstance(v, str)] + list(args.extra)
+    for value in values:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            shown = value.encode("utf-8", "backslashreplace").decode()
+            raise ValidationError(
+                f"argument '{shown}' is not valid UTF-8 (at character {exc.start})"
+            ) from exc
+
+
+def as_chaz_error(exc: Exception) -> ChazError:
+    """The chaz error to report for an exception that escaped a command.
+
+    Libraries are looked up in ``sys.modules``, never imported here: one that
+    is not loaded cannot have raised.
+    """
+    pydantic = sys.modules.get("pydantic")
+    if pydantic is not None and isinstance(exc, pydantic.ValidationError):
+        # Input that reached a model unchecked (a malformed id, a bad limit).
+        from chaz.cli.context import pydantic_message
+
+        return ValidationError(pydantic_message(exc))
+    redis = sys.modules.get("redis")
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    if (redis is not None and isinstance(exc, redis.RedisError)) or (
+        sa_exc is not None and isinstance(exc, sa_exc.OperationalError)
+    ):
+        # An unreachable server is the environment's fault, not a bug: no traceback.
+        return BackendUnavailable(f"{type(exc).__name__}: {exc}".splitlines()[0])
+    if sa_exc is not None and isinstance(exc, sa_exc.ArgumentError):
+        # SQLAlchemy's word for a database URL it cannot parse or load.
+        return ConfigError(f"invalid database URL: {exc}".splitlines()[0])
+    if isinstance(exc, OSError):
+        # A file or directory chaz needs (CHAZ_HOME, an agent file) is unusable.
+        return ChazError(str(exc))
+    # A bug: still one line with a code, never a traceback on a user's screen.
+    return ChazError(f"unexpected {type(exc).__name__}: {exc}".splitlines()[0])
 
 
 def main() -> None:

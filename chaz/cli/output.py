@@ -1,39 +1,57 @@
-"""Rendering for the CLI: a rich terminal, plain text in a pipe, or JSON."""
+"""Rendering for the CLI: a rich terminal, plain text in a pipe, or JSON.
+
+rich is imported only when the output is a terminal: in a pipe (scripts,
+``$(chaz sessions new A)``) its import would be most of a command's start-up.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
-from chaz.domain.entries import Entry, EntryType
+from chaz.cli.exits import (
+    EXIT_BROKEN_PIPE,
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+)
 from chaz.errors import ChazError
 
-# Exit codes (see the module docstring).
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
-EXIT_BROKEN_PIPE = 141
+if TYPE_CHECKING:
+    from rich.console import Console
 
-_STYLES: dict[EntryType, str] = {
-    EntryType.MESSAGE: "bold",
-    EntryType.DIRECTIVE: "magenta",
-    EntryType.TOOL_CALL: "yellow",
-    EntryType.TOOL_RESULT: "blue",
-    EntryType.ACK: "dim",
-    EntryType.ERROR: "bold red",
-    EntryType.SUMMARY: "cyan",
-    EntryType.APPROVAL_REQUEST: "bold magenta",
-    EntryType.APPROVAL_DECISION: "magenta",
+    from chaz.domain.entries import Entry, EntryType
+
+# Re-exported: the commands import their exit codes from here.
+__all__ = [
+    "EXIT_BROKEN_PIPE",
+    "EXIT_FAILURE",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "Output",
+    "entry_label",
+    "entry_summary",
+]
+
+# Keyed by EntryType's string values: this module loads without the domain models.
+_STYLES: dict[str, str] = {
+    "message": "bold",
+    "directive": "magenta",
+    "tool_call": "yellow",
+    "tool_result": "blue",
+    "ack": "dim",
+    "error": "bold red",
+    "summary": "cyan",
+    "approval_request": "bold magenta",
+    "approval_decision": "magenta",
 }
 
 
@@ -44,13 +62,13 @@ def entry_label(entry_type: EntryType) -> str:
 
 def entry_summary(entry: Entry) -> str:
     """One readable line (or a few) for an entry's content."""
-    if entry.type is EntryType.TOOL_CALL:
+    if entry.type == "tool_call":
         try:
             call = json.loads(entry.content)
             return f"{call['name']}({call['arguments']})"
         except (ValueError, TypeError, KeyError):
             return entry.content
-    if entry.type is EntryType.TOOL_RESULT:
+    if entry.type == "tool_result":
         tool = entry.metadata.get("tool")
         text = f"{tool} -> {entry.content}" if tool else entry.content
         return f"{text}  (error)" if entry.metadata.get("is_error") else text
@@ -74,15 +92,42 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _is_terminal() -> bool:
+    """Whether stdout is a terminal, as rich decides it (FORCE_COLOR, TTY_COMPATIBLE)."""
+    if not (os.environ.keys() & {"FORCE_COLOR", "TTY_COMPATIBLE"}) and not _isatty():
+        return False  # rich would say so too; no need to load it
+    from rich.console import Console
+
+    return Console().is_terminal
+
+
+def _isatty() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 class Output:
     """Where and how results are written: rich on a TTY, plain in a pipe, or JSON."""
 
     def __init__(self, *, json_mode: bool) -> None:
         self.json_mode = json_mode
-        self.console = Console(highlight=False)
-        self.err_console = Console(stderr=True, highlight=False)
-        # Rich decides what a terminal is (it also honours FORCE_COLOR / TTY_COMPATIBLE).
-        self.fancy = not json_mode and self.console.is_terminal
+        self.fancy = not json_mode and _is_terminal()
+
+    @cached_property
+    def console(self) -> Console:
+        """rich's console on stdout (used only when :attr:`fancy`)."""
+        from rich.console import Console
+
+        return Console(highlight=False)
+
+    @cached_property
+    def err_console(self) -> Console:
+        """rich's console on stderr (used only when :attr:`fancy`)."""
+        from rich.console import Console
+
+        return Console(stderr=True, highlight=False)
 
     # Plain text is written with print(): rich would wrap it at 80 columns.
     def _plain(self, text: str = "") -> None:
@@ -98,6 +143,8 @@ class Output:
     def line(self, text: str, style: str = "") -> None:
         """A line of text (styled on a TTY)."""
         if self.fancy:
+            from rich.text import Text
+
             self.console.print(Text(text, style=style))
         else:
             self._plain(text)
@@ -107,6 +154,8 @@ class Output:
         if self.json_mode:
             return
         if self.fancy:
+            from rich.text import Text
+
             self.err_console.print(Text(text, style="dim"))
         else:
             print(text, file=sys.stderr, flush=True)
@@ -120,6 +169,8 @@ class Output:
         if self.json_mode:
             print(json.dumps({"error": payload}, default=str), file=sys.stderr, flush=True)
         elif self.fancy:
+            from rich.text import Text
+
             self.err_console.print(
                 Text.assemble(("error ", "bold red"), (f"[{code}]", "red"), f": {message}")
             )
@@ -145,6 +196,8 @@ class Output:
     def status(self, message: str, *, announce: bool = False) -> Iterator[None]:
         """A spinner on a TTY while a long wait lasts; ``announce`` also tells a pipe."""
         if self.fancy:
+            from rich.text import Text
+
             with self.console.status(Text(message)):
                 yield
             return
@@ -167,10 +220,12 @@ class Output:
             for more in lines[1:]:
                 self._plain(" " * len(head) + more)
             return
+        from rich.text import Text
+
         style = _STYLES.get(entry.type, "")
-        if entry.type is EntryType.TOOL_RESULT and entry.metadata.get("is_error"):
+        if entry.type == "tool_result" and entry.metadata.get("is_error"):
             style = "red"
-        if entry.type is EntryType.MESSAGE and entry.sender.startswith("agent:"):
+        if entry.type == "message" and entry.sender.startswith("agent:"):
             style = "bold green"
         sender_style = "cyan" if entry.sender.startswith("user:") else "magenta"
         self.console.print(
@@ -179,7 +234,7 @@ class Output:
                 (f"#{entry.seq:<3} ", "dim"),
                 (f"{label:<10} ", style),
                 (f"{entry.sender:<14} ", sender_style),
-                (summary, style if entry.type is not EntryType.MESSAGE else ""),
+                (summary, style if entry.type != "message" else ""),
             )
         )
 
@@ -187,6 +242,10 @@ class Output:
         """Rows under a header: a rich table on a TTY, aligned columns in a pipe."""
         cells = [[_cell(v) for v in row] for row in rows]
         if self.fancy:
+            from rich import box
+            from rich.table import Table
+            from rich.text import Text
+
             table = Table(title=title or None, box=box.SIMPLE_HEAD, title_justify="left")
             for col in columns:
                 table.add_column(col, overflow="fold")
@@ -204,6 +263,9 @@ class Output:
     def fields(self, title: str, pairs: Sequence[tuple[str, Any]]) -> None:
         """Key/value pairs."""
         if self.fancy:
+            from rich.table import Table
+            from rich.text import Text
+
             grid = Table.grid(padding=(0, 2))
             grid.add_column(style="bold")
             grid.add_column(overflow="fold")

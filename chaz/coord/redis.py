@@ -18,6 +18,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from chaz.errors import BackendUnavailable
+from chaz.files import PRIVATE_UMASK, create_private, private_dir
 from chaz.settings import Settings
 
 
@@ -53,8 +54,8 @@ def ensure_embedded(settings: Settings, timeout: float = 10.0) -> bool:
     sock = settings.redis_socket
     if _ping(sock):
         return False
-    home.mkdir(parents=True, exist_ok=True)
-    lock = home / "redis.start.lock"
+    private_dir(home)
+    lock = create_private(home / "redis.start.lock")
     import fcntl
 
     with lock.open("w") as fh:
@@ -72,7 +73,7 @@ def ensure_embedded(settings: Settings, timeout: float = 10.0) -> bool:
                 "--unixsocket",
                 str(sock),
                 "--unixsocketperm",
-                "700",
+                "600",
                 "--daemonize",
                 "yes",
                 "--pidfile",
@@ -91,6 +92,8 @@ def ensure_embedded(settings: Settings, timeout: float = 10.0) -> bool:
             ],
             check=True,
             stdout=subprocess.DEVNULL,
+            # The pid, log and append-only files it creates are private too.
+            umask=PRIVATE_UMASK,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

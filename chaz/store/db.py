@@ -8,6 +8,8 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
+from chaz.files import create_private, private_dir
+
 
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite gets WAL, a busy timeout and IMMEDIATE writes."""
@@ -22,8 +24,10 @@ def make_engine(url: str) -> Engine:
 
 def _sqlite_engine(url: str) -> Engine:
     database = make_url(url).database
-    if database and database != ":memory:":
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    if database and database != ":memory:" and not database.startswith("file:"):
+        # SQLite would create the file 0644 (less the umask), and its -wal and
+        # -shm files copy that mode: create it 0600 first.
+        create_private(private_dir(Path(database).parent) / Path(database).name)
     # isolation_level=None hands transaction control to the events below, so
     # that writes can start with BEGIN IMMEDIATE: a deferred transaction that
     # upgrades to a write lock can fail with "database is locked" at once,

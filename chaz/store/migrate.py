@@ -3,26 +3,74 @@
 PostgreSQL serializes concurrent runs with an advisory lock; SQLite with an
 exclusive file lock beside the database. Inside the lock, Alembic's own
 version table makes a second run a no-op.
+
+Alembic takes long to import, and nearly every run finds the database at the
+newest revision already; so :func:`upgrade` first compares the version table
+with the newest bundled revision, read from the revision files' text, and
+loads Alembic only when they differ.
 """
 
 from __future__ import annotations
 
 import fcntl
+import re
+from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
+import sqlalchemy.exc
 from sqlalchemy import Engine, text
 
+from chaz.files import create_private
 from chaz.store.db import is_sqlite
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
 #: An arbitrary, fixed key for pg_advisory_lock: "chaz" in ASCII.
 _PG_LOCK_KEY = 0x6368617A
 
 
+_REVISION = re.compile(r"^revision\s*=\s*['\"]([^'\"]+)['\"]", re.MULTILINE)
+_DOWN_REVISION = re.compile(r"^down_revision\s*=\s*(.+)$", re.MULTILINE)
+
+
+@lru_cache(maxsize=1)
+def bundled_head() -> str | None:
+    """The newest bundled revision, or None when the files do not name exactly one."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for path in (_MIGRATIONS / "versions").glob("*.py"):
+        source = path.read_text(encoding="utf-8")
+        rev = _REVISION.search(source)
+        down = _DOWN_REVISION.search(source)
+        if rev is None or down is None:
+            return None  # a layout this reader does not know: let Alembic decide
+        revisions.add(rev[1])
+        parents.update(re.findall(r"['\"]([^'\"]+)['\"]", down[1]))
+    heads = revisions - parents
+    return heads.pop() if len(heads) == 1 else None
+
+
+def is_current(engine: Engine) -> bool:
+    """Whether the database is at the newest bundled revision (no Alembic needed)."""
+    head = bundled_head()
+    if head is None:
+        return False
+    try:
+        with engine.connect() as conn:
+            versions = conn.execute(text("SELECT version_num FROM alembic_version")).scalars()
+            return list(versions) == [head]
+    except (sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.OperationalError):
+        # No version table yet (or no database): the full path finds out.
+        return False
+
+
 def alembic_config() -> Config:
     """Alembic configuration pointing at chaz's bundled revisions."""
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(_MIGRATIONS))
     return cfg
@@ -30,6 +78,8 @@ def alembic_config() -> Config:
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Bring the schema to ``revision``; idempotent and concurrency-safe."""
+    if revision == "head" and is_current(engine):
+        return
     cfg = alembic_config()
     if is_sqlite(engine):
         database = engine.url.database or ""
@@ -38,7 +88,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
             _run(engine, cfg, revision)
             return
         lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with lock_path.open("w") as fh:
+        with create_private(lock_path).open("w") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 _run(engine, cfg, revision)
@@ -50,7 +100,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         conn.commit()
         try:
             cfg.attributes["connection"] = conn
-            command.upgrade(cfg, revision)
+            _alembic_upgrade(cfg, revision)
             conn.commit()
         finally:
             conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_LOCK_KEY})
@@ -60,8 +110,14 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 def _run(engine: Engine, cfg: Config, revision: str) -> None:
     with engine.connect().execution_options(chaz_write=True) as conn:
         cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+        _alembic_upgrade(cfg, revision)
         conn.commit()
+
+
+def _alembic_upgrade(cfg: Config, revision: str) -> None:
+    from alembic import command
+
+    command.upgrade(cfg, revision)
 
 
 def current_revision(engine: Engine) -> str | None:

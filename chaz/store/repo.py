@@ -177,6 +177,24 @@ class Store:
                 )
         return spec
 
+    def put_agents(self, specs: Iterable[AgentSpec]) -> list[AgentSpec]:
+        """Create or replace several agents in one transaction: all are saved, or none."""
+        saved = list(specs)
+        now = utcnow()
+        with self._write() as conn:
+            for spec in saved:
+                data = spec.model_dump(mode="json")
+                done = conn.execute(
+                    update(AgentRow).where(AgentRow.id == spec.id).values(spec=data, updated_at=now)
+                ).rowcount
+                if not done:
+                    conn.execute(
+                        insert(AgentRow).values(
+                            id=spec.id, spec=data, created_at=now, updated_at=now
+                        )
+                    )
+        return saved
+
     def get_agent(self, agent_id: str) -> AgentSpec:
         """The saved agent, or :class:`AgentNotFound`."""
         with self._read() as conn:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import stat
 import time
 from pathlib import Path
 
 import chaz
 from chaz.coord.redis import process_running
+
+
+def mode(path: Path) -> int:
+    """The permission bits of ``path``."""
+    return stat.S_IMODE(path.stat().st_mode)
 
 
 def test_embedded_runs_a_turn_and_leaves_nothing_running(tmp_path: Path) -> None:
@@ -19,7 +25,22 @@ def test_embedded_runs_a_turn_and_leaves_nothing_running(tmp_path: Path) -> None
         assert client.sessions.get("embedded-demo").id == s.id
         redis_pid = int((home / "redis.pid").read_text())
         assert process_running(redis_pid)
-    deadline = time.monotonic() + 10
+        # The home and what the stack keeps in it are the owner's only,
+        # whatever this process's umask (the test runner's is usually 022).
+        assert mode(home) == 0o700
+        for name in (
+            "chaz.db",
+            "chaz.db-wal",
+            "chaz.db-shm",
+            "redis.sock",
+            "redis.pid",
+            "redis.log",
+            "appendonly.aof",
+            "worker.log",
+        ):
+            assert mode(home / name) == 0o600, name
+    # A bounded poll for the outcome: stopping may be slow on a loaded machine.
+    deadline = time.monotonic() + 60
     while process_running(redis_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not process_running(redis_pid), "the embedded Redis outlived the stack"

@@ -1,0 +1,64 @@
+"""What ``chaz`` loads before it answers: start-up cost is a matter of imports.
+
+The figures are measured in benchmarks/cli_startup.py, never asserted here;
+these tests pin the cause instead: which heavy libraries a command imports.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from chaz.cli.main import JOB_STATUSES, POSTABLE_TYPES
+from chaz.domain.entries import EntryType
+from chaz.domain.jobs import JobStatus
+from tests.acceptance.test_cli import cli_env
+
+#: Libraries that take a noticeable share of a second to import.
+HEAVY = ("alembic", "celery", "kombu", "sqlalchemy", "redis", "rich", "pydantic")
+
+
+def loaded_modules(*args: str, home: Path) -> set[str]:
+    """Top-level packages ``chaz ARGS`` imported (from ``python -X importtime``)."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "chaz.cli", *args],
+        env=cli_env(home=home),
+        cwd=home.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    names = set()
+    for line in result.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            names.add(line.rsplit("|", 1)[1].strip().split(".")[0])
+    return names
+
+
+def test_help_and_version_load_no_heavy_library(tmp_path: Path) -> None:
+    for args in (["--help"], ["--version"], ["sessions", "--help"]):
+        loaded = loaded_modules(*args, home=tmp_path / "home")
+        assert "chaz" in loaded
+        assert sorted(loaded & set(HEAVY)) == [], args
+
+
+def test_config_connects_to_nothing_and_loads_only_settings(tmp_path: Path) -> None:
+    loaded = loaded_modules("config", home=tmp_path / "home")
+    assert sorted(loaded & set(HEAVY)) == ["pydantic"]
+
+
+def test_a_read_command_loads_neither_alembic_nor_celery(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    # The first command migrates the new database: that one may need Alembic.
+    loaded_modules("sessions", "ls", home=home)
+    loaded = loaded_modules("sessions", "ls", home=home)
+    assert "sqlalchemy" in loaded
+    assert not loaded & {"alembic", "celery", "kombu", "rich"}
+
+
+def test_the_parser_offers_the_domain_values() -> None:
+    # The parser spells these out so that it needs no pydantic model.
+    assert list(JOB_STATUSES) == [s.value for s in JobStatus]
+    assert list(POSTABLE_TYPES) == [EntryType.MESSAGE.value, EntryType.DIRECTIVE.value]

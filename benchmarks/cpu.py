@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 #: Process groups, in the order the table shows them.
 GROUPS = ("benchmark", "workers", "redis", "database")
@@ -37,24 +38,35 @@ class CpuMeter:
     def __init__(self, worker_pids: Callable[[], list[int]], *, database: bool) -> None:
         self._worker_pids = worker_pids
         self._groups = GROUPS if database else tuple(g for g in GROUPS if g != "database")
-        self._start: dict[str, float] = {}
+        self._start: dict[Any, float] = {}
 
     def start(self) -> None:
         """Take the first reading."""
         self._start = self._read()
 
     def stop(self) -> dict[str, float]:
-        """CPU seconds used since :meth:`start`, per group and for the ``machine``."""
+        """CPU seconds used since :meth:`start`, per group and for the ``machine``.
+
+        Counted per process, over the processes that ran at both readings: a
+        ``redis-server`` that another program stopped in between would
+        otherwise take its whole CPU time off the group's total.
+        """
         if not self._start:
             return {}
         end = self._read()
-        return {k: max(0.0, end.get(k, 0.0) - v) for k, v in self._start.items()}
+        out = dict.fromkeys(self._groups, 0.0)
+        for key, value in end.items():
+            if key in self._start:
+                group = key[0] if isinstance(key, tuple) else key
+                out[str(group)] = out.get(str(group), 0.0) + max(0.0, value - self._start[key])
+        return out
 
-    def _read(self) -> dict[str, float]:
+    def _read(self) -> dict[Any, float]:
+        """CPU seconds by ``(group, pid)``, and the machine's busy time."""
         if not available():
             return {}
         tick = os.sysconf("SC_CLK_TCK")
-        groups = dict.fromkeys(self._groups, 0.0)
+        out: dict[Any, float] = {}
         workers = set(self._worker_pids())
         me = os.getpid()
         for entry in _PROC.iterdir():
@@ -62,10 +74,10 @@ class CpuMeter:
                 continue
             pid = int(entry.name)
             group = _group(pid, me, workers)
-            if group in groups:
-                groups[group] += _cpu_seconds(pid, tick)
-        groups["machine"] = _machine_busy(tick)
-        return groups
+            if group in self._groups:
+                out[(group, pid)] = _cpu_seconds(pid, tick)
+        out["machine"] = _machine_busy(tick)
+        return out
 
 
 def _group(pid: int, me: int, workers: set[int]) -> str | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from chaz import admission
 from chaz.coord import keys
 from chaz.domain.entries import EntryType
 from chaz.domain.jobs import Job, JobStatus, missing_job
@@ -150,14 +151,14 @@ def _cancel_one(
 def _note(services: Services, job: Job, reason: str) -> None:
     """Leave an explicit outcome in the session for a job withdrawn before it ran."""
     session = services.store.get_session(job.session_id)
-    services.append(
+    admission.append(
+        services,
         job.session_id,
         EntryType.ERROR,
         f"agent:{session.agent_id}",
         f"job.cancelled: cancelled before it ran{': ' + reason if reason else ''}",
         job_id=job.id,
         idempotency_key=f"job:{job.id}:error",
-        admit=False,
         metadata={"code": "job.cancelled", "retryable": False},
     )
 

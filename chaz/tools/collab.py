@@ -27,7 +27,7 @@ from chaz.errors import (
     MessagesExceeded,
     ToolError,
 )
-from chaz.runtime.tools import Tool, ToolContext
+from chaz.runtime.tools import Delegation, Tool, ToolContext
 from chaz.services import Services
 from chaz.store.repo import JobFields
 
@@ -75,12 +75,16 @@ def _services(ctx: ToolContext) -> Services:
     return ctx.services
 
 
+def _delegation(ctx: ToolContext) -> Delegation:
+    if ctx.delegation is None:
+        raise ConfigError("this tool needs the runtime's delegation port")
+    return ctx.delegation
+
+
 def spawn_agent(args: SpawnArgs, ctx: ToolContext) -> str:
     """Run ``task`` in a new child session of ``agent_id``."""
-    from chaz.control import wait_terminal
-    from chaz.turns import TurnRunner
-
     svc = _services(ctx)
+    delegation = _delegation(ctx)
     # The task becomes a Directive: the same rules as a producer's post.
     check_content(EntryType.DIRECTIVE, args.task, max_bytes=svc.settings.max_content_bytes)
     name = check_session_name(args.name) if args.name is not None else None
@@ -97,12 +101,11 @@ def spawn_agent(args: SpawnArgs, ctx: ToolContext) -> str:
         call_depth=depth,
     )
     try:
-        done = svc.append(
+        done = delegation.admit(
             child.id,
             EntryType.DIRECTIVE,
             agent_sender(ctx.agent_id),
             args.task,
-            admit=True,
             idempotency_key=f"spawn:{ctx.job_id}:{ctx.call_id}",
             job_fields=JobFields(
                 caller_session_id=ctx.session_id,
@@ -126,15 +129,14 @@ def spawn_agent(args: SpawnArgs, ctx: ToolContext) -> str:
     # thread per worker, waiting would deadlock. If a worker holds the child's
     # lane (running it, or just parking it for tree capacity), try again until
     # the child has finished, whoever ran it.
-    runner = TurnRunner(svc)
     deadline = time.monotonic() + args.timeout
     while True:
-        runner.wake(child.id, job.id, lend_slot=True)
+        delegation.run_inline(child.id, job.id)
         final = svc.store.get_job(job.id)
         if final.status.terminal:
             break
         if time.monotonic() >= deadline:
-            final = wait_terminal(svc, job.id, 0)  # raises Timeout with the state
+            final = delegation.wait(job.id, 0)  # raises Timeout with the state
         time.sleep(0.05)
     if final.status is JobStatus.SUCCEEDED:
         return final.result or ""
@@ -197,11 +199,10 @@ def list_jobs(args: ListJobsArgs, ctx: ToolContext) -> str:
 
 def job_output(args: JobOutputArgs, ctx: ToolContext) -> str:
     """A job's state and result, if this session may read it."""
-    from chaz.control import job_output as output
-
-    svc = _services(ctx)
     return json.dumps(
-        output(svc, args.job_id, ctx.session_id, block=args.block, timeout=args.timeout)
+        _delegation(ctx).output(
+            args.job_id, ctx.session_id, block=args.block, timeout=args.timeout
+        )
     )
 
 

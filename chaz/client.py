@@ -347,7 +347,7 @@ class Jobs:
         command_id: str | None = None,
         reason: str = "",
     ) -> dict[str, Any]:
-        """The ``execution.cancel`` command (seed 003 §1, §5.3). Returns its outcome."""
+        """The ``execution.cancel`` command (docs/contracts.md#cancel). Returns its outcome."""
         from chaz.control import cancel
 
         return cancel(

@@ -1,7 +1,7 @@
 """Execution control: waiting for jobs, the versioned ``execution.cancel`` command,
 ownership of job results and their cap.
 
-Cancelling (seed 003 §1, §5.3, §5.10):
+Cancelling (docs/contracts.md#cancel):
 
 * a queued job is withdrawn from its lane (it becomes ``cancelled`` at once)
   without touching the running turn of the same session;
@@ -175,7 +175,7 @@ def _outcome(job: Job, *, previous: JobStatus, changed: bool) -> dict[str, Any]:
 
 
 def check_ownership(services: Services, job: Job, viewer_session_id: str) -> None:
-    """Allow the job's own session, its caller's, or an ancestor's (seed 003 §5.10).
+    """Allow the job's own session, its caller's, or an ancestor's (docs/contracts.md#job-output).
 
     Ancestry follows ``parent_job_id`` upwards, at most :data:`MAX_HOPS` hops;
     a cycle ends the walk instead of hanging it.
@@ -201,7 +201,7 @@ def check_ownership(services: Services, job: Job, viewer_session_id: str) -> Non
     )
 
 
-#: Results longer than this are cut to a head and a tail (seed 003 §5.6).
+#: Results longer than this are cut to a head and a tail (docs/contracts.md#result-cap).
 RESULT_CAP = 30_000
 
 

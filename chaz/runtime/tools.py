@@ -50,7 +50,7 @@ class ToolContext:
     services: Services | None = None
     #: The calling turn's effective limits (agent narrowed by session).
     limits: Limits = field(default_factory=Limits)
-    #: Message depth of the calling job along its lineage (seed 003 §5.1).
+    #: Message depth of the calling job along its lineage (docs/contracts.md#topology).
     message_count: int = 0
     #: The id of the call being served (set per invocation): an idempotency handle.
     call_id: str = ""

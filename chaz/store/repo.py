@@ -452,7 +452,10 @@ class Store:
         return Appended(entry=_entry(entry_values), job=None, created=True)
 
     def admits(self, type: EntryType, sender: str) -> bool:
-        """Whether an entry of this type from this sender admits a turn (seed 000)."""
+        """Whether an entry of this type from this sender admits a turn.
+
+        The rule is docs/contracts.md#processing-rule.
+        """
         if type is not EntryType.MESSAGE or parse_sender(sender)[0] != "agent":
             return admits_turn(type, sender, ())
         with self._read() as conn:

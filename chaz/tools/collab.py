@@ -1,4 +1,6 @@
-"""Collaboration tools: ``spawn_agent`` (seed 000), ``list_jobs`` and ``job_output`` (seed 003).
+"""Collaboration tools: ``spawn_agent``, ``list_jobs`` and ``job_output``.
+
+Their contracts: docs/contracts.md#spawn-agent, #list-jobs and #job-output.
 
 ``spawn_agent`` registers a child session in the caller's tree and writes the
 task there as a Directive; the child's turn is admitted and runs like any
@@ -149,7 +151,7 @@ def spawn_agent(args: SpawnArgs, ctx: ToolContext) -> str:
 
 
 def _check_topology(svc: Services, ctx: ToolContext) -> tuple[int, int]:
-    """Depth, message depth and fan-out of a new child (seed 003 §5.1); 0 disables."""
+    """Depth, message depth and fan-out of a new child (docs/contracts.md#topology); 0 disables."""
     depth = ctx.call_depth + 1
     limit = ctx.limits.topology("max_call_depth")
     if limit and depth > limit:

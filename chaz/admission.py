@@ -1,4 +1,11 @@
-"""Admission and capacity: the quotas of seed 003 §5.2, enforced in Redis.
+"""Admission: the write path, and the quotas and capacity it enforces in Redis.
+
+Writing to a session is :func:`write` (the processing rule decides whether
+the entry admits a job), :func:`admit` or :func:`append`. Each commits first
+and publishes second (a new entry to the session's channel, a new job's
+wake-up to the broker): a lost notification delays work, it never loses it.
+
+The quotas are those of docs/contracts.md#quotas.
 
 Per session, ``queued`` (admitted, waiting) and ``cumulative`` (ever admitted,
 never refunded) are checked and incremented by one Lua script, so fifty
@@ -19,15 +26,18 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from chaz.coord import keys, lua
+from chaz.coord.pubsub import publish
 from chaz.domain.agents import AgentSpec, Limits
-from chaz.domain.entries import Entry
+from chaz.domain.entries import Entry, EntryType, KeyScope
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.sessions import Session
 from chaz.errors import JobsExhausted, QueueFull
 from chaz.services import Services
 from chaz.settings import Settings
+from chaz.store.repo import Appended, Fence, JobFields, KeyTaken
 
 #: Counters of idle sessions expire; the next admission rebuilds them.
 COUNTER_TTL_MS = 7 * 24 * 3600 * 1000
@@ -290,3 +300,208 @@ class Admission:
                 self._seed_live(tree_id, jobs)
                 restored += 1
         return restored
+
+
+# -- the write path -----------------------------------------------------------------
+
+#: How long a retry of an idempotent admission waits for the first caller's entry.
+CLAIM_WAIT_SECONDS = 10.0
+
+
+def write(
+    services: Services,
+    session_id: str,
+    type: EntryType,
+    sender: str,
+    content: str,
+    *,
+    metadata: dict[str, Any] | None = None,
+    idempotency_key: str | None = None,
+    key_scope: KeyScope = KeyScope.RUNTIME,
+    job_fields: JobFields | None = None,
+) -> Appended:
+    """Write an entry under the processing rule: :func:`admit` when it starts a
+    turn (docs/contracts.md#processing-rule), :func:`append` otherwise."""
+    if services.store.admits(type, sender):
+        return admit(
+            services,
+            session_id,
+            type,
+            sender,
+            content,
+            metadata=metadata,
+            idempotency_key=idempotency_key,
+            key_scope=key_scope,
+            job_fields=job_fields,
+        )
+    return append(
+        services,
+        session_id,
+        type,
+        sender,
+        content,
+        metadata=metadata,
+        idempotency_key=idempotency_key,
+        key_scope=key_scope,
+    )
+
+
+def append(
+    services: Services,
+    session_id: str,
+    type: EntryType,
+    sender: str,
+    content: str,
+    *,
+    metadata: dict[str, Any] | None = None,
+    idempotency_key: str | None = None,
+    key_scope: KeyScope = KeyScope.RUNTIME,
+    job_id: str | None = None,
+    fence: Fence | None = None,
+    durable: bool = True,
+) -> Appended:
+    """Commit an entry that admits nothing, then publish it (see :meth:`Store.append`)."""
+    done = services.store.append(
+        session_id,
+        type,
+        sender,
+        content,
+        metadata=metadata,
+        idempotency_key=idempotency_key,
+        key_scope=key_scope,
+        job_id=job_id,
+        fence=fence,
+        durable=durable,
+    )
+    return announce(services, done)
+
+
+def admit(
+    services: Services,
+    session_id: str,
+    type: EntryType,
+    sender: str,
+    content: str,
+    *,
+    metadata: dict[str, Any] | None = None,
+    idempotency_key: str | None = None,
+    key_scope: KeyScope = KeyScope.RUNTIME,
+    job_fields: JobFields | None = None,
+) -> Appended:
+    """Commit an entry and the job it admits, under the session's quotas; then
+    publish the entry and wake a worker.
+
+    A refused admission (:class:`~chaz.errors.QueueFull`,
+    :class:`~chaz.errors.JobsExhausted`) writes nothing. A repeated
+    ``idempotency_key`` returns the first entry and spends no quota:
+    concurrent retries of one request wait for the first caller's entry.
+    """
+
+    def replay() -> Appended | None:
+        return services.store.replay(
+            session_id, idempotency_key, key_scope, type, sender, content, metadata
+        )
+
+    claimed = False
+    if idempotency_key is not None:
+        found = replay()
+        if found is not None:
+            return found
+        claim = keys.idempotency_claim(session_id, f"{key_scope.value}:{idempotency_key}")
+        claimed = bool(services.redis.set(claim, "1", nx=True, ex=30))
+        # Not claimed: another caller is admitting this request; wait for its
+        # entry. Claimed: the first caller may have committed and dropped its
+        # claim between our read and our claim; look again.
+        found = replay() if claimed else _await_first(services, claim, replay)
+        if found is not None:
+            if claimed:
+                services.redis.delete(claim)
+            return found
+    try:
+        done = _admit_once(
+            services,
+            session_id,
+            type,
+            sender,
+            content,
+            metadata=metadata,
+            idempotency_key=idempotency_key,
+            key_scope=key_scope,
+            job_fields=job_fields,
+            replay=replay,
+        )
+    finally:
+        if claimed:
+            services.redis.delete(claim)
+    return announce(services, done)
+
+
+def _admit_once(
+    services: Services,
+    session_id: str,
+    type: EntryType,
+    sender: str,
+    content: str,
+    *,
+    metadata: dict[str, Any] | None,
+    idempotency_key: str | None,
+    key_scope: KeyScope,
+    job_fields: JobFields | None,
+    replay: Callable[[], Appended | None],
+) -> Appended:
+    """One admission transaction, with its quota reserved inside it."""
+    reserved = False
+    try:
+        with services.store.admitting(session_id) as tx:
+            # The session row is locked: its limits cannot change under the
+            # check, and a refusal rolls the whole admission back.
+            limits = resolve_limits(services.settings, tx.session, tx.agent)
+            services.admission.reserve(session_id, limits, tx.job_counts)
+            reserved = True
+            return tx.insert(
+                type,
+                sender,
+                content,
+                metadata=metadata,
+                idempotency_key=idempotency_key,
+                key_scope=key_scope,
+                job_fields=job_fields,
+            )
+    except KeyTaken:
+        # A concurrent admission of the same key committed first: theirs
+        # stands, and ours was counted for nothing.
+        services.admission.refund(session_id)
+        found = replay()
+        if found is None:
+            raise
+        return found
+    except BaseException:
+        if reserved:
+            # Counted, but the commit did not happen.
+            services.admission.refund(session_id)
+        raise
+
+
+def _await_first(
+    services: Services, claim: str, replay: Callable[[], Appended | None]
+) -> Appended | None:
+    """The first caller's entry, once it commits; None if it gave up."""
+    deadline = time.monotonic() + CLAIM_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        found = replay()
+        if found is not None:
+            return found
+        if not services.redis.exists(claim):
+            # The first caller gave up (refused or failed): look once more.
+            return replay()
+        time.sleep(0.01)
+    return None
+
+
+def announce(services: Services, done: Appended) -> Appended:
+    """After a commit: publish a new entry, and wake a worker for a new job."""
+    if done.created:
+        publish(services.redis, done.entry)
+        if done.job is not None:
+            services.dispatcher.wake(done.entry.session_id, done.job.id)
+    return done

@@ -18,6 +18,7 @@ from typing import Any, ParamSpec, TypeVar
 import redis
 import sqlalchemy.exc
 
+from chaz import admission
 from chaz.domain.agents import AgentSpec, Limits
 from chaz.domain.entries import Entry, EntryType, KeyScope, agent_sender, parse_sender
 from chaz.domain.jobs import Job, JobStatus
@@ -37,9 +38,12 @@ from chaz.domain.validation import (
     invalid,
 )
 from chaz.errors import BackendUnavailable, SessionNotFound, Timeout, ValidationError
+from chaz.runtime.tools import ToolRegistry
 from chaz.services import Services
 from chaz.settings import Settings
 from chaz.store.migrate import upgrade
+from chaz.store.repo import Appended
+from chaz.tools import default_registry
 from chaz.watch import watch as _watch
 
 P = ParamSpec("P")
@@ -73,14 +77,22 @@ def _translating(cls: _C) -> _C:
 class Client:
     """Entry point of the producer API. ``Client()`` reads the ``CHAZ_*`` settings."""
 
-    def __init__(self, settings: Settings | None = None, *, migrate: bool = True) -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        migrate: bool = True,
+        tools: ToolRegistry | None = None,
+    ) -> None:
         # Read now, not once per process: a program that changes CHAZ_* between
         # two clients (or starts an embedded stack, then a fleet) gets what it set.
         self.settings = settings or Settings()
         self.services = Services(self.settings)
+        #: The tools agents may be given: what ``agents.put`` checks names against.
+        self.tools = tools or default_registry()
         if migrate:
             upgrade(self.services.store.engine)
-        self.agents = Agents(self.services)
+        self.agents = Agents(self.services, self.tools)
         self.sessions = Sessions(self.services)
         self.jobs = Jobs(self.services)
 
@@ -99,17 +111,18 @@ class Client:
 class Agents:
     """Saved agent configurations."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, tools: ToolRegistry) -> None:
         self._svc = services
+        self._tools = tools
 
     def put(self, spec: AgentSpec | Mapping[str, Any]) -> AgentSpec:
         """Create or replace an agent (an AgentSpec, or its fields as a mapping); its
         tools must exist."""
         spec = AgentSpec.parse(spec)
-        unknown = set(spec.tools) - set(self._svc.tools.names())
+        unknown = set(spec.tools) - set(self._tools.names())
         if unknown:
             raise ValidationError(
-                f"unknown tools {sorted(unknown)}; known: {self._svc.tools.names()}",
+                f"unknown tools {sorted(unknown)}; known: {self._tools.names()}",
                 field="tools",
             )
         return self._svc.store.put_agent(spec)
@@ -197,15 +210,19 @@ class Sessions:
         parse_sender(check_text("sender", sender))
         metadata = check_json("metadata", metadata, max_bytes=cap)
         idempotency_key = check_idempotency_key(idempotency_key)
-        write = functools.partial(
-            self._svc.append,
-            type=etype,
-            sender=sender,
-            content=content,
-            metadata=metadata,
-            idempotency_key=idempotency_key,
-            key_scope=KeyScope.USER,
-        )
+
+        def write(sid: str) -> Appended:
+            return admission.write(
+                self._svc,
+                sid,
+                etype,
+                sender,
+                content,
+                metadata=metadata,
+                idempotency_key=idempotency_key,
+                key_scope=KeyScope.USER,
+            )
+
         try:
             return write(session_id).entry
         except SessionNotFound:
@@ -345,7 +362,7 @@ class Jobs:
         command_id: str | None = None,
         reason: str = "",
     ) -> dict[str, Any]:
-        """The ``execution.cancel`` command (seed 003 §1, §5.3). Returns its outcome."""
+        """The ``execution.cancel`` command (docs/contracts.md#cancel). Returns its outcome."""
         from chaz.control import cancel
 
         return cancel(

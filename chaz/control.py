@@ -1,7 +1,7 @@
 """Execution control: waiting for jobs, the versioned ``execution.cancel`` command,
 ownership of job results and their cap.
 
-Cancelling (seed 003 §1, §5.3, §5.10):
+Cancelling (docs/contracts.md#cancel):
 
 * a queued job is withdrawn from its lane (it becomes ``cancelled`` at once)
   without touching the running turn of the same session;
@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from chaz import admission
 from chaz.coord import keys
 from chaz.domain.entries import EntryType
 from chaz.domain.jobs import Job, JobStatus, missing_job
@@ -150,14 +151,14 @@ def _cancel_one(
 def _note(services: Services, job: Job, reason: str) -> None:
     """Leave an explicit outcome in the session for a job withdrawn before it ran."""
     session = services.store.get_session(job.session_id)
-    services.append(
+    admission.append(
+        services,
         job.session_id,
         EntryType.ERROR,
         f"agent:{session.agent_id}",
         f"job.cancelled: cancelled before it ran{': ' + reason if reason else ''}",
         job_id=job.id,
         idempotency_key=f"job:{job.id}:error",
-        admit=False,
         metadata={"code": "job.cancelled", "retryable": False},
     )
 
@@ -174,7 +175,7 @@ def _outcome(job: Job, *, previous: JobStatus, changed: bool) -> dict[str, Any]:
 
 
 def check_ownership(services: Services, job: Job, viewer_session_id: str) -> None:
-    """Allow the job's own session, its caller's, or an ancestor's (seed 003 §5.10).
+    """Allow the job's own session, its caller's, or an ancestor's (docs/contracts.md#job-output).
 
     Ancestry follows ``parent_job_id`` upwards, at most :data:`MAX_HOPS` hops;
     a cycle ends the walk instead of hanging it.
@@ -200,7 +201,7 @@ def check_ownership(services: Services, job: Job, viewer_session_id: str) -> Non
     )
 
 
-#: Results longer than this are cut to a head and a tail (seed 003 §5.6).
+#: Results longer than this are cut to a head and a tail (docs/contracts.md#result-cap).
 RESULT_CAP = 30_000
 
 

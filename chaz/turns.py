@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from chaz import admission, control
 from chaz.admission import resolve_limits
 from chaz.coord import keys
 from chaz.coord.lanes import Lease
@@ -33,9 +34,9 @@ from chaz.runtime.backends.base import TurnContext
 from chaz.runtime.context import build_context
 from chaz.runtime.events import EventSink, RuntimeEvent, ToolCallEvent
 from chaz.runtime.loop import Checkpoint, LoopPorts, run_loop
-from chaz.runtime.tools import ToolContext
+from chaz.runtime.tools import ToolContext, ToolRegistry
 from chaz.services import Services
-from chaz.store.repo import Fence, Finish, TurnSetup
+from chaz.store.repo import Appended, Fence, Finish, JobFields, TurnSetup
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +88,10 @@ class _Ran:
 class TurnRunner:
     """Runs the next turn of a session under its lane lease."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, registry: ToolRegistry) -> None:
         self.services = services
+        #: The tools this process's agents may call.
+        self.registry = registry
 
     def wake(self, session_id: str, execution_id: str, *, lend_slot: bool = False) -> WakeOutcome:
         """Handle one wake-up for ``session_id`` (``execution_id`` is a hint).
@@ -237,14 +240,14 @@ class TurnRunner:
 
     def _announce_resume(self, job: Job, fence: Fence, agent_id: str) -> None:
         """A status entry that tells the session's readers this turn was resumed."""
-        self.services.append(
+        admission.append(
+            self.services,
             job.session_id,
             EntryType.ACK,
             agent_sender(agent_id),
             f"resumed: attempt {job.attempts}",
             job_id=job.id,
             idempotency_key=f"job:{job.id}:resume:{job.attempts}",
-            admit=False,
             fence=fence,
             durable=False,
             metadata={"resumed": job.attempts, "host": socket.gethostname(), "pid": os.getpid()},
@@ -291,17 +294,14 @@ class TurnRunner:
                 ChazError(f"the turn stopped on an internal error (ref {ref})", ref=ref),
                 code="turn.crashed",
             )
-        done = svc.store.append(
+        done = svc.store.end_turn(
+            fence,
+            Finish(job.id, JobStatus.SUCCEEDED, result=text),
             job.session_id,
             EntryType.MESSAGE,
             me,
             text,
-            job_id=job.id,
             idempotency_key=f"job:{job.id}:reply",
-            admit=False,
-            fence=fence,
-            finish=Finish(job.id, JobStatus.SUCCEEDED, result=text),
-            precheck=False,
         )
         return done.entry if done.created else None
 
@@ -335,10 +335,11 @@ class TurnRunner:
             services=svc,
             limits=limits,
             message_count=job.message_count,
+            delegation=RunnerDelegation(self),
         )
         ports = LoopPorts(
             backend=make_backend(spec, svc.settings),
-            registry=svc.tools,
+            registry=self.registry,
             sink=sink,
             save=lambda cp: svc.store.save_checkpoint(fence, cp.to_json()),
             stop_check=_StopCheck(self.services, job.id, heartbeat, cancel_requested),
@@ -357,14 +358,14 @@ class TurnRunner:
             etype, suffix = EntryType.TOOL_RESULT, "result"
             content = event.output
             meta = {"call_id": event.call_id, "tool": event.name, "is_error": event.is_error}
-        self.services.append(
+        admission.append(
+            self.services,
             job.session_id,
             etype,
             sender,
             content,
             job_id=job.id,
             idempotency_key=f"job:{job.id}:{suffix}:{event.call_id}",
-            admit=False,
             fence=fence,
             durable=False,
             metadata=meta,
@@ -384,20 +385,61 @@ class TurnRunner:
         error = exc.to_dict()
         if code:
             error["code"] = code
-        done = self.services.store.append(
+        done = self.services.store.end_turn(
+            fence,
+            Finish(job.id, status, error=error),
             job.session_id,
             EntryType.ERROR,
             agent_sender(agent_id),
             f"{error['code']}: {exc.message}",
-            job_id=job.id,
             idempotency_key=f"job:{job.id}:error",
-            admit=False,
-            fence=fence,
             metadata={"code": error["code"], "retryable": error["retryable"]},
-            finish=Finish(job.id, status, error=error),
-            precheck=False,
         )
         return done.entry if done.created else None
+
+
+class RunnerDelegation:
+    """The use cases collaboration tools call (:class:`chaz.runtime.tools.Delegation`),
+    for the turns of one :class:`TurnRunner`."""
+
+    def __init__(self, runner: TurnRunner) -> None:
+        self._runner = runner
+        self._services = runner.services
+
+    def admit(
+        self,
+        session_id: str,
+        type: EntryType,
+        sender: str,
+        content: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        job_fields: JobFields | None = None,
+    ) -> Appended:
+        return admission.admit(
+            self._services,
+            session_id,
+            type,
+            sender,
+            content,
+            metadata=metadata,
+            idempotency_key=idempotency_key,
+            job_fields=job_fields,
+        )
+
+    def run_inline(self, session_id: str, job_id: str) -> None:
+        self._runner.wake(session_id, job_id, lend_slot=True)
+
+    def wait(self, job_id: str, timeout: float) -> Job:
+        return control.wait_terminal(self._services, job_id, timeout)
+
+    def output(
+        self, job_id: str, viewer_session_id: str, *, block: bool, timeout: float
+    ) -> dict[str, Any]:
+        return control.job_output(
+            self._services, job_id, viewer_session_id, block=block, timeout=timeout
+        )
 
 
 class _StopCheck:

@@ -14,6 +14,7 @@ from chaz.lease_watch import LeaseWatch
 from chaz.reconcile import Reconciler
 from chaz.services import Services
 from chaz.settings import get_settings
+from chaz.tools import default_registry
 from chaz.turns import TurnRunner
 from workers.app import app
 
@@ -22,6 +23,10 @@ log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _services: Services | None = None
 _watch: LeaseWatch | None = None
+
+
+#: The tools this worker's agents may call: built here, where the worker starts.
+REGISTRY = default_registry()
 
 
 def services() -> Services:
@@ -63,7 +68,7 @@ def _close(**_: Any) -> None:
 @app.task(name="chaz.turn", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def turn(session_id: str, execution_id: str) -> dict[str, Any]:
     """Run the next turn of ``session_id``; ``execution_id`` names the job expected."""
-    outcome = TurnRunner(services()).wake(session_id, execution_id)
+    outcome = TurnRunner(services(), REGISTRY).wake(session_id, execution_id)
     # Flower shows this with the task: a kept lane runs more jobs than the
     # one the wake-up named, and operators should see which.
     return {"status": outcome.status, "job_id": outcome.job_id, "ran": list(outcome.ran)}

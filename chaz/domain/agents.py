@@ -16,7 +16,7 @@ from chaz.domain.validation import (
 )
 from chaz.errors import ValidationError
 
-#: Topology limits (seed 003 §5.1): 0 disables the check; unset takes the default.
+#: Topology limits (docs/contracts.md#topology): 0 disables the check; unset takes the default.
 TOPOLOGY_DEFAULTS = {"max_call_depth": 1, "max_spawn_fanout": 8, "max_messages": 8}
 
 
@@ -26,7 +26,7 @@ class Limits(CheckedModel):
     Resource limits (``max_queued_per_session``, ``max_jobs_per_session``,
     ``max_live_per_tree``, ``max_turn_steps``) are positive when set. Topology
     limits (``max_call_depth``, ``max_spawn_fanout``, ``max_messages``) follow
-    seed 003: ``0`` disables that check. ``Limits(...)`` and :meth:`parse` raise
+    docs/contracts.md#topology: ``0`` disables that check. ``Limits(...)`` and :meth:`parse` raise
     :class:`chaz.errors.ValidationError` (``request.invalid``) naming the field.
     """
 

@@ -1,4 +1,4 @@
-"""Entries: the typed records a session's timeline is made of (seed 000)."""
+"""Entries: the typed records a session's timeline is made of (docs/contracts.md#entries)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from chaz.errors import ValidationError
 
 
 class EntryType(StrEnum):
-    """The nine entry types of seed 000."""
+    """The nine entry types (docs/contracts.md#entries)."""
 
     MESSAGE = "message"
     DIRECTIVE = "directive"

@@ -1,4 +1,4 @@
-"""The processing rule of seed 000 (``process_session``): which writes start a turn."""
+"""The processing rule: which writes start a turn (docs/contracts.md#processing-rule)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Building the model's context from a session's entries (seed 000's rules).
+"""Building the model's context from a session's entries (docs/contracts.md#context).
 
 Only Message, Directive and Summary entries are context; the latest Summary is
 where the context starts. ToolCall, ToolResult, Ack and Error are audit.

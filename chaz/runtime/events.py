@@ -1,7 +1,7 @@
 """The runtime event sink: ToolCall / ToolResult entries written as they happen.
 
 The ReAct loop emits events into a queue; one writer thread turns them into
-entries, in order, concurrently with the loop (seed 000, RuntimeEventSink).
+entries, in order, concurrently with the loop (docs/contracts.md#event-sink).
 :meth:`EventSink.close` drains what is left before the turn writes its reply.
 """
 

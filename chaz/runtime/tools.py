@@ -14,7 +14,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pydantic
 
@@ -29,7 +29,10 @@ from chaz.errors import ChazError
 from chaz.runtime.backends.base import ToolCallRequest, ToolSpec
 
 if TYPE_CHECKING:
+    from chaz.domain.entries import EntryType
+    from chaz.domain.jobs import Job
     from chaz.services import Services
+    from chaz.store.repo import Appended, JobFields
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +50,48 @@ class ToolContext:
     services: Services | None = None
     #: The calling turn's effective limits (agent narrowed by session).
     limits: Limits = field(default_factory=Limits)
-    #: Message depth of the calling job along its lineage (seed 003 §5.1).
+    #: Message depth of the calling job along its lineage (docs/contracts.md#topology).
     message_count: int = 0
     #: The id of the call being served (set per invocation): an idempotency handle.
     call_id: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: What collaboration tools ask of the layers above the runtime.
+    delegation: Delegation | None = None
+
+
+class Delegation(Protocol):
+    """The use cases that collaboration tools call, provided by :mod:`chaz.turns`.
+
+    Tools sit below the use cases (admission, turns, control): they reach them
+    through this port rather than importing them.
+    """
+
+    def admit(
+        self,
+        session_id: str,
+        type: EntryType,
+        sender: str,
+        content: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        job_fields: JobFields | None = None,
+    ) -> Appended:
+        """Write an entry that admits a job (quotas checked), then wake a worker."""
+        ...
+
+    def run_inline(self, session_id: str, job_id: str) -> None:
+        """Run the session's head turn in this thread, lending it the caller's live slot."""
+        ...
+
+    def wait(self, job_id: str, timeout: float) -> Job:
+        """The job once terminal; :class:`chaz.errors.Timeout` with its state otherwise."""
+        ...
+
+    def output(
+        self, job_id: str, viewer_session_id: str, *, block: bool, timeout: float
+    ) -> dict[str, Any]:
+        """The job's state and capped result, if ``viewer_session_id`` may read it."""
+        ...
 
 
 @dataclass(frozen=True)

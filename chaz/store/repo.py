@@ -7,9 +7,8 @@ database write lock), so per session, commit order is seq order.
 
 from __future__ import annotations
 
-import functools
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -47,7 +46,6 @@ from chaz.errors import (
     LeaseLost,
     NameTaken,
     SessionNotFound,
-    ValidationError,
     VersionConflict,
 )
 from chaz.ids import as_utc, new_id, utcnow
@@ -99,21 +97,74 @@ class TurnSetup:
     trigger: Said | None
 
 
-@dataclass(frozen=True)
+class KeyTaken(Exception):
+    """An insert met an earlier entry with the same idempotency key.
+
+    The transaction has rolled back; the caller replays the first entry
+    (:meth:`Store.replay`). Internal to the write path: it never reaches a
+    producer.
+    """
+
+
 class Admitting:
-    """What an admission's quota check sees, inside the admission's transaction."""
+    """One admission's unit of work: a write transaction with the session row locked.
 
-    session: Session
-    agent: AgentSpec
-    #: ``(queued, total)`` jobs of the session, counted in the same transaction
-    #: (to rebuild missing counters without a second connection: the session
-    #: row is locked, and other admitters may hold every pooled connection).
-    job_counts: Callable[[], tuple[int, int]]
+    Opened by :meth:`Store.admitting`. The session's next seq and job ordinal
+    are taken and its row is locked before the caller sees it, so its limits
+    cannot change under a quota check, and a check that raises rolls
+    everything back.
+    """
 
+    def __init__(self, conn: Connection, row: Any, agent: AgentSpec) -> None:
+        self._conn = conn
+        self._row = row
+        #: The session being written to, as locked.
+        self.session = _session(row)
+        #: Its agent.
+        self.agent = agent
 
-#: Called inside an admission's transaction once the session row is locked;
-#: raising rolls the admission back (a refused quota leaves nothing behind).
-OnAdmit = Callable[[Admitting], None]
+    def job_counts(self) -> tuple[int, int]:
+        """``(queued, total)`` jobs of the session, read in this transaction.
+
+        For rebuilding missing quota counters without a second connection:
+        the session row is locked, and other admitters may hold every pooled
+        connection.
+        """
+        return _counts(self._conn, self.session.id)
+
+    def insert(
+        self,
+        type: EntryType,
+        sender: str,
+        content: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        key_scope: KeyScope = KeyScope.RUNTIME,
+        job_fields: JobFields | None = None,
+    ) -> Appended:
+        """Insert the entry and the job it admits; :class:`KeyTaken` if the key is used."""
+        parse_sender(sender)
+        try:
+            entry_values, job_row = _insert_entry(
+                self._conn,
+                self._row,
+                type,
+                sender,
+                content,
+                metadata=metadata,
+                idempotency_key=idempotency_key,
+                key_scope=key_scope,
+                job_id=None,
+                admit=True,
+                job_fields=job_fields,
+            )
+        except IntegrityError as exc:
+            if idempotency_key is None:
+                raise
+            raise KeyTaken(idempotency_key) from exc
+        assert job_row is not None
+        return Appended(_entry(entry_values), _job(job_row), created=True)
 
 
 @dataclass(frozen=True)
@@ -313,6 +364,17 @@ class Store:
 
     # -- entries --------------------------------------------------------------
 
+    @contextmanager
+    def admitting(self, session_id: str) -> Iterator[Admitting]:
+        """The unit of work of one admission (see :class:`Admitting`).
+
+        Commits when the block ends; anything raised inside it rolls the
+        whole admission back and leaves the session as it was.
+        """
+        with self._write() as conn:
+            row = _bump(conn, session_id, admit=True)
+            yield Admitting(conn, row, self._agent(conn, row["agent_id"]))
+
     def append(
         self,
         session_id: str,
@@ -324,61 +386,27 @@ class Store:
         idempotency_key: str | None = None,
         key_scope: KeyScope = KeyScope.RUNTIME,
         job_id: str | None = None,
-        admit: bool | None = None,
-        job_fields: JobFields | None = None,
         fence: Fence | None = None,
-        finish: Finish | None = None,
-        precheck: bool = True,
         durable: bool = True,
-        on_admit: OnAdmit | None = None,
     ) -> Appended:
-        """Append one entry, and admit (or finish) its job in the same transaction.
+        """Append one entry that admits nothing (an Ack, a tool call, a note, ...).
 
-        ``admit=None`` applies the processing rule of seed 000. A repeated
-        ``idempotency_key`` returns the first append unchanged (``created`` is
-        False): the unique key in the database, not a check here, is what
-        makes this safe under concurrency. Keys are unique per ``key_scope``:
-        the runtime's (the default) and producers' (``KeyScope.USER``) never
-        meet, and a producer's key reused for a different request is
-        :class:`~chaz.errors.IdempotencyMismatch` (see :meth:`replay`). With
-        ``finish``, the entry and the job's terminal state commit together:
-        whoever sees a turn's final entry sees its job finished.
-        ``precheck=False`` skips the read for an earlier append with the same
-        key (the caller already looked, or expects none).
-        ``on_admit`` runs inside the transaction once the session is locked,
-        with the session and its agent (admission checks its quota there).
+        A repeated ``idempotency_key`` returns the first append unchanged
+        (``created`` is False): the unique key in the database, not a read
+        first, is what makes this safe under concurrency (see :meth:`replay`
+        for how a producer's reused key is checked). ``fence`` refuses the
+        write with :class:`~chaz.errors.LeaseLost` once another worker holds
+        the job. ``durable=False`` is for a turn's audit entries, whose loss
+        in a database crash a resumed turn repairs (see :meth:`_write`).
         """
         parse_sender(sender)
-        replay = functools.partial(
-            self.replay, session_id, idempotency_key, key_scope, type, sender, content, metadata
-        )
-        if idempotency_key is not None and precheck:
-            found = replay()
-            if found:
-                return found
         try:
-            with self._write(durable=durable or admit is not False or finish is not None) as conn:
-                if finish is not None and fence is not None:
-                    # Ends the job first: that write is also the fence check.
-                    _fenced_finish(conn, fence, finish)
-                elif fence is not None:
+            with self._write(durable=durable) as conn:
+                if fence is not None:
                     _check_fence(conn, fence)
-                if admit is None:
-                    admit = self._admits(conn, type, sender)
-                bumped = _bump(conn, session_id, admit)
-                if on_admit is not None and admit:
-                    # The bump locked the session row: its limits cannot change
-                    # under the check, and a refusal rolls the bump back.
-                    on_admit(
-                        Admitting(
-                            _session(bumped),
-                            self._agent(conn, bumped["agent_id"]),
-                            lambda: _counts(conn, session_id),
-                        )
-                    )
-                entry_values, job_row = _insert_entry(
+                entry_values, _ = _insert_entry(
                     conn,
-                    bumped,
+                    _bump(conn, session_id, admit=False),
                     type,
                     sender,
                     content,
@@ -386,27 +414,66 @@ class Store:
                     idempotency_key=idempotency_key,
                     key_scope=key_scope,
                     job_id=job_id,
-                    admit=admit,
-                    job_fields=job_fields,
+                    admit=False,
+                    job_fields=None,
                 )
-                if finish is not None and fence is None:
-                    _finish(conn, finish)
         except IntegrityError:
-            if idempotency_key is None:
-                raise
-            # Lost a race with a concurrent append of the same key: theirs stands.
-            found = replay()
+            found = self.replay(
+                session_id, idempotency_key, key_scope, type, sender, content, metadata
+            )
             if found is None:
                 raise
             return found
-        return Appended(
-            entry=_entry(entry_values),
-            job=_job(job_row) if job_row is not None else None,
-            created=True,
-        )
+        return Appended(entry=_entry(entry_values), job=None, created=True)
+
+    def end_turn(
+        self,
+        fence: Fence,
+        finish: Finish,
+        session_id: str,
+        type: EntryType,
+        sender: str,
+        content: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Appended:
+        """A turn's last entry (its reply or its Error) and its job's end, in one transaction.
+
+        Whoever sees a turn's final entry sees its job finished. The job's
+        end is also the fence check: a worker that lost the job writes
+        nothing (:class:`~chaz.errors.LeaseLost`).
+        """
+        try:
+            with self._write() as conn:
+                _fenced_finish(conn, fence, finish)
+                entry_values, _ = _insert_entry(
+                    conn,
+                    _bump(conn, session_id, admit=False),
+                    type,
+                    sender,
+                    content,
+                    metadata=metadata,
+                    idempotency_key=idempotency_key,
+                    key_scope=KeyScope.RUNTIME,
+                    job_id=finish.job_id,
+                    admit=False,
+                    job_fields=None,
+                )
+        except IntegrityError:
+            found = self.replay(
+                session_id, idempotency_key, KeyScope.RUNTIME, type, sender, content, metadata
+            )
+            if found is None:
+                raise
+            return found
+        return Appended(entry=_entry(entry_values), job=None, created=True)
 
     def admits(self, type: EntryType, sender: str) -> bool:
-        """Whether an entry of this type from this sender admits a turn (seed 000)."""
+        """Whether an entry of this type from this sender admits a turn.
+
+        The rule is docs/contracts.md#processing-rule.
+        """
         if type is not EntryType.MESSAGE or parse_sender(sender)[0] != "agent":
             return admits_turn(type, sender, ())
         with self._read() as conn:
@@ -506,31 +573,6 @@ class Store:
         with self._read() as conn:
             return [_entry(r) for r in conn.execute(stmt).mappings()]
 
-    def last_entry(self, session_id: str, types: Iterable[EntryType]) -> Entry | None:
-        """The newest entry of the given types, if any."""
-        stmt = (
-            select(EntryRow)
-            .where(
-                EntryRow.session_id == session_id,
-                EntryRow.type.in_([t.value for t in types]),
-            )
-            .order_by(EntryRow.seq.desc())
-            .limit(1)
-        )
-        with self._read() as conn:
-            row = conn.execute(stmt).mappings().first()
-        return _entry(row) if row else None
-
-    def get_entry(self, entry_id: str) -> Entry:
-        """One entry by id."""
-        with self._read() as conn:
-            row = conn.execute(select(EntryRow).where(EntryRow.id == entry_id)).mappings().first()
-        if row is None:
-            raise ValidationError(f"no entry {entry_id!r}")
-        return _entry(row)
-
-    # -- jobs -----------------------------------------------------------------
-
     def get_job(self, job_id: str) -> Job:
         """One job, or :class:`JobNotFound`."""
         with self._read() as conn:
@@ -605,11 +647,6 @@ class Store:
         with self._read() as conn:
             return _counts(conn, session_id)
 
-    def begin_turn(self, job_id: str, token: str) -> Job:
-        """Claim a job for a turn under ``token``: queued becomes running; a running
-        (or stopping) job whose worker died is taken over for a resume."""
-        return self.start_turn(job_id, token)[0]
-
     def start_turn(
         self,
         job_id: str,
@@ -619,7 +656,9 @@ class Store:
         ack_metadata: dict[str, Any] | None = None,
         seen: Job | None = None,
     ) -> tuple[Job, Entry | None]:
-        """:meth:`begin_turn`, and on the job's first start its Ack, in one transaction.
+        """Claim a job for a turn under ``token``, and on its first start write its
+        Ack, in one transaction: queued becomes running; a running (or stopping)
+        job whose worker died is taken over as it is, for a resume.
 
         A resumed turn writes no second Ack: the first start committed its Ack
         together with the start. ``seen`` is the job as the caller read it:
@@ -664,21 +703,6 @@ class Store:
                 update(JobRow).where(JobRow.id == fence.job_id).values(checkpoint=checkpoint)
             )
 
-    def finish_job(
-        self,
-        job_id: str,
-        status: JobStatus,
-        *,
-        fence: Fence | None = None,
-        result: str | None = None,
-        error: dict[str, Any] | None = None,
-    ) -> Job:
-        """Move a job to a terminal state through the transition gate."""
-        with self._write() as conn:
-            if fence is not None:
-                _check_fence(conn, fence)
-            return _finish(conn, Finish(job_id, status, result, error))
-
     def transition(
         self, job_id: str, target: JobStatus, *, expected_version: int | None = None
     ) -> Job:
@@ -703,12 +727,6 @@ class Store:
             if not done:
                 raise VersionConflict(f"job {job_id} changed concurrently", job_id=job_id)
             return _job({**row, **values})
-
-    def sessions_with_active_jobs(self) -> list[str]:
-        """Sessions that have queued or running work (for the reconciler)."""
-        stmt = select(JobRow.session_id).where(JobRow.status.in_(_ACTIVE)).distinct()
-        with self._read() as conn:
-            return list(conn.scalars(stmt))
 
     def active_jobs(self, tree_id: str | None = None) -> list[Job]:
         """Every job not yet finished (of one tree), in admission order per session."""

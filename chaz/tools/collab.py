@@ -1,4 +1,6 @@
-"""Collaboration tools: ``spawn_agent`` (seed 000), ``list_jobs`` and ``job_output`` (seed 003).
+"""Collaboration tools: ``spawn_agent``, ``list_jobs`` and ``job_output``.
+
+Their contracts: docs/contracts.md#spawn-agent, #list-jobs and #job-output.
 
 ``spawn_agent`` registers a child session in the caller's tree and writes the
 task there as a Directive; the child's turn is admitted and runs like any
@@ -27,7 +29,7 @@ from chaz.errors import (
     MessagesExceeded,
     ToolError,
 )
-from chaz.runtime.tools import Tool, ToolContext
+from chaz.runtime.tools import Delegation, Tool, ToolContext
 from chaz.services import Services
 from chaz.store.repo import JobFields
 
@@ -75,12 +77,16 @@ def _services(ctx: ToolContext) -> Services:
     return ctx.services
 
 
+def _delegation(ctx: ToolContext) -> Delegation:
+    if ctx.delegation is None:
+        raise ConfigError("this tool needs the runtime's delegation port")
+    return ctx.delegation
+
+
 def spawn_agent(args: SpawnArgs, ctx: ToolContext) -> str:
     """Run ``task`` in a new child session of ``agent_id``."""
-    from chaz.control import wait_terminal
-    from chaz.turns import TurnRunner
-
     svc = _services(ctx)
+    delegation = _delegation(ctx)
     # The task becomes a Directive: the same rules as a producer's post.
     check_content(EntryType.DIRECTIVE, args.task, max_bytes=svc.settings.max_content_bytes)
     name = check_session_name(args.name) if args.name is not None else None
@@ -97,12 +103,11 @@ def spawn_agent(args: SpawnArgs, ctx: ToolContext) -> str:
         call_depth=depth,
     )
     try:
-        done = svc.append(
+        done = delegation.admit(
             child.id,
             EntryType.DIRECTIVE,
             agent_sender(ctx.agent_id),
             args.task,
-            admit=True,
             idempotency_key=f"spawn:{ctx.job_id}:{ctx.call_id}",
             job_fields=JobFields(
                 caller_session_id=ctx.session_id,
@@ -126,15 +131,14 @@ def spawn_agent(args: SpawnArgs, ctx: ToolContext) -> str:
     # thread per worker, waiting would deadlock. If a worker holds the child's
     # lane (running it, or just parking it for tree capacity), try again until
     # the child has finished, whoever ran it.
-    runner = TurnRunner(svc)
     deadline = time.monotonic() + args.timeout
     while True:
-        runner.wake(child.id, job.id, lend_slot=True)
+        delegation.run_inline(child.id, job.id)
         final = svc.store.get_job(job.id)
         if final.status.terminal:
             break
         if time.monotonic() >= deadline:
-            final = wait_terminal(svc, job.id, 0)  # raises Timeout with the state
+            final = delegation.wait(job.id, 0)  # raises Timeout with the state
         time.sleep(0.05)
     if final.status is JobStatus.SUCCEEDED:
         return final.result or ""
@@ -147,7 +151,7 @@ def spawn_agent(args: SpawnArgs, ctx: ToolContext) -> str:
 
 
 def _check_topology(svc: Services, ctx: ToolContext) -> tuple[int, int]:
-    """Depth, message depth and fan-out of a new child (seed 003 §5.1); 0 disables."""
+    """Depth, message depth and fan-out of a new child (docs/contracts.md#topology); 0 disables."""
     depth = ctx.call_depth + 1
     limit = ctx.limits.topology("max_call_depth")
     if limit and depth > limit:
@@ -197,11 +201,10 @@ def list_jobs(args: ListJobsArgs, ctx: ToolContext) -> str:
 
 def job_output(args: JobOutputArgs, ctx: ToolContext) -> str:
     """A job's state and result, if this session may read it."""
-    from chaz.control import job_output as output
-
-    svc = _services(ctx)
     return json.dumps(
-        output(svc, args.job_id, ctx.session_id, block=args.block, timeout=args.timeout)
+        _delegation(ctx).output(
+            args.job_id, ctx.session_id, block=args.block, timeout=args.timeout
+        )
     )
 
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 import chaz
-from chaz import turns
+from chaz import admission, turns
 from chaz.domain.entries import EntryType
 from chaz.services import Services
+from chaz.tools import default_registry
 from chaz.turns import TurnRunner
 from tests.support.stack import Stack
 
@@ -79,15 +80,15 @@ def test_a_job_admitted_while_the_lane_is_released_still_runs(
     stack.client.agents.put(chaz.AgentSpec(id="echo", script=[{"steps": [{"echo": True}]}]))
     recorder = RecordingDispatcher()
     svc.__dict__["dispatcher"] = recorder  # no workers: this test is the worker
-    runner = TurnRunner(svc)
+    runner = TurnRunner(svc, default_registry())
     s = svc.store.create_session("echo")
 
     def admit_behind_a_held_lane(text: str) -> tuple[str, str]:
-        first = svc.append(s.id, EntryType.MESSAGE, "user:u", text).job
+        first = admission.write(svc, s.id, EntryType.MESSAGE, "user:u", text).job
         assert first is not None
         token = svc.lanes.acquire(s.id, first.id, 30)
         assert token is not None
-        second = svc.append(s.id, EntryType.MESSAGE, "user:u", text + "2").job
+        second = admission.write(svc, s.id, EntryType.MESSAGE, "user:u", text + "2").job
         assert second is not None
         assert runner.wake(s.id, second.id).status == "busy"
         svc.lanes.release(s.id, token)
@@ -111,7 +112,7 @@ def test_a_job_admitted_while_the_lane_is_released_still_runs(
     # Order 2: the releaser looked for work before E committed; E's own
     # wake-up then finds the lane free and runs it.
     recorder.wakes.clear()
-    e = svc.append(s.id, EntryType.MESSAGE, "user:u", "e").job
+    e = admission.write(svc, s.id, EntryType.MESSAGE, "user:u", "e").job
     assert e is not None
     assert recorder.wakes == [(s.id, e.id)]
     assert runner.wake(s.id, e.id).job_id == e.id

@@ -33,7 +33,7 @@ def client(mstack: Stack) -> chaz.Client:
 
 def run_turns(client: chaz.Client, session_id: str, job_id: str) -> None:
     """Run the session's queued turns here, as a worker would."""
-    TurnRunner(client.services).wake(session_id, job_id)
+    TurnRunner(client.services, client.tools).wake(session_id, job_id)
 
 
 @pytest.mark.parametrize("suffix", ["ack", "reply", "error"])

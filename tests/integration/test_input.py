@@ -18,7 +18,7 @@ from chaz.errors import ChazError, RequestTooLarge, ValidationError
 from chaz.runtime.backends.base import ToolCallRequest
 from chaz.runtime.tools import ToolContext
 from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
-from chaz.turns import TurnRunner
+from chaz.turns import RunnerDelegation, TurnRunner
 from tests.support.stack import Stack
 
 AGENT = chaz.AgentSpec(id="bot", script=[{"steps": [{"say": "ok"}]}])
@@ -237,7 +237,7 @@ def test_a_tool_result_with_a_nul_or_a_surrogate_does_not_crash_the_turn(
     s = client.sessions.create("echoer")
     entry = client.sessions.post(s.id, "go")
     assert entry.job_id is not None
-    TurnRunner(client.services).wake(s.id, entry.job_id)
+    TurnRunner(client.services, client.tools).wake(s.id, entry.job_id)
     job = client.jobs.get(entry.job_id)
     assert (job.status, job.result) == (JobStatus.SUCCEEDED, f"got {stored}"), job.error
     results = [e.content for e in client.sessions.entries(s.id) if e.type is EntryType.TOOL_RESULT]
@@ -256,7 +256,7 @@ def test_a_tool_result_above_the_cap_is_truncated_with_a_note(mstack: Stack) -> 
         s = client.sessions.create("big")
         entry = client.sessions.post(s.id, "y" * 60 + "é" * 20)  # 100 bytes
         assert entry.job_id is not None
-        TurnRunner(client.services).wake(s.id, entry.job_id)
+        TurnRunner(client.services, client.tools).wake(s.id, entry.job_id)
         job = client.jobs.get(entry.job_id)
         assert job.status is JobStatus.SUCCEEDED, job.error
         [result] = [
@@ -311,11 +311,12 @@ def test_job_output_answers_a_denied_job_as_a_missing_one(client: chaz.Client) -
         call_depth=0,
         allowed_tools=frozenset({"job_output"}),
         services=client.services,
+        delegation=RunnerDelegation(TurnRunner(client.services, client.tools)),
     )
 
     def ask(job_id: str) -> dict[str, Any]:
         args = json.dumps({"job_id": job_id, "block": False})
-        outcome = client.services.tools.invoke(
+        outcome = client.tools.invoke(
             ToolCallRequest(id="c", name="job_output", arguments=args), ctx
         )
         assert outcome.is_error
@@ -328,7 +329,7 @@ def test_job_output_answers_a_denied_job_as_a_missing_one(client: chaz.Client) -
     # The owner still reads it.
     ctx.session_id = owner.id
     args = json.dumps({"job_id": entry.job_id, "block": False})
-    outcome = client.services.tools.invoke(
+    outcome = client.tools.invoke(
         ToolCallRequest(id="c", name="job_output", arguments=args), ctx
     )
     assert not outcome.is_error and json.loads(outcome.output)["status"] == "queued"

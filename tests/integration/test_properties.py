@@ -24,6 +24,7 @@ from chaz.errors import ChazError, ValidationError
 from chaz.runtime.backends.base import ToolCallRequest
 from chaz.runtime.tools import ToolContext
 from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
+from chaz.turns import RunnerDelegation, TurnRunner
 from tests.support.stack import Stack
 
 AGENT = chaz.AgentSpec(id="bot", tools=["echo"], script=[{"steps": [{"say": "ok"}]}])
@@ -296,8 +297,9 @@ def _tool(name: str, args: Any) -> Callable[[Side], Any]:
             call_depth=0,
             allowed_tools=TOOLS,
             services=side.client.services,
+            delegation=RunnerDelegation(TurnRunner(side.client.services, side.client.tools)),
         )
-        out = side.client.services.tools.invoke(
+        out = side.client.tools.invoke(
             ToolCallRequest(id="call_0", name=name, arguments=arguments), ctx
         )
         if out.is_error:

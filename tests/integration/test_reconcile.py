@@ -7,11 +7,13 @@ from collections.abc import Iterator
 import pytest
 
 import chaz
+from chaz import admission
 from chaz.coord import keys
 from chaz.domain.entries import EntryType
 from chaz.domain.jobs import JobStatus
 from chaz.reconcile import Reconciler
 from chaz.services import Services
+from chaz.tools import default_registry
 from tests.support.stack import Stack
 
 
@@ -40,11 +42,11 @@ def svc(stack: Stack) -> Iterator[Services]:
 def test_orphaned_running_job_is_woken_and_held_lanes_are_left_alone(svc: Services) -> None:
     s1 = svc.store.create_session("echo")
     s2 = svc.store.create_session("echo")
-    j1 = svc.append(s1.id, EntryType.MESSAGE, "user:u", "x").job
-    j2 = svc.append(s2.id, EntryType.MESSAGE, "user:u", "y").job
+    j1 = admission.write(svc, s1.id, EntryType.MESSAGE, "user:u", "x").job
+    j2 = admission.write(svc, s2.id, EntryType.MESSAGE, "user:u", "y").job
     assert j1 is not None and j2 is not None
-    svc.store.begin_turn(j1.id, "dead-worker")  # running, but nobody holds its lease
-    svc.store.begin_turn(j2.id, "live-worker")
+    svc.store.start_turn(j1.id, "dead-worker")  # running, but nobody holds its lease
+    svc.store.start_turn(j2.id, "live-worker")
     assert svc.lanes.acquire(s2.id, j2.id, 30) is not None
     report = Reconciler(svc, grace_seconds=0).run()
     assert report.orphaned == [j1.id]
@@ -53,18 +55,18 @@ def test_orphaned_running_job_is_woken_and_held_lanes_are_left_alone(svc: Servic
 
 def test_young_queued_jobs_are_left_to_their_wake_up(svc: Services) -> None:
     s = svc.store.create_session("echo")
-    svc.append(s.id, EntryType.MESSAGE, "user:u", "x")
+    admission.write(svc, s.id, EntryType.MESSAGE, "user:u", "x")
     assert Reconciler(svc, grace_seconds=60).run().woken == []
     assert Reconciler(svc, grace_seconds=0).run().woken == [s.id]
 
 
 def test_flushed_counters_and_cancel_flags_come_back(svc: Services) -> None:
     s = svc.store.create_session("echo")
-    jobs = [svc.append(s.id, EntryType.MESSAGE, "user:u", str(i)).job for i in range(3)]
+    jobs = [admission.write(svc, s.id, EntryType.MESSAGE, "user:u", str(i)).job for i in range(3)]
     assert all(jobs)
     running = jobs[0]
     assert running is not None
-    svc.store.begin_turn(running.id, "t")
+    svc.store.start_turn(running.id, "t")
     svc.store.transition(running.id, JobStatus.STOPPING)
     svc.redis.flushdb()
     report = Reconciler(svc, grace_seconds=0).run()
@@ -77,11 +79,12 @@ def test_flushed_counters_and_cancel_flags_come_back(svc: Services) -> None:
 
 def test_slots_of_finished_jobs_are_freed_and_their_waiters_woken(svc: Services) -> None:
     s = svc.store.create_session("echo")
-    done = svc.append(s.id, EntryType.MESSAGE, "user:u", "x").job
-    waiting = svc.append(svc.store.create_session("echo").id, EntryType.MESSAGE, "user:u", "y")
+    done = admission.write(svc, s.id, EntryType.MESSAGE, "user:u", "x").job
+    other = svc.store.create_session("echo")
+    waiting = admission.write(svc, other.id, EntryType.MESSAGE, "user:u", "y")
     assert done is not None and waiting.job is not None
-    svc.store.begin_turn(done.id, "t")
-    svc.store.finish_job(done.id, JobStatus.SUCCEEDED)
+    svc.store.start_turn(done.id, "t")
+    svc.store.transition(done.id, JobStatus.SUCCEEDED)
     # The worker died before handing its slot on; another session waits for one.
     svc.redis.hset(keys.live(s.tree_id), mapping={"_": "1", done.id: s.id})
     svc.redis.zadd(keys.waiting(s.tree_id), {waiting.entry.session_id: 1})
@@ -94,15 +97,16 @@ def test_queued_counter_drops_once_whether_a_job_starts_or_is_cancelled(svc: Ser
     from chaz.control import cancel
 
     s = svc.store.create_session("echo")
-    a = svc.append(s.id, EntryType.MESSAGE, "user:u", "a").job
-    b = svc.append(s.id, EntryType.MESSAGE, "user:u", "b").job
+    a = admission.write(svc, s.id, EntryType.MESSAGE, "user:u", "a").job
+    b = admission.write(svc, s.id, EntryType.MESSAGE, "user:u", "b").job
     assert a is not None and b is not None
     assert svc.redis.get(keys.queued(s.id)) == "2"
     cancel(svc, b.id)
     assert svc.redis.get(keys.queued(s.id)) == "1"
     from chaz.turns import TurnRunner
 
-    TurnRunner(svc).wake(s.id, a.id, lend_slot=True)  # the inline (foreground) path
+    # The inline (foreground) path:
+    TurnRunner(svc, default_registry()).wake(s.id, a.id, lend_slot=True)
     assert svc.store.get_job(a.id).status is JobStatus.SUCCEEDED
     assert svc.redis.get(keys.queued(s.id)) == "0"
     assert svc.redis.get(keys.cumulative(s.id)) == "2"

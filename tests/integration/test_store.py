@@ -10,14 +10,14 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 import chaz
-from chaz.domain.entries import EntryType
+from chaz.domain.entries import EntryType, KeyScope
 from chaz.domain.jobs import JobStatus
 from chaz.errors import IllegalTransition, LeaseLost, SessionNotFound, ValidationError
 from chaz.ids import new_id, utcnow
 from chaz.store import Store
 from chaz.store.migrate import upgrade
 from chaz.store.models import EntryRow, JobRow, SessionRow
-from chaz.store.repo import Appended, Fence, Finish
+from chaz.store.repo import Appended, Fence, Finish, KeyTaken
 from tests.support.concurrency import race
 from tests.support.stack import Stack
 
@@ -56,11 +56,27 @@ def count(store: Store, table: Any, **where: Any) -> int:
         return int(conn.scalar(stmt) or 0)
 
 
+def write(store: Store, session_id: str, type: EntryType, *args: Any, **kw: Any) -> Appended:
+    """The store's half of ``chaz.admission.write``: admit by the processing rule,
+    with no quota (quotas are Redis's, tested in test_admission)."""
+    if not store.admits(type, args[0]):
+        return store.append(session_id, type, *args, **kw)
+    try:
+        with store.admitting(session_id) as tx:
+            return tx.insert(type, *args, **kw)
+    except KeyTaken:
+        found = store.replay(
+            session_id, kw["idempotency_key"], KeyScope.RUNTIME, type, *args, kw.get("metadata")
+        )
+        assert found is not None
+        return found
+
+
 def test_seq_is_strictly_increasing_per_session(store: Store) -> None:
     a = store.create_session("bot")
     b = store.create_session("bot")
-    seqs_a = [store.append(a.id, EntryType.ACK, "system:t", f"a{i}").entry.seq for i in range(10)]
-    seqs_b = [store.append(b.id, EntryType.ACK, "system:t", f"b{i}").entry.seq for i in range(3)]
+    seqs_a = [write(store, a.id, EntryType.ACK, "system:t", f"a{i}").entry.seq for i in range(10)]
+    seqs_b = [write(store, b.id, EntryType.ACK, "system:t", f"b{i}").entry.seq for i in range(3)]
     assert seqs_a == list(range(1, 11))
     assert seqs_b == [1, 2, 3]
     assert store.get_session(a.id).last_seq == 10
@@ -68,13 +84,13 @@ def test_seq_is_strictly_increasing_per_session(store: Store) -> None:
     assert [e.content for e in store.entries(a.id, after=7)] == ["a7", "a8", "a9"]
 
 
-def test_append_admits_by_the_processing_rule(store: Store) -> None:
+def test_a_write_admits_by_the_processing_rule(store: Store) -> None:
     s = store.create_session("bot")
-    m = store.append(s.id, EntryType.MESSAGE, "user:alice", "hi")
-    own = store.append(s.id, EntryType.MESSAGE, "agent:bot", "reply")
-    stranger = store.append(s.id, EntryType.MESSAGE, "agent:x", "hello")
-    d = store.append(s.id, EntryType.DIRECTIVE, "agent:bot", "do it")
-    ack = store.append(s.id, EntryType.ACK, "system:w", "working")
+    m = write(store, s.id, EntryType.MESSAGE, "user:alice", "hi")
+    own = write(store, s.id, EntryType.MESSAGE, "agent:bot", "reply")
+    stranger = write(store, s.id, EntryType.MESSAGE, "agent:x", "hello")
+    d = write(store, s.id, EntryType.DIRECTIVE, "agent:bot", "do it")
+    ack = write(store, s.id, EntryType.ACK, "system:w", "working")
     assert m.job is not None and m.entry.job_id == m.job.id
     assert m.job.trigger_entry_id == m.entry.id and m.job.status is JobStatus.QUEUED
     assert own.job is None and own.entry.job_id is None
@@ -86,7 +102,7 @@ def test_append_admits_by_the_processing_rule(store: Store) -> None:
 
 def test_append_to_a_missing_session_writes_nothing(store: Store) -> None:
     with pytest.raises(SessionNotFound):
-        store.append("nope", EntryType.MESSAGE, "user:a", "x")
+        write(store, "nope", EntryType.MESSAGE, "user:a", "x")
     assert count(store, EntryRow, session_id="nope") == 0
     assert count(store, JobRow, session_id="nope") == 0
 
@@ -102,8 +118,8 @@ def test_a_session_name_with_a_control_character_is_refused(store: Store, name: 
 
 def test_idempotency_key_returns_the_first_append(store: Store) -> None:
     s = store.create_session("bot")
-    first = store.append(s.id, EntryType.MESSAGE, "user:a", "hi", idempotency_key="k1")
-    again = store.append(s.id, EntryType.MESSAGE, "user:a", "different", idempotency_key="k1")
+    first = write(store, s.id, EntryType.MESSAGE, "user:a", "hi", idempotency_key="k1")
+    again = write(store, s.id, EntryType.MESSAGE, "user:a", "different", idempotency_key="k1")
     assert first.created and not again.created
     assert again.entry == first.entry
     assert first.job is not None and again.job is not None and again.job.id == first.job.id
@@ -112,7 +128,7 @@ def test_idempotency_key_returns_the_first_append(store: Store) -> None:
     assert store.get_session(s.id).last_seq == 1
     # The same key in another session is another entry.
     other = store.create_session("bot")
-    third = store.append(other.id, EntryType.MESSAGE, "user:a", "hi", idempotency_key="k1")
+    third = write(store, other.id, EntryType.MESSAGE, "user:a", "hi", idempotency_key="k1")
     assert third.created and third.entry.id != first.entry.id
 
 
@@ -120,7 +136,7 @@ def test_idempotency_key_under_a_race(store: Store) -> None:
     s = store.create_session("bot")
 
     def post(i: int) -> Appended:
-        return store.append(s.id, EntryType.MESSAGE, "user:a", f"try {i}", idempotency_key="dup")
+        return write(store, s.id, EntryType.MESSAGE, "user:a", f"try {i}", idempotency_key="dup")
 
     results = ok(race(8, post))
     assert sum(r.created for r in results) == 1
@@ -131,7 +147,7 @@ def test_idempotency_key_under_a_race(store: Store) -> None:
     assert count(store, JobRow, session_id=s.id) == 1
     assert store.get_session(s.id).last_seq == 1
     # Nothing was burnt by the losers: the next append is seq 2, ordinal 2.
-    nxt = store.append(s.id, EntryType.MESSAGE, "user:a", "next")
+    nxt = write(store, s.id, EntryType.MESSAGE, "user:a", "next")
     assert nxt.entry.seq == 2 and nxt.job is not None and nxt.job.ordinal == 2
 
 
@@ -153,7 +169,7 @@ def _job_values(session_id: str, ordinal: int, trigger: str | None) -> dict[str,
 
 def test_two_jobs_for_one_trigger_entry_are_impossible(store: Store) -> None:
     s = store.create_session("bot")
-    done = store.append(s.id, EntryType.MESSAGE, "user:a", "hi")
+    done = write(store, s.id, EntryType.MESSAGE, "user:a", "hi")
     assert done.job is not None
     with pytest.raises(IntegrityError), store.engine.begin() as conn:
         conn.execute(insert(JobRow).values(**_job_values(s.id, 99, done.entry.id)))
@@ -170,7 +186,7 @@ def test_two_jobs_for_one_trigger_entry_are_impossible(store: Store) -> None:
 
 def test_seq_and_idempotency_key_are_unique_in_the_database(store: Store) -> None:
     s = store.create_session("bot")
-    e = store.append(s.id, EntryType.ACK, "system:t", "x", idempotency_key="k").entry
+    e = write(store, s.id, EntryType.ACK, "system:t", "x", idempotency_key="k").entry
     base = {
         "session_id": s.id,
         "type": "ack",
@@ -205,7 +221,7 @@ def test_concurrent_appends_leave_no_gap_and_no_duplicate(store: Store) -> None:
     def writer(i: int) -> list[tuple[int, int | None]]:
         out = []
         for k in range(per_thread):
-            done = store.append(s.id, EntryType.MESSAGE, f"user:w{i}", f"{i}-{k}")
+            done = write(store, s.id, EntryType.MESSAGE, f"user:w{i}", f"{i}-{k}")
             out.append((done.entry.seq, done.job.ordinal if done.job else None))
         return out
 
@@ -233,9 +249,9 @@ def test_concurrent_appends_leave_no_gap_and_no_duplicate(store: Store) -> None:
 
 
 def _running_job(store: Store, session_id: str, token: str) -> str:
-    done = store.append(session_id, EntryType.MESSAGE, "user:a", "go")
+    done = write(store, session_id, EntryType.MESSAGE, "user:a", "go")
     assert done.job is not None
-    job = store.begin_turn(done.job.id, token)
+    job, _ = store.start_turn(done.job.id, token)
     assert job.status is JobStatus.RUNNING
     return job.id
 
@@ -245,10 +261,10 @@ def test_a_stale_fence_writes_nothing(store: Store) -> None:
     job_id = _running_job(store, s.id, "tok-1")
     old, new = Fence(job_id, "tok-1"), Fence(job_id, "tok-2")
     store.save_checkpoint(old, {"steps": 1})
-    store.append(s.id, EntryType.ACK, "agent:bot", "working", job_id=job_id, fence=old)
+    write(store, s.id, EntryType.ACK, "agent:bot", "working", job_id=job_id, fence=old)
     assert store.checkpoint(job_id) == {"steps": 1}
 
-    taken = store.begin_turn(job_id, "tok-2")  # another worker took the turn over
+    taken, _ = store.start_turn(job_id, "tok-2")  # another worker took the turn over
     assert taken.attempts == 2 and taken.status is JobStatus.RUNNING
     last_seq = store.get_session(s.id).last_seq
     version = store.get_job(job_id).version
@@ -259,20 +275,20 @@ def test_a_stale_fence_writes_nothing(store: Store) -> None:
     assert store.checkpoint(job_id) == {"steps": 1}
 
     with pytest.raises(LeaseLost):
-        store.append(s.id, EntryType.TOOL_CALL, "agent:bot", "stale", job_id=job_id, fence=old)
+        write(store, s.id, EntryType.TOOL_CALL, "agent:bot", "stale", job_id=job_id, fence=old)
     with pytest.raises(LeaseLost):
-        store.append(
+        store.end_turn(
+            old,
+            Finish(job_id, JobStatus.SUCCEEDED, result="stale"),
             s.id,
             EntryType.MESSAGE,
             "agent:bot",
             "stale reply",
-            job_id=job_id,
-            admit=False,
-            fence=old,
-            finish=Finish(job_id, JobStatus.SUCCEEDED, result="stale"),
         )
     with pytest.raises(LeaseLost):
-        store.finish_job(job_id, JobStatus.FAILED, fence=old)
+        store.end_turn(
+            old, Finish(job_id, JobStatus.FAILED), s.id, EntryType.ERROR, "agent:bot", "x"
+        )
     assert store.get_session(s.id).last_seq == last_seq
     assert [e.content for e in store.entries(s.id)] == ["go", "working"]
     job = store.get_job(job_id)
@@ -286,7 +302,7 @@ def test_a_stale_fence_writes_nothing(store: Store) -> None:
 def test_a_fence_on_a_missing_job_is_refused(store: Store) -> None:
     s = store.create_session("bot")
     with pytest.raises(LeaseLost):
-        store.append(s.id, EntryType.ACK, "agent:bot", "x", fence=Fence("ghost", "t"))
+        write(store, s.id, EntryType.ACK, "agent:bot", "x", fence=Fence("ghost", "t"))
     assert store.get_session(s.id).last_seq == 0
 
 
@@ -294,15 +310,13 @@ def test_finish_commits_the_entry_and_the_job_together(store: Store) -> None:
     s = store.create_session("bot")
     job_id = _running_job(store, s.id, "tok")
     fence = Fence(job_id, "tok")
-    done = store.append(
+    done = store.end_turn(
+        fence,
+        Finish(job_id, JobStatus.SUCCEEDED, result="the answer"),
         s.id,
         EntryType.MESSAGE,
         "agent:bot",
         "the answer",
-        job_id=job_id,
-        admit=False,
-        fence=fence,
-        finish=Finish(job_id, JobStatus.SUCCEEDED, result="the answer"),
     )
     assert done.job is None and done.entry.job_id == job_id
     job = store.get_job(job_id)
@@ -317,30 +331,32 @@ def test_finish_commits_the_entry_and_the_job_together(store: Store) -> None:
 def test_a_failed_finish_rolls_back_its_entry(store: Store) -> None:
     s = store.create_session("bot")
     job_id = _running_job(store, s.id, "tok")
-    store.finish_job(job_id, JobStatus.SUCCEEDED, fence=Fence(job_id, "tok"), result="r")
+    fence = Fence(job_id, "tok")
+    store.end_turn(
+        fence, Finish(job_id, JobStatus.SUCCEEDED, result="r"), s.id, EntryType.ACK, "agent:bot", ""
+    )
     before = store.get_session(s.id).last_seq
-    # The job is already terminal: the transition is illegal, so the entry must not stay.
-    with pytest.raises(IllegalTransition):
-        store.append(
+    # The job is already terminal (and its fence released): the entry must not stay.
+    with pytest.raises(LeaseLost):
+        store.end_turn(
+            fence,
+            Finish(job_id, JobStatus.FAILED, error={"code": "x"}),
             s.id,
             EntryType.ERROR,
             "system:worker",
             "late failure",
-            job_id=job_id,
-            admit=False,
-            finish=Finish(job_id, JobStatus.FAILED, error={"code": "x"}),
         )
     assert store.get_session(s.id).last_seq == before
-    assert [e.content for e in store.entries(s.id)] == ["go"]
+    assert [e.content for e in store.entries(s.id)] == ["go", ""]
     job = store.get_job(job_id)
     assert job.status is JobStatus.SUCCEEDED and job.result == "r" and job.error is None
     # The seq was not burnt.
-    assert store.append(s.id, EntryType.ACK, "system:t", "next").entry.seq == before + 1
+    assert write(store, s.id, EntryType.ACK, "system:t", "next").entry.seq == before + 1
 
 
 def test_transition_checks_version_and_the_state_machine(store: Store) -> None:
     s = store.create_session("bot")
-    done = store.append(s.id, EntryType.MESSAGE, "user:a", "hi")
+    done = write(store, s.id, EntryType.MESSAGE, "user:a", "hi")
     assert done.job is not None
     job = done.job
     with pytest.raises(IllegalTransition):
@@ -353,5 +369,5 @@ def test_transition_checks_version_and_the_state_machine(store: Store) -> None:
     with pytest.raises(IllegalTransition):
         store.transition(job.id, JobStatus.QUEUED)
     with pytest.raises(IllegalTransition):
-        store.begin_turn(job.id, "tok")
+        store.start_turn(job.id, "tok")
     assert store.get_job(job.id).status is JobStatus.CANCELLED

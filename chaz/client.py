@@ -130,13 +130,13 @@ class Agents:
     def put_many(self, specs: builtins.list[AgentSpec]) -> builtins.list[AgentSpec]:
         """Create or replace several agents at once: all are checked first, then all
         are saved in one transaction, so a bad one leaves every agent as it was."""
-        known = set(self._svc.tools.names())
+        known = set(self._tools.names())
         for i, spec in enumerate(specs):
             unknown = set(spec.tools) - known
             if unknown:
                 raise ValidationError(
                     f"agent [{i}] {spec.id!r}: unknown tools {sorted(unknown)}; "
-                    f"known: {self._svc.tools.names()}",
+                    f"known: {self._tools.names()}",
                     index=i,
                     agent_id=spec.id,
                 )

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import text
 
 import chaz
+from chaz import admission
 from chaz.control import check_ownership
 from chaz.domain.entries import EntryType
 from chaz.errors import Unauthorized, VersionConflict
@@ -118,7 +119,8 @@ def test_job_output_ownership(stack: Stack) -> None:
     chain = []
     for depth in range(1, 4):
         child = svc.store.create_session("leaf", parent_job_id=parent, tree_id=top.tree_id)
-        done = svc.store.append(
+        done = admission.admit(
+            svc,
             child.id,
             EntryType.DIRECTIVE,
             "agent:root",

@@ -19,6 +19,7 @@ import redis
 import sqlalchemy.exc
 
 from chaz import admission
+from chaz.control import cancel, job_output, wait_terminal
 from chaz.domain.agents import AgentSpec, Limits
 from chaz.domain.entries import Entry, EntryType, KeyScope, agent_sender, parse_sender
 from chaz.domain.jobs import Job, JobStatus
@@ -339,8 +340,6 @@ class Jobs:
 
     def wait(self, execution_id: str, timeout: float = 60.0) -> Job:
         """Block until the job is terminal; :class:`chaz.errors.Timeout` otherwise."""
-        from chaz.control import wait_terminal
-
         timeout = check_seconds("timeout", timeout)
         return wait_terminal(self._svc, check_ref("execution_id", execution_id), timeout)
 
@@ -348,8 +347,6 @@ class Jobs:
         self, execution_id: str, *, block: bool = True, timeout: float = 30.0
     ) -> dict[str, Any]:
         """The job's state and bounded result (the API twin of the ``job_output`` tool)."""
-        from chaz.control import job_output
-
         timeout = check_seconds("timeout", timeout)
         execution_id = check_ref("execution_id", execution_id)
         return job_output(self._svc, execution_id, None, block=bool(block), timeout=timeout)
@@ -363,8 +360,6 @@ class Jobs:
         reason: str = "",
     ) -> dict[str, Any]:
         """The ``execution.cancel`` command (docs/contracts.md#cancel). Returns its outcome."""
-        from chaz.control import cancel
-
         return cancel(
             self._svc,
             execution_id,

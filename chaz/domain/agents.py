@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from chaz.domain.script import parse_script
 from chaz.domain.validation import (
     AGENT_ID,
     CheckedModel,
@@ -110,8 +111,6 @@ class AgentSpec(CheckedModel):
     @classmethod
     def _check_script(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
         if value is not None:
-            from chaz.domain.script import parse_script
-
             try:
                 check_json("script", {"script": value})
             except ValidationError as exc:

@@ -14,11 +14,13 @@ import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import pydantic
 
 from chaz.domain.agents import Limits
+from chaz.domain.entries import EntryType
+from chaz.domain.jobs import Job
 from chaz.domain.validation import (
     DEFAULT_MAX_CONTENT_BYTES,
     check_tool_name,
@@ -27,12 +29,8 @@ from chaz.domain.validation import (
 )
 from chaz.errors import ChazError
 from chaz.runtime.backends.base import ToolCallRequest, ToolSpec
-
-if TYPE_CHECKING:
-    from chaz.domain.entries import EntryType
-    from chaz.domain.jobs import Job
-    from chaz.services import Services
-    from chaz.store.repo import Appended, JobFields
+from chaz.services import Services
+from chaz.store.repo import Appended, JobFields
 
 log = logging.getLogger(__name__)
 

@@ -275,7 +275,7 @@ class BaselineResult:
 def producer_app(stack: BenchStack) -> Celery:
     """A producer-side Celery app with chaz's settings, as chaz's Dispatcher builds it."""
     app = Celery("bench-producer", set_as_current=False)
-    app.config_from_object("celeryconfig")
+    app.config_from_object("chaz.celery_settings")
     app.conf.broker_url = broker_url_for(stack.settings)
     return app
 

@@ -4,7 +4,7 @@ Started as a real worker, like chaz's::
 
     celery -A benchmarks.noop_app worker --pool threads --queues bench.noop ...
 
-It loads the same :mod:`celeryconfig` (so the same broker, threads pool,
+It loads the same :mod:`chaz.celery_settings` (so the same broker, threads pool,
 ``acks_late``, ``reject_on_worker_lost``, prefetch 1, task events and
 concurrency) and is configured by the same ``CHAZ_*`` variables. chaz ignores
 Celery results, so the task needs no result backend either: it signals that it
@@ -38,7 +38,7 @@ def ready_key(hostname: str) -> str:
 
 
 app = Celery("bench-noop")
-app.config_from_object("celeryconfig")
+app.config_from_object("chaz.celery_settings")
 app.conf.task_default_queue = QUEUE
 app.conf.beat_schedule = {}
 

@@ -39,7 +39,7 @@ from chaz.domain.validation import (
     invalid,
 )
 from chaz.errors import BackendUnavailable, SessionNotFound, Timeout, ValidationError
-from chaz.runtime.tools import ToolRegistry
+from chaz.runtime.registry import ToolRegistry
 from chaz.services import Services
 from chaz.settings import Settings
 from chaz.store.migrate import upgrade

@@ -50,7 +50,7 @@ class Dispatcher:
                     from celery import Celery
 
                     app = Celery("chaz-producer", set_as_current=False)
-                    app.config_from_object("celeryconfig")
+                    app.config_from_object("chaz.celery_settings")
                     app.conf.broker_url = broker_url_for(self._settings)
                     self._app = app
         return self._app

@@ -101,7 +101,7 @@ def embedded_redis_pid(settings: Settings) -> int | None:
         return None
 
 
-#: Every queue chaz's tasks are routed to (see celeryconfig.task_routes).
+#: Every queue chaz's tasks are routed to (see chaz.celery_settings.task_routes).
 QUEUES = "chaz.turns,chaz.control"
 
 

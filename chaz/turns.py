@@ -34,7 +34,7 @@ from chaz.runtime.backends.base import TurnContext
 from chaz.runtime.context import build_context
 from chaz.runtime.events import EventSink, RuntimeEvent, ToolCallEvent
 from chaz.runtime.loop import Checkpoint, LoopPorts, run_loop
-from chaz.runtime.tools import ToolContext, ToolRegistry
+from chaz.runtime.registry import ToolContext, ToolRegistry
 from chaz.services import Services
 from chaz.store.repo import Appended, Fence, Finish, JobFields, TurnSetup
 
@@ -399,7 +399,7 @@ class TurnRunner:
 
 
 class RunnerDelegation:
-    """The use cases collaboration tools call (:class:`chaz.runtime.tools.Delegation`),
+    """The use cases collaboration tools call (:class:`chaz.runtime.registry.Delegation`),
     for the turns of one :class:`TurnRunner`."""
 
     def __init__(self, runner: TurnRunner) -> None:

@@ -1,4 +1,4 @@
-"""The Celery application, configured from :mod:`celeryconfig`."""
+"""The Celery application, configured from :mod:`chaz.celery_settings`."""
 
 from __future__ import annotations
 
@@ -10,4 +10,4 @@ from chaz.coord.broker import install_restart_workaround
 install_restart_workaround()
 
 app = Celery("chaz", include=["workers.tasks"])
-app.config_from_object("celeryconfig")
+app.config_from_object("chaz.celery_settings")

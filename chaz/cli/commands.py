@@ -277,7 +277,7 @@ def cmd_worker(ctx: Context) -> int:
         ensure_embedded(settings)
     _migrate(settings)
     env = dict(os.environ)
-    # --home must reach celeryconfig and the tasks, which read CHAZ_HOME themselves.
+    # --home must reach chaz.celery_settings and the tasks, which read CHAZ_HOME themselves.
     env["CHAZ_HOME"] = str(home)
     out.note(f"exec: {shlex.join(cmd)}")
     sys.stdout.flush()

@@ -22,7 +22,7 @@ from chaz.runtime.backends.base import (
     TurnContext,
 )
 from chaz.runtime.events import EventSink, ToolCallEvent, ToolResultEvent
-from chaz.runtime.tools import ToolContext, ToolRegistry
+from chaz.runtime.registry import ToolContext, ToolRegistry
 
 INTERRUPTED = (
     "interrupted: the worker running this tool call stopped before it finished; "

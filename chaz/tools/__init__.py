@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chaz.runtime.tools import ToolRegistry
+from chaz.runtime.registry import ToolRegistry
 from chaz.tools import builtin, collab
 
 

@@ -7,7 +7,7 @@ import time
 from pydantic import BaseModel, ConfigDict, Field
 
 from chaz.ids import utcnow
-from chaz.runtime.tools import Tool, ToolContext
+from chaz.runtime.registry import Tool, ToolContext
 
 
 class _NoArgs(BaseModel):

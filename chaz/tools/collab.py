@@ -29,7 +29,7 @@ from chaz.errors import (
     MessagesExceeded,
     ToolError,
 )
-from chaz.runtime.tools import Delegation, Tool, ToolContext
+from chaz.runtime.registry import Delegation, Tool, ToolContext
 from chaz.services import Services
 from chaz.store.repo import JobFields
 

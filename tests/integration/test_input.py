@@ -16,7 +16,7 @@ from chaz.domain.entries import EntryType
 from chaz.domain.jobs import JobStatus
 from chaz.errors import ChazError, RequestTooLarge, ValidationError
 from chaz.runtime.backends.base import ToolCallRequest
-from chaz.runtime.tools import ToolContext
+from chaz.runtime.registry import ToolContext
 from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
 from chaz.turns import RunnerDelegation, TurnRunner
 from tests.support.stack import Stack

@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 import chaz
 from chaz.errors import ChazError, ValidationError
 from chaz.runtime.backends.base import ToolCallRequest
-from chaz.runtime.tools import ToolContext
+from chaz.runtime.registry import ToolContext
 from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
 from chaz.turns import RunnerDelegation, TurnRunner
 from tests.support.stack import Stack

@@ -42,7 +42,7 @@ from chaz.runtime.loop import (
     StepLimitExceeded,
     run_loop,
 )
-from chaz.runtime.tools import Tool, ToolContext, ToolOutcome, ToolRegistry
+from chaz.runtime.registry import Tool, ToolContext, ToolOutcome, ToolRegistry
 from chaz.tools import default_registry
 
 

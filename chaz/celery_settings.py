@@ -1,0 +1,79 @@
+"""Celery settings for chaz, each one chosen on purpose.
+
+Workers (``celery -A workers worker``) and producers (``chaz.Client``) both load
+this module, so a message sent is a message the worker understands. It lives
+in the package (the top-level ``celeryconfig.py`` of a checkout only
+re-exports it), so an installed chaz never puts a module named
+``celeryconfig`` on a user's path.
+"""
+
+from __future__ import annotations
+
+from chaz.settings import broker_url_for, get_settings
+
+_settings = get_settings()
+
+#: The broker is the same Redis that holds chaz's coordination state.
+broker_url = broker_url_for(_settings)
+
+#: chaz keeps results and state in its database, not in a Celery result backend.
+task_ignore_result = True
+result_backend = None
+
+#: Ack only after the task finished: a worker that dies mid-turn leaves the
+#: message unacknowledged, so it is delivered again...
+task_acks_late = True
+#: ...and when the worker *process* is lost, the message is rejected back to the
+#: queue at once instead of being acked (acks_late alone does not redeliver).
+task_reject_on_worker_lost = True
+
+#: A worker reserves one message per thread: a long turn must not hold other
+#: sessions' wake-ups behind it.
+worker_prefetch_multiplier = 1
+
+#: A turn that outruns the visibility timeout is redelivered while it still
+#: runs. That is harmless (the session lane's lease fences the duplicate out),
+#: and the lease watch and the reconciler, not the visibility timeout, recover
+#: dead turns (docs/architecture.md#recovery says why a short timeout would
+#: not help), so this only bounds how long a lost message waits. One hour.
+broker_transport_options = {"visibility_timeout": 3600}
+
+#: JSON only: arguments are ids, and nothing unpickles data from the network.
+task_serializer = "json"
+accept_content = ["json"]
+event_serializer = "json"
+
+#: Turns and housekeeping have their own queues, so a flood of wake-ups never
+#: delays the reconciler.
+task_default_queue = "chaz.turns"
+task_routes = {
+    "chaz.turn": {"queue": "chaz.turns"},
+    "chaz.reconcile": {"queue": "chaz.control"},
+}
+
+#: Send task events so Flower shows what runs (chaz.turn with session and
+#: execution ids as arguments).
+worker_send_task_events = True
+task_send_sent_event = True
+
+#: Turns are I/O-bound (model calls): the threads pool with many threads.
+worker_pool = "threads"
+worker_concurrency = _settings.worker_concurrency
+
+#: Keep broker connections healthy across Redis restarts.
+broker_connection_retry_on_startup = True
+broker_heartbeat = 0
+
+#: The reconciler: restores counters and cancel flags from the database, frees
+#: slots of finished jobs, and finds admitted work that nobody picked up (a
+#: lost wake-up, a dead worker).
+beat_schedule = {
+    "chaz-reconcile": {
+        "task": "chaz.reconcile",
+        "schedule": _settings.reconcile_seconds,
+        "options": {"expires": _settings.reconcile_seconds},
+    },
+}
+
+timezone = "UTC"
+enable_utc = True

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chaz import admission, control
-from chaz.admission import resolve_limits
+from chaz.admission import TurnEnd, resolve_limits
 from chaz.coord import keys
 from chaz.coord.lanes import Lease
 from chaz.domain.entries import Entry, EntryType, agent_sender
@@ -155,17 +155,9 @@ class TurnRunner:
                     and outcome.turns < KEEP_LANE_TURNS
                     and time.monotonic() < deadline
                 )
-                end = svc.admission.turn_ended(
-                    job,
-                    token,
-                    ran.last,
-                    finished=ran.finished,
-                    free_slot=ran.finished and not lend_slot,
-                    keep_if_queued=keep,
+                end = hand_off(
+                    svc, session_id, job, token, ran, lend_slot=lend_slot, keep_if_queued=keep
                 )
-                if end.woken and end.woken != session_id:
-                    head = svc.store.head_job(end.woken)
-                    svc.dispatcher.wake(end.woken, head.id if head else "")
                 if end.kept:
                     continue  # more jobs wait and the lane is still ours
                 held = False
@@ -196,128 +188,135 @@ class TurnRunner:
     # -- one job --------------------------------------------------------------
 
     def _run(self, setup: TurnSetup, token: str) -> _Ran:
-        """Run the job's turn to its end (or until another worker takes it over)."""
+        """Start the job's turn and run it to its end (or until another worker
+        takes it over)."""
         svc = self.services
-        job, session = setup.job, setup.session
         try:
             # The start and the Ack commit together: one transaction fewer
             # between a message and the sign that its turn began.
             job, ack = svc.store.start_turn(
-                job.id,
+                setup.job.id,
                 token,
-                ack_sender=agent_sender(session.agent_id),
+                ack_sender=agent_sender(setup.session.agent_id),
                 # Which process runs the turn: for operators (and the crash tests).
                 ack_metadata={"host": socket.gethostname(), "pid": os.getpid()},
-                seen=job,
+                seen=setup.job,
             )
         except IllegalTransition:
             # Cancelled (or finished) since we read the head: nothing to run.
             return _Ran(finished=True)
         # It left the queue on its first start (a resumed turn left it then).
         cancel_requested = svc.admission.turn_started(job, ack, dequeued=job.attempts == 1)
-        fence = Fence(job.id, token)
+        turn = Turn(self, job, Fence(job.id, token), setup, cancel_requested)
         if job.attempts > MAX_ATTEMPTS:
-            last = self._fail(
-                job,
-                fence,
-                session.agent_id,
+            last = turn.fail(
                 JobStatus.INTERRUPTED,
                 ChazError(f"the turn was interrupted {MAX_ATTEMPTS} times; giving up"),
                 code="turn.interrupted",
             )
             return _Ran(finished=True, last=last)
         if job.attempts > 1:
-            self._announce_resume(job, fence, session.agent_id)
-        heartbeat = svc.lease_keeper.hold(job.session_id, token)
+            turn.announce_resume()
+        turn.heartbeat = svc.lease_keeper.hold(job.session_id, token)
         try:
-            return _Ran(True, self._turn(job, fence, setup, heartbeat, cancel_requested))
+            return _Ran(True, turn.run())
         except LeaseLost:
             # Another worker took this job over; it owns the session now.
             log.warning("lost the lease of job %s; leaving it to its new holder", job.id)
             return _Ran(finished=False)
         finally:
-            svc.lease_keeper.drop(heartbeat)
+            svc.lease_keeper.drop(turn.heartbeat)
 
-    def _announce_resume(self, job: Job, fence: Fence, agent_id: str) -> None:
-        """A status entry that tells the session's readers this turn was resumed."""
-        admission.append(
-            self.services,
-            job.session_id,
-            EntryType.ACK,
-            agent_sender(agent_id),
-            f"resumed: attempt {job.attempts}",
-            job_id=job.id,
-            idempotency_key=f"job:{job.id}:resume:{job.attempts}",
-            fence=fence,
-            durable=False,
-            metadata={"resumed": job.attempts, "host": socket.gethostname(), "pid": os.getpid()},
-        )
 
-    def _turn(
+def hand_off(
+    services: Services,
+    session_id: str,
+    job: Job,
+    token: str,
+    ran: _Ran,
+    *,
+    lend_slot: bool,
+    keep_if_queued: bool,
+) -> TurnEnd:
+    """After a turn's last write: publish it, free its live slot, and give the
+    lane back unless ``keep_if_queued`` and more jobs wait; wake the session
+    of the tree that waited for the freed slot."""
+    end = services.admission.turn_ended(
+        job,
+        token,
+        ran.last,
+        finished=ran.finished,
+        free_slot=ran.finished and not lend_slot,
+        keep_if_queued=keep_if_queued,
+    )
+    if end.woken and end.woken != session_id:
+        head = services.store.head_job(end.woken)
+        services.dispatcher.wake(end.woken, head.id if head else "")
+    return end
+
+
+class Turn:
+    """One job's turn on this worker; its methods are the turn's steps.
+
+    Holds what every step needs: the job as started, the fence its writes
+    carry, the setup read before it started (session, agent, context), the
+    lease heartbeat, and whether a cancel was already requested.
+    """
+
+    def __init__(
         self,
+        runner: TurnRunner,
         job: Job,
         fence: Fence,
         setup: TurnSetup,
-        heartbeat: Lease,
         cancel_requested: bool,
-    ) -> Entry | None:
+    ) -> None:
+        self.runner = runner
+        self.services = runner.services
+        self.job = job
+        self.fence = fence
+        self.setup = setup
+        self.cancel_requested = cancel_requested
+        #: Set while the turn runs (see :meth:`TurnRunner._run`).
+        self.heartbeat: Lease | None = None
+        #: The sender of everything the turn writes.
+        self.me = agent_sender(setup.session.agent_id)
+
+    def run(self) -> Entry | None:
         """The turn itself; its last entry (reply or Error), committed with the job's end."""
-        svc = self.services
-        agent_id = setup.session.agent_id
-        me = agent_sender(agent_id)
-        sink = EventSink(lambda ev: self._write_event(job, fence, me, ev))
+        sink = EventSink(self.write_event)
         try:
-            text = self._think(job, fence, setup, sink, heartbeat, cancel_requested)
+            text = self.think(sink)
             sink.close()
         except LeaseLost:
             _close_quietly(sink)
             raise
         except Cancelled as exc:
             _close_quietly(sink)
-            return self._fail(job, fence, agent_id, JobStatus.CANCELLED, exc)
+            return self.fail(JobStatus.CANCELLED, exc)
         except Exception as exc:
             _close_quietly(sink)
             if is_transient(exc):
-                raise  # retried from the checkpoint (see wake)
+                raise  # retried from the checkpoint (see TurnRunner.wake)
             if isinstance(exc, ChazError):
-                return self._fail(job, fence, agent_id, JobStatus.FAILED, exc)
+                return self.fail(JobStatus.FAILED, exc)
             # The session's readers get a code and a reference; the
             # exception (a driver's carries its SQL and parameters) goes to
             # the worker log only.
             ref = secrets.token_hex(6)
-            log.exception("turn %s crashed (ref %s)", job.id, ref)
-            return self._fail(
-                job,
-                fence,
-                agent_id,
+            log.exception("turn %s crashed (ref %s)", self.job.id, ref)
+            return self.fail(
                 JobStatus.FAILED,
                 ChazError(f"the turn stopped on an internal error (ref {ref})", ref=ref),
                 code="turn.crashed",
             )
-        done = svc.store.end_turn(
-            fence,
-            Finish(job.id, JobStatus.SUCCEEDED, result=text),
-            job.session_id,
-            EntryType.MESSAGE,
-            me,
-            text,
-            idempotency_key=f"job:{job.id}:reply",
-        )
-        return done.entry if done.created else None
+        return self.reply(text)
 
-    def _think(
-        self,
-        job: Job,
-        fence: Fence,
-        setup: TurnSetup,
-        sink: EventSink,
-        heartbeat: Lease,
-        cancel_requested: bool,
-    ) -> str:
-        svc = self.services
-        session, spec, trigger = setup.session, setup.agent, setup.trigger
-        agent_id = session.agent_id
-        context = build_context(spec.system_prompt, setup.history, agent_id)
+    def think(self, sink: EventSink) -> str:
+        """Run the ReAct loop (from the checkpoint, on a resumed attempt): the answer."""
+        svc, job = self.services, self.job
+        session, spec, trigger = self.setup.session, self.setup.agent, self.setup.trigger
+        context = build_context(spec.system_prompt, self.setup.history, session.agent_id)
         limits = spec.limits.narrowed(session.limits)
         resume = Checkpoint.from_json(svc.store.checkpoint(job.id)) if job.attempts > 1 else None
         turn = TurnContext(
@@ -328,28 +327,31 @@ class TurnRunner:
         tool_ctx = ToolContext(
             session_id=job.session_id,
             job_id=job.id,
-            agent_id=agent_id,
+            agent_id=session.agent_id,
             tree_id=job.tree_id,
             call_depth=job.call_depth,
             allowed_tools=frozenset(session.tools if session.tools is not None else spec.tools),
             services=svc,
             limits=limits,
             message_count=job.message_count,
-            delegation=RunnerDelegation(self),
+            delegation=RunnerDelegation(self.runner),
         )
+        assert self.heartbeat is not None, "a turn thinks only while its lease is kept"
         ports = LoopPorts(
             backend=make_backend(spec, svc.settings),
-            registry=self.registry,
+            registry=self.runner.registry,
             sink=sink,
-            save=lambda cp: svc.store.save_checkpoint(fence, cp.to_json()),
-            stop_check=_StopCheck(self.services, job.id, heartbeat, cancel_requested),
+            save=lambda cp: svc.store.save_checkpoint(self.fence, cp.to_json()),
+            stop_check=_StopCheck(svc, job.id, self.heartbeat, self.cancel_requested),
         )
         max_steps = min(
             limits.max_turn_steps or svc.settings.max_turn_steps, svc.settings.max_turn_steps
         )
         return run_loop(ports, context, turn, tool_ctx, max_steps, resume)
 
-    def _write_event(self, job: Job, fence: Fence, sender: str, event: RuntimeEvent) -> None:
+    def write_event(self, event: RuntimeEvent) -> None:
+        """Write a ToolCall or ToolResult entry (the event sink's writer)."""
+        job = self.job
         if isinstance(event, ToolCallEvent):
             etype, suffix = EntryType.TOOL_CALL, "call"
             content = json.dumps({"name": event.name, "arguments": event.arguments})
@@ -362,35 +364,57 @@ class TurnRunner:
             self.services,
             job.session_id,
             etype,
-            sender,
+            self.me,
             content,
             job_id=job.id,
             idempotency_key=f"job:{job.id}:{suffix}:{event.call_id}",
-            fence=fence,
+            fence=self.fence,
             durable=False,
             metadata=meta,
         )
 
-    def _fail(
-        self,
-        job: Job,
-        fence: Fence,
-        agent_id: str,
-        status: JobStatus,
-        exc: ChazError,
-        *,
-        code: str | None = None,
-    ) -> Entry | None:
+    def announce_resume(self) -> None:
+        """A status entry that tells the session's readers this turn was resumed."""
+        job = self.job
+        admission.append(
+            self.services,
+            job.session_id,
+            EntryType.ACK,
+            self.me,
+            f"resumed: attempt {job.attempts}",
+            job_id=job.id,
+            idempotency_key=f"job:{job.id}:resume:{job.attempts}",
+            fence=self.fence,
+            durable=False,
+            metadata={"resumed": job.attempts, "host": socket.gethostname(), "pid": os.getpid()},
+        )
+
+    def reply(self, text: str) -> Entry | None:
+        """End the job ``succeeded`` with its reply; the entry if this wrote it."""
+        job = self.job
+        done = self.services.store.end_turn(
+            self.fence,
+            Finish(job.id, JobStatus.SUCCEEDED, result=text),
+            job.session_id,
+            EntryType.MESSAGE,
+            self.me,
+            text,
+            idempotency_key=f"job:{job.id}:reply",
+        )
+        return done.entry if done.created else None
+
+    def fail(self, status: JobStatus, exc: ChazError, *, code: str | None = None) -> Entry | None:
         """End the job in ``status`` with an Error entry; the entry if this wrote it."""
+        job = self.job
         error = exc.to_dict()
         if code:
             error["code"] = code
         done = self.services.store.end_turn(
-            fence,
+            self.fence,
             Finish(job.id, status, error=error),
             job.session_id,
             EntryType.ERROR,
-            agent_sender(agent_id),
+            self.me,
             f"{error['code']}: {exc.message}",
             idempotency_key=f"job:{job.id}:error",
             metadata={"code": error["code"], "retryable": error["retryable"]},

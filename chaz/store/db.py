@@ -16,7 +16,7 @@ def make_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(url)
-    # No pool_pre_ping: it cost a round trip per transaction (12% of a turn).
+    # No pool_pre_ping: a round trip per transaction (docs/performance.md).
     # A connection that died with its server raises once, SQLAlchemy then
     # drops the whole pool, and callers see backend.unavailable and retry.
     return create_engine(url, pool_size=10, max_overflow=20, pool_recycle=1800)

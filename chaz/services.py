@@ -12,22 +12,24 @@ import threading
 import time
 from collections.abc import Callable
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 
 from chaz.coord import keys
+from chaz.coord.capacity import TreeCapacity
+from chaz.coord.claims import IdempotencyClaims
+from chaz.coord.flags import CancelFlags
 from chaz.coord.lanes import Lanes, LeaseKeeper
 from chaz.coord.pubsub import publish
+from chaz.coord.quotas import Quotas
 from chaz.coord.redis import connect
+from chaz.coord.signals import TurnSignals
 from chaz.dispatch import Dispatcher
 from chaz.domain.entries import EntryType, KeyScope
 from chaz.runtime.tools import ToolRegistry
 from chaz.settings import Settings
 from chaz.store.repo import Admitting, Appended, Fence, Finish, JobFields, Store
-
-if TYPE_CHECKING:
-    from chaz.admission import Admission
 
 
 class Services:
@@ -62,12 +64,43 @@ class Services:
         """Wake-up sender."""
         return Dispatcher(self.settings)
 
-    @cached_property
-    def admission(self) -> Admission:
-        """Quota counters and tree capacity."""
-        from chaz.admission import Admission
+    # The store-backed callables read ``self.store`` when called, not when
+    # built: the store stays lazy, and one reopened after close() is used.
 
-        return Admission(self)
+    @cached_property
+    def quotas(self) -> Quotas:
+        """Per-session quota counters."""
+        return Quotas(self.redis, lambda session_id: self.store.job_counts(session_id))
+
+    @cached_property
+    def capacity(self) -> TreeCapacity:
+        """Per-tree live slots and waiting sets."""
+        return TreeCapacity(
+            self.redis,
+            lambda tree_id: self.store.active_jobs(tree_id=tree_id),
+            lambda job_ids: self.store.get_jobs(job_ids),
+        )
+
+    @cached_property
+    def signals(self) -> TurnSignals:
+        """A turn's start and end signals."""
+        return TurnSignals(self.redis, self.settings.lease_seconds)
+
+    @cached_property
+    def flags(self) -> CancelFlags:
+        """Cancel flags of running jobs."""
+        return CancelFlags(self.redis)
+
+    @cached_property
+    def claims(self) -> IdempotencyClaims:
+        """Single-flight claims on idempotency keys."""
+        return IdempotencyClaims(self.redis)
+
+    @property
+    def admission(self) -> Quotas:
+        """Deprecated: the quotas, under their old name. Remove once ``append``
+        uses :attr:`quotas` (issue 8 merge)."""
+        return self.quotas
 
     @cached_property
     def tools(self) -> ToolRegistry:

@@ -22,7 +22,8 @@ _USES = "-- uses:"
 
 @functools.cache
 def _read(name: str) -> str:
-    return importlib.resources.files("chaz.coord").joinpath("lua", f"{name}.lua").read_text()
+    lua = importlib.resources.files("chaz.coord").joinpath("lua")
+    return lua.joinpath(f"{name}.lua").read_text(encoding="utf-8")
 
 
 def uses(name: str) -> list[str]:

@@ -20,7 +20,6 @@ import time
 from typing import Any
 
 from chaz import admission
-from chaz.coord import keys
 from chaz.domain.entries import EntryType
 from chaz.domain.jobs import Job, JobStatus, missing_job
 from chaz.domain.validation import (
@@ -127,14 +126,14 @@ def _cancel_one(
                 done = store.transition(
                     job.id, JobStatus.CANCELLED, expected_version=expected_version or job.version
                 )
-                services.admission.dequeued(job.session_id)
+                services.quotas.dequeued(job.session_id)
                 _note(services, done, reason)
                 return _outcome(done, previous=job.status, changed=True)
             if job.status is JobStatus.RUNNING:
                 done = store.transition(
                     job.id, JobStatus.STOPPING, expected_version=expected_version or job.version
                 )
-                services.redis.set(keys.cancel(job.id), reason or "cancelled")
+                services.flags.request(job.id, reason)
                 return _outcome(done, previous=job.status, changed=True)
             return _outcome(job, previous=job.status, changed=False)
         except Conflict:

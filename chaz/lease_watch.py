@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import threading
 
-from chaz.coord import keys
 from chaz.coord.lanes import heartbeat_seconds
 from chaz.services import Services
 
@@ -49,7 +48,7 @@ class LeaseWatch:
             except Exception:
                 log.warning("could not wake session %s", session_id, exc_info=True)
             # Not woken: put it back, due now, for the next pass.
-            svc.redis.zadd(keys.leases(), {session_id: 0})
+            svc.lanes.watch_again(session_id)
         return woken
 
     def start(self) -> None:

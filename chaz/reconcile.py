@@ -12,7 +12,6 @@ import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from chaz.coord import keys
 from chaz.domain.jobs import Job, JobStatus
 from chaz.ids import utcnow
 from chaz.services import Services
@@ -61,7 +60,7 @@ class Reconciler:
             svc.dispatcher.wake(session_id, head.id)
             report.woken.append(session_id)
         report.counters_rebuilt = self.rebuild_counters(active)
-        for session_id in svc.admission.prune():
+        for session_id in svc.capacity.prune():
             waiting = svc.store.head_job(session_id)
             if waiting is not None:
                 svc.dispatcher.wake(session_id, waiting.id)
@@ -69,7 +68,7 @@ class Reconciler:
         # A cancel requested before a flush must still stop its turn.
         for job in active:
             if job.status is JobStatus.STOPPING:
-                svc.redis.set(keys.cancel(job.id), "cancelled", nx=True)
+                svc.flags.restore(job.id)
         # Only a running job with no lease is an orphaned turn (its worker is
         # gone); a queued job past the grace period just had its wake-up sent
         # again, which a backlog of wake-ups explains as well as a lost one.
@@ -83,5 +82,9 @@ class Reconciler:
         return report
 
     def rebuild_counters(self, active: list[Job]) -> int:
-        """Restore missing quota counters from the database (see chaz.admission)."""
-        return self.services.admission.rebuild(active)
+        """Restore missing quota counters and live hashes from the database.
+
+        See :mod:`chaz.coord.quotas` and :mod:`chaz.coord.capacity`.
+        """
+        svc = self.services
+        return svc.quotas.rebuild(active) + svc.capacity.rebuild(active)

@@ -1,26 +1,29 @@
 """The process-wide bundle of connections chaz works through.
 
 One :class:`Services` per process (producer or worker) holds the settings,
-the store, the Redis client and what is built on it (lanes, the lease
-keeper), and the dispatcher. It holds connections, not behaviour: writing to
-a session is :mod:`chaz.admission`'s, running a turn :mod:`chaz.turns`'.
+the store, the Redis client and what is built on it (one object per
+coordination concept: lanes and the lease keeper, quotas, tree capacity,
+turn signals, cancel flags, idempotency claims), and the dispatcher. It
+holds connections, not behaviour: writing to a session is
+:mod:`chaz.admission`'s, running a turn :mod:`chaz.turns`'.
 """
 
 from __future__ import annotations
 
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import redis
 
+from chaz.coord.capacity import TreeCapacity
+from chaz.coord.claims import IdempotencyClaims
+from chaz.coord.flags import CancelFlags
 from chaz.coord.lanes import Lanes, LeaseKeeper
+from chaz.coord.quotas import Quotas
 from chaz.coord.redis import connect
+from chaz.coord.signals import TurnSignals
 from chaz.dispatch import Dispatcher
 from chaz.settings import Settings
 from chaz.store.repo import Store
-
-if TYPE_CHECKING:
-    from chaz.admission import Admission
 
 
 class Services:
@@ -54,12 +57,37 @@ class Services:
         """Wake-up sender."""
         return Dispatcher(self.settings)
 
-    @cached_property
-    def admission(self) -> Admission:
-        """Quota counters and tree capacity."""
-        from chaz.admission import Admission
+    # The store-backed callables read ``self.store`` when called, not when
+    # built: the store stays lazy, and one reopened after close() is used.
 
-        return Admission(self)
+    @cached_property
+    def quotas(self) -> Quotas:
+        """Per-session quota counters."""
+        return Quotas(self.redis, lambda session_id: self.store.job_counts(session_id))
+
+    @cached_property
+    def capacity(self) -> TreeCapacity:
+        """Per-tree live slots and waiting sets."""
+        return TreeCapacity(
+            self.redis,
+            lambda tree_id: self.store.active_jobs(tree_id=tree_id),
+            lambda job_ids: self.store.get_jobs(job_ids),
+        )
+
+    @cached_property
+    def signals(self) -> TurnSignals:
+        """A turn's start and end signals."""
+        return TurnSignals(self.redis, self.settings.lease_seconds)
+
+    @cached_property
+    def flags(self) -> CancelFlags:
+        """Cancel flags of running jobs."""
+        return CancelFlags(self.redis)
+
+    @cached_property
+    def claims(self) -> IdempotencyClaims:
+        """Single-flight claims on idempotency keys."""
+        return IdempotencyClaims(self.redis)
 
     def close(self) -> None:
         """Release every connection this bundle opened."""

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from chaz import admission, control
-from chaz.admission import TurnEnd, resolve_limits
-from chaz.coord import keys
 from chaz.coord.lanes import Lease
+from chaz.coord.signals import TurnEnd
 from chaz.domain.entries import Entry, EntryType, agent_sender
 from chaz.domain.jobs import Job, JobStatus
+from chaz.domain.limits import resolve_limits
 from chaz.errors import Cancelled, ChazError, IllegalTransition, LeaseLost
 from chaz.faults import is_transient
 from chaz.runtime.backends import make_backend
@@ -141,7 +141,7 @@ class TurnRunner:
                     break
                 job = setup.job
                 limits = resolve_limits(svc.settings, setup.session, setup.agent)
-                if not lend_slot and not svc.admission.start(job, limits):
+                if not lend_slot and not svc.capacity.start(job, limits):
                     # The tree is at its live limit: the job stays queued and
                     # waits in the tree's waiting set; a finishing turn wakes it.
                     look = False
@@ -206,7 +206,7 @@ class TurnRunner:
             # Cancelled (or finished) since we read the head: nothing to run.
             return _Ran(finished=True)
         # It left the queue on its first start (a resumed turn left it then).
-        cancel_requested = svc.admission.turn_started(job, ack, dequeued=job.attempts == 1)
+        cancel_requested = svc.signals.started(job, ack, dequeued=job.attempts == 1)
         turn = Turn(self, job, Fence(job.id, token), setup, cancel_requested)
         if job.attempts > MAX_ATTEMPTS:
             last = turn.fail(
@@ -241,7 +241,7 @@ def hand_off(
     """After a turn's last write: publish it, free its live slot, and give the
     lane back unless ``keep_if_queued`` and more jobs wait; wake the session
     of the tree that waited for the freed slot."""
-    end = services.admission.turn_ended(
+    end = services.signals.ended(
         job,
         token,
         ran.last,
@@ -486,7 +486,7 @@ class _StopCheck:
             raise LeaseLost(f"job {self._job_id} lost its lane lease")
         seen, self._seen = self._seen, None
         if seen is None:
-            seen = bool(self._services.redis.exists(keys.cancel(self._job_id)))
+            seen = self._services.flags.requested(self._job_id)
         if seen:
             raise Cancelled("the job was cancelled")
 

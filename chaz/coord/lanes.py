@@ -15,85 +15,26 @@ import time
 
 import redis
 
-from chaz.coord import keys, lua
+from chaz.coord import keys, scripts
 
 log = logging.getLogger(__name__)
 
-# Every lease is also a member of the leases zset, scored by its expiry, in
-# the same atomic step that takes, renews or gives it back: the lease watch
-# finds the expired ones without scanning lanes. KEYS: lane, leases zset.
-
-# ARGV: value (TOKEN JOB_ID), ttl_ms, session id.
-_ACQUIRE = (
-    lua.WATCH_LEASE
-    + """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  watch_lease(KEYS[2], ARGV[3], ARGV[2])
-  return 1
-end
-return 0
-"""
-)
-
-# Renew or release only the lease we hold: compare, then act, atomically.
-# ARGV: token, ttl_ms, session id.
-_RENEW = (
-    lua.LEASE_IS
-    + lua.WATCH_LEASE
-    + """
-if lease_is(redis.call('GET', KEYS[1]), ARGV[1]) then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  watch_lease(KEYS[2], ARGV[3], ARGV[2])
-  return 1
-end
-return 0
-"""
-)
-
-# ARGV: token, session id.
-_RELEASE = (
-    lua.LEASE_IS
-    + """
-if lease_is(redis.call('GET', KEYS[1]), ARGV[1]) then
-  redis.call('DEL', KEYS[1])
-  redis.call('ZREM', KEYS[2], ARGV[2])
-  return 1
-end
-return 0
-"""
-)
-
-# The sessions whose lease expired without being given back (its holder died,
-# or lost Redis for longer than the lease), each claimed by exactly one caller.
-# A member whose lane is still leased (renewed by a path that did not move its
-# score) gets its score back. KEYS: leases zset. ARGV: lane key prefix, limit.
-_EXPIRED = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
-local out = {}
-for _, sid in ipairs(due) do
-  local ttl = redis.call('PTTL', ARGV[1] .. sid)
-  if ttl > 0 then
-    redis.call('ZADD', KEYS[1], now + ttl, sid)
-  else
-    redis.call('ZREM', KEYS[1], sid)
-    table.insert(out, sid)
-  end
-end
-return out
-"""
-
 
 class Lanes:
-    """Lease operations on session lanes."""
+    """Lease operations on session lanes.
+
+    Every lease is also a member of the leases zset, scored by its expiry,
+    in the same script that takes, renews or gives it back
+    (``lua/lane_*.lua``): the lease watch finds the expired ones
+    (``lua/leases_expired.lua``) without scanning lanes.
+    """
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
-        self._acquire = client.register_script(_ACQUIRE)
-        self._renew = client.register_script(_RENEW)
-        self._release = client.register_script(_RELEASE)
-        self._expired = client.register_script(_EXPIRED)
+        self._acquire = scripts.register(client, "lane_acquire")
+        self._renew = scripts.register(client, "lane_renew")
+        self._release = scripts.register(client, "lane_release")
+        self._expired = scripts.register(client, "leases_expired")
 
     def acquire(self, session_id: str, job_id: str, ttl_seconds: float) -> str | None:
         """Take the session's lease for ``job_id``; the token, or None if it is held."""
@@ -128,6 +69,13 @@ class Lanes:
         """
         found = self._expired(keys=[keys.leases()], args=[keys.lane(""), limit])
         return [str(s) for s in found]
+
+    def watch_again(self, session_id: str) -> None:
+        """Put a session claimed by :meth:`expired` back, due now, for the next claim.
+
+        For a caller that could not wake it: the session is not lost.
+        """
+        self.client.zadd(keys.leases(), {session_id: 0})
 
     def holder(self, session_id: str) -> tuple[str, str] | None:
         """``(token, job_id)`` of the current lease, if any."""

@@ -96,7 +96,7 @@ def test_cumulative_allowance_never_refills(client: chaz.Client) -> None:
     # Cancel both queued jobs (they leave the queue, but were admitted).
     for job in jobs(client, s.id):
         client.services.store.transition(job.id, JobStatus.CANCELLED)
-        client.services.admission.dequeued(s.id)
+        client.services.quotas.dequeued(s.id)
     assert counters(client, s.id) == (0, 2)
     with pytest.raises(JobsExhausted):
         client.sessions.post(s.id, "again")
@@ -219,7 +219,7 @@ def test_concurrent_retries_of_one_key_all_get_the_first_entry(client: chaz.Clie
 def _ended(
     client: chaz.Client, job: chaz.Job, token: str, keep: bool
 ) -> tuple[bool, int | None, str | None]:
-    end = client.services.admission.turn_ended(
+    end = client.services.signals.ended(
         job, token, None, finished=True, free_slot=True, keep_if_queued=keep
     )
     return end.kept, end.queued, client.services.redis.get(keys.lane(job.session_id))
@@ -235,7 +235,7 @@ def test_a_turns_end_keeps_the_lane_only_when_jobs_wait_and_it_is_ours(
     assert token is not None
     svc.redis.pexpire(keys.lane(sid), 500)  # nearly spent: a kept lane is renewed
     svc.store.start_turn(first.id, token)
-    svc.admission.turn_started(first, None, dequeued=True)
+    svc.signals.started(first, None, dequeued=True)
 
     # Nothing waits: released even when the caller would keep it.
     assert _ended(client, first, token, keep=True) == (False, 0, None)

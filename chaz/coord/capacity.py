@@ -1,0 +1,114 @@
+"""Per-tree capacity: how many turns of one session tree run at once.
+
+The hash ``chaz:live:{tree}`` holds the running jobs (job id -> session id)
+and a sentinel field ``_``, so that an empty tree and a lost hash differ. A
+head job that finds its tree full stays queued and waits in the tree's
+waiting set until a running turn of that tree ends and hands it the slot
+(``lua/turn_ended.lua`` on the turn path, :meth:`TreeCapacity.prune` for
+the turns whose worker died first). See
+docs/coordination.md#tree-capacity-and-the-waiting-set.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+
+import redis
+
+from chaz.coord import keys, scripts
+from chaz.domain.jobs import Job, JobStatus
+from chaz.domain.limits import EffectiveLimits
+
+#: The live hash's sentinel field: present in every live hash, never a job.
+SENTINEL = "_"
+
+#: The tree's unfinished jobs, from the database.
+TreeJobs = Callable[[str], Iterable[Job]]
+#: Jobs by id, from the database (ids that no longer exist are left out).
+JobsById = Callable[[list[str]], Mapping[str, Job]]
+
+
+class TreeCapacity:
+    """The live slots and waiting sets of every session tree."""
+
+    def __init__(self, client: redis.Redis, active: TreeJobs, jobs: JobsById) -> None:
+        """``active(tree_id)`` gives the tree's unfinished jobs, to seed a
+        missing live hash; ``jobs(ids)`` tells :meth:`prune` which slot
+        holders are still active."""
+        self.client = client
+        self._active = active
+        self._jobs = jobs
+        self._seed_hash = scripts.register(client, "seed_hash")
+        self._start = scripts.register(client, "start")
+        self._finish = scripts.register(client, "finish")
+
+    def start(self, job: Job, limits: EffectiveLimits) -> bool:
+        """Take a live slot in the job's tree; False if the tree is full (it waits)."""
+        ks = [keys.live(job.tree_id), keys.waiting(job.tree_id)]
+        args: list[str | int | float] = [
+            job.id,
+            scripts.limit_arg(limits.max_live_per_tree),
+            job.session_id,
+            time.time(),
+        ]
+        answer = self._start(keys=ks, args=args)
+        if answer == "rebuild":
+            self.seed(job.tree_id, _holding(self._active(job.tree_id)))
+            answer = self._start(keys=ks, args=args)
+        return bool(answer == "ok")
+
+    def seed(self, tree_id: str, running: Iterable[Job]) -> bool:
+        """Create the tree's live hash from its running jobs, unless it exists.
+
+        False if it existed (a concurrent seeder won; nothing changed).
+        """
+        pairs: list[str] = [SENTINEL, "1"]
+        for j in running:
+            pairs += [j.id, j.session_id]
+        return bool(self._seed_hash(keys=[keys.live(tree_id)], args=pairs))
+
+    def prune(self) -> list[str]:
+        """Free live slots held by jobs that are no longer active.
+
+        A worker that dies between finishing a turn and handing its slot on
+        leaves the slot taken; without this the tree would lose capacity for
+        good. Returns the sessions to wake (the slots' next takers).
+        """
+        woken: list[str] = []
+        for key in self.client.scan_iter(match=keys.live("*"), count=500):
+            tree_id = str(key).rsplit(":", 1)[-1]
+            fields = [str(f) for f in self.client.hkeys(key) if f != SENTINEL]
+            if not fields:
+                continue
+            jobs = self._jobs(fields)
+            for job_id in fields:
+                job = jobs.get(job_id)
+                if job is None or job.status.terminal:
+                    nxt = self._finish(keys=[key, keys.waiting(tree_id)], args=[job_id])
+                    if nxt:
+                        woken.append(str(nxt))
+        return woken
+
+    def rebuild(self, active: Iterable[Job]) -> int:
+        """Restore the missing live hashes of the trees of these unfinished jobs.
+
+        Only trees with a running (or stopping) job are seeded; a tree whose
+        jobs all wait gets its hash from its first :meth:`start`. Returns how
+        many trees' hashes were restored.
+        """
+        running: dict[str, list[Job]] = defaultdict(list)
+        for job in _holding(active):
+            running[job.tree_id].append(job)
+        restored = 0
+        for tree_id, jobs in running.items():
+            if not self.client.exists(keys.live(tree_id)):
+                self.seed(tree_id, jobs)
+                restored += 1
+        return restored
+
+
+def _holding(jobs: Iterable[Job]) -> list[Job]:
+    # Unfinished and not queued (running or stopping): the jobs that hold a slot.
+    return [j for j in jobs if j.status is not JobStatus.QUEUED]

@@ -77,14 +77,6 @@ class Lanes:
         """
         self.client.zadd(keys.leases(), {session_id: 0})
 
-    def holder(self, session_id: str) -> tuple[str, str] | None:
-        """``(token, job_id)`` of the current lease, if any."""
-        value = self.client.get(keys.lane(session_id))
-        if not value:
-            return None
-        token, _, job_id = str(value).partition(" ")
-        return token, job_id
-
     def held(self, session_ids: list[str]) -> set[str]:
         """Which of these sessions have a live lease (one round trip)."""
         if not session_ids:

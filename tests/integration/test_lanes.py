@@ -57,12 +57,12 @@ def test_acquire_is_exclusive_across_threads(lanes: Lanes) -> None:
     winners = [(i, t) for i, t in enumerate(tokens) if t is not None]
     assert len(winners) == 1, tokens
     i, token = winners[0]
-    assert lanes.holder(sid) == (token, f"job{i}")
+    assert lanes.client.get(keys.lane(sid)) == f"{token} job{i}"
     assert lanes.held([sid, new_id()]) == {sid}
     # While it is held nobody else gets it, not even the same job again.
     assert lanes.acquire(sid, f"job{i}", ttl_seconds=10) is None
     assert lanes.release(sid, token)
-    assert lanes.holder(sid) is None
+    assert lanes.client.get(keys.lane(sid)) is None
     assert lanes.acquire(sid, "next", ttl_seconds=10) is not None
 
 
@@ -76,12 +76,12 @@ def test_release_with_a_wrong_token_does_nothing(lanes: Lanes, services: Service
             continue
         assert lanes.release(sid, wrong) is False
         assert lanes.renew(sid, wrong, ttl_seconds=60) is False
-    assert lanes.holder(sid) == (token, "job1")
+    assert lanes.client.get(keys.lane(sid)) == f"{token} job1"
     # A failed renew did not extend the lease either.
     assert services.redis.pttl(keys.lane(sid)) <= ttl_before
     assert lanes.release(sid, token) is True
     assert lanes.release(sid, token) is False  # twice is harmless
-    assert lanes.holder(sid) is None
+    assert lanes.client.get(keys.lane(sid)) is None
 
 
 def test_renew_extends_the_lease(lanes: Lanes, services: Services) -> None:
@@ -92,7 +92,7 @@ def test_renew_extends_the_lease(lanes: Lanes, services: Services) -> None:
     assert lanes.renew(sid, token, ttl_seconds=5) is True
     assert 4000 < services.redis.pttl(keys.lane(sid)) <= 5000
     time.sleep(0.7)  # past the original expiry
-    assert lanes.holder(sid) == (token, "job1")
+    assert lanes.client.get(keys.lane(sid)) == f"{token} job1"
     assert lanes.acquire(sid, "job2", ttl_seconds=5) is None
 
 
@@ -102,13 +102,13 @@ def test_an_expired_lease_passes_to_another_holder(lanes: Lanes) -> None:
     assert old is not None
     assert lanes.acquire(sid, "job2", ttl_seconds=5) is None
     time.sleep(0.35)
-    assert lanes.holder(sid) is None
+    assert lanes.client.get(keys.lane(sid)) is None
     new = lanes.acquire(sid, "job2", ttl_seconds=5)
     assert new is not None and new != old
     # The old holder can neither renew nor release what is now someone else's.
     assert lanes.renew(sid, old, ttl_seconds=60) is False
     assert lanes.release(sid, old) is False
-    assert lanes.holder(sid) == (new, "job2")
+    assert lanes.client.get(keys.lane(sid)) == f"{new} job2"
     assert lanes.renew(sid, new, ttl_seconds=5) is True
     assert lanes.release(sid, new) is True
 
@@ -119,7 +119,7 @@ def test_an_expired_lease_cannot_be_renewed_back(lanes: Lanes) -> None:
     assert token is not None
     time.sleep(0.25)
     assert lanes.renew(sid, token, ttl_seconds=5) is False
-    assert lanes.holder(sid) is None
+    assert lanes.client.get(keys.lane(sid)) is None
 
 
 def test_lanes_of_different_sessions_are_independent(lanes: Lanes) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chaz.coord.pubsub import publish
-from chaz.domain.entries import EntryType, KeyScope
+from chaz.domain.entries import EntryType, KeyScope, NewEntry
 from chaz.domain.limits import resolve_limits
 from chaz.services import Services
 from chaz.store.repo import Appended, Fence, JobFields, KeyTaken
@@ -42,70 +42,24 @@ def write(
 ) -> Appended:
     """Write an entry under the processing rule: :func:`admit` when it starts a
     turn (docs/contracts.md#processing-rule), :func:`append` otherwise."""
+    draft = NewEntry(type, sender, content, metadata, idempotency_key, key_scope)
     if services.store.admits(type, sender):
-        return admit(
-            services,
-            session_id,
-            type,
-            sender,
-            content,
-            metadata=metadata,
-            idempotency_key=idempotency_key,
-            key_scope=key_scope,
-            job_fields=job_fields,
-        )
-    return append(
-        services,
-        session_id,
-        type,
-        sender,
-        content,
-        metadata=metadata,
-        idempotency_key=idempotency_key,
-        key_scope=key_scope,
-    )
+        return admit(services, session_id, draft, job_fields=job_fields)
+    return append(services, session_id, draft)
 
 
 def append(
-    services: Services,
-    session_id: str,
-    type: EntryType,
-    sender: str,
-    content: str,
-    *,
-    metadata: dict[str, Any] | None = None,
-    idempotency_key: str | None = None,
-    key_scope: KeyScope = KeyScope.RUNTIME,
-    job_id: str | None = None,
-    fence: Fence | None = None,
-    durable: bool = True,
+    services: Services, session_id: str, draft: NewEntry, fence: Fence | None = None
 ) -> Appended:
     """Commit an entry that admits nothing, then publish it (see :meth:`Store.append`)."""
-    done = services.store.append(
-        session_id,
-        type,
-        sender,
-        content,
-        metadata=metadata,
-        idempotency_key=idempotency_key,
-        key_scope=key_scope,
-        job_id=job_id,
-        fence=fence,
-        durable=durable,
-    )
-    return announce(services, done)
+    return announce(services, services.store.append(session_id, draft, fence))
 
 
 def admit(
     services: Services,
     session_id: str,
-    type: EntryType,
-    sender: str,
-    content: str,
+    draft: NewEntry,
     *,
-    metadata: dict[str, Any] | None = None,
-    idempotency_key: str | None = None,
-    key_scope: KeyScope = KeyScope.RUNTIME,
     job_fields: JobFields | None = None,
 ) -> Appended:
     """Commit an entry and the job it admits, under the session's quotas; then
@@ -118,16 +72,14 @@ def admit(
     """
 
     def replay() -> Appended | None:
-        return services.store.replay(
-            session_id, idempotency_key, key_scope, type, sender, content, metadata
-        )
+        return services.store.replay(session_id, draft)
 
     claimed = False
-    if idempotency_key is not None:
+    if draft.idempotency_key is not None:
         found = replay()
         if found is not None:
             return found
-        claim = f"{key_scope.value}:{idempotency_key}"
+        claim = f"{draft.key_scope.value}:{draft.idempotency_key}"
         claimed = services.claims.take(session_id, claim)
         # Not claimed: another caller is admitting this request; wait for its
         # entry. Claimed: the first caller may have committed and dropped its
@@ -138,18 +90,7 @@ def admit(
                 services.claims.release(session_id, claim)
             return found
     try:
-        done = _admit_once(
-            services,
-            session_id,
-            type,
-            sender,
-            content,
-            metadata=metadata,
-            idempotency_key=idempotency_key,
-            key_scope=key_scope,
-            job_fields=job_fields,
-            replay=replay,
-        )
+        done = _admit_once(services, session_id, draft, job_fields, replay)
     finally:
         if claimed:
             services.claims.release(session_id, claim)
@@ -159,13 +100,7 @@ def admit(
 def _admit_once(
     services: Services,
     session_id: str,
-    type: EntryType,
-    sender: str,
-    content: str,
-    *,
-    metadata: dict[str, Any] | None,
-    idempotency_key: str | None,
-    key_scope: KeyScope,
+    draft: NewEntry,
     job_fields: JobFields | None,
     replay: Callable[[], Appended | None],
 ) -> Appended:
@@ -178,15 +113,7 @@ def _admit_once(
             limits = resolve_limits(services.settings, tx.session, tx.agent)
             services.quotas.reserve(session_id, limits, tx.job_counts)
             reserved = True
-            return tx.insert(
-                type,
-                sender,
-                content,
-                metadata=metadata,
-                idempotency_key=idempotency_key,
-                key_scope=key_scope,
-                job_fields=job_fields,
-            )
+            return tx.insert(draft, job_fields=job_fields)
     except KeyTaken:
         # A concurrent admission of the same key committed first: theirs
         # stands, and ours was counted for nothing.

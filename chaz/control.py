@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from chaz import admission
-from chaz.domain.entries import EntryType
+from chaz.domain.entries import EntryType, NewEntry
 from chaz.domain.jobs import Job, JobStatus, missing_job
 from chaz.domain.validation import (
     MAX_SEQ,
@@ -150,16 +150,15 @@ def _cancel_one(
 def _note(services: Services, job: Job, reason: str) -> None:
     """Leave an explicit outcome in the session for a job withdrawn before it ran."""
     session = services.store.get_session(job.session_id)
-    admission.append(
-        services,
-        job.session_id,
+    note = NewEntry(
         EntryType.ERROR,
         f"agent:{session.agent_id}",
         f"job.cancelled: cancelled before it ran{': ' + reason if reason else ''}",
-        job_id=job.id,
-        idempotency_key=f"job:{job.id}:error",
         metadata={"code": "job.cancelled", "retryable": False},
+        idempotency_key=f"job:{job.id}:error",
+        job_id=job.id,
     )
+    admission.append(services, job.session_id, note)
 
 
 def _outcome(job: Job, *, previous: JobStatus, changed: bool) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any
 from chaz import admission, control
 from chaz.coord.lanes import Lease
 from chaz.coord.signals import TurnEnd
-from chaz.domain.entries import Entry, EntryType, agent_sender
+from chaz.domain.entries import Entry, EntryType, NewEntry, agent_sender
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.limits import resolve_limits
 from chaz.errors import Cancelled, ChazError, IllegalTransition, LeaseLost
@@ -360,34 +360,22 @@ class Turn:
             etype, suffix = EntryType.TOOL_RESULT, "result"
             content = event.output
             meta = {"call_id": event.call_id, "tool": event.name, "is_error": event.is_error}
-        admission.append(
-            self.services,
-            job.session_id,
-            etype,
-            self.me,
-            content,
-            job_id=job.id,
-            idempotency_key=f"job:{job.id}:{suffix}:{event.call_id}",
-            fence=self.fence,
-            durable=False,
-            metadata=meta,
-        )
+        key = f"job:{job.id}:{suffix}:{event.call_id}"
+        draft = NewEntry(etype, self.me, content, metadata=meta, idempotency_key=key, job_id=job.id)
+        admission.append(self.services, job.session_id, draft, self.fence)
 
     def announce_resume(self) -> None:
         """A status entry that tells the session's readers this turn was resumed."""
         job = self.job
-        admission.append(
-            self.services,
-            job.session_id,
+        draft = NewEntry(
             EntryType.ACK,
             self.me,
             f"resumed: attempt {job.attempts}",
-            job_id=job.id,
-            idempotency_key=f"job:{job.id}:resume:{job.attempts}",
-            fence=self.fence,
-            durable=False,
             metadata={"resumed": job.attempts, "host": socket.gethostname(), "pid": os.getpid()},
+            idempotency_key=f"job:{job.id}:resume:{job.attempts}",
+            job_id=job.id,
         )
+        admission.append(self.services, job.session_id, draft, self.fence)
 
     def reply(self, text: str) -> Entry | None:
         """End the job ``succeeded`` with its reply; the entry if this wrote it."""
@@ -396,10 +384,7 @@ class Turn:
             self.fence,
             Finish(job.id, JobStatus.SUCCEEDED, result=text),
             job.session_id,
-            EntryType.MESSAGE,
-            self.me,
-            text,
-            idempotency_key=f"job:{job.id}:reply",
+            NewEntry(EntryType.MESSAGE, self.me, text, idempotency_key=f"job:{job.id}:reply"),
         )
         return done.entry if done.created else None
 
@@ -413,11 +398,13 @@ class Turn:
             self.fence,
             Finish(job.id, status, error=error),
             job.session_id,
-            EntryType.ERROR,
-            self.me,
-            f"{error['code']}: {exc.message}",
-            idempotency_key=f"job:{job.id}:error",
-            metadata={"code": error["code"], "retryable": error["retryable"]},
+            NewEntry(
+                EntryType.ERROR,
+                self.me,
+                f"{error['code']}: {exc.message}",
+                metadata={"code": error["code"], "retryable": error["retryable"]},
+                idempotency_key=f"job:{job.id}:error",
+            ),
         )
         return done.entry if done.created else None
 
@@ -431,26 +418,9 @@ class RunnerDelegation:
         self._services = runner.services
 
     def admit(
-        self,
-        session_id: str,
-        type: EntryType,
-        sender: str,
-        content: str,
-        *,
-        metadata: dict[str, Any] | None = None,
-        idempotency_key: str | None = None,
-        job_fields: JobFields | None = None,
+        self, session_id: str, draft: NewEntry, *, job_fields: JobFields | None = None
     ) -> Appended:
-        return admission.admit(
-            self._services,
-            session_id,
-            type,
-            sender,
-            content,
-            metadata=metadata,
-            idempotency_key=idempotency_key,
-            job_fields=job_fields,
-        )
+        return admission.admit(self._services, session_id, draft, job_fields=job_fields)
 
     def run_inline(self, session_id: str, job_id: str) -> None:
         self._runner.wake(session_id, job_id, lend_slot=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -39,6 +40,25 @@ class KeyScope(StrEnum):
 
     USER = "user"
     RUNTIME = "runtime"
+
+
+@dataclass(frozen=True)
+class NewEntry:
+    """An entry as its writer states it, before the store numbers and stores it.
+
+    Every write path passes one of these down (the admission use case, the
+    store's operations, the delegation port) instead of repeating its six
+    fields in each signature.
+    """
+
+    type: EntryType
+    sender: str
+    content: str
+    metadata: dict[str, Any] | None = None
+    idempotency_key: str | None = None
+    key_scope: KeyScope = KeyScope.RUNTIME
+    #: The turn that writes it (an admission ignores it: its job is new).
+    job_id: str | None = None
 
 
 #: Entry types whose content may not be empty or whitespace only: they are
@@ -102,21 +122,19 @@ class Said(NamedTuple):
     content: str
 
 
-def replay_differences(
-    first: Entry, type: EntryType, sender: str, content: str, metadata: dict[str, Any] | None
-) -> list[str]:
+def replay_differences(first: Entry, retry: NewEntry) -> list[str]:
     """What a retried post changed from the ``first`` entry its key made (empty: nothing).
 
     Metadata is compared in its stored (JSON) form, so a tuple and a list of
     the same items are the same request.
     """
     differs = []
-    if first.type is not type:
+    if first.type is not retry.type:
         differs.append("type")
-    if first.sender != sender:
+    if first.sender != retry.sender:
         differs.append("sender")
-    if first.content != content:
+    if first.content != retry.content:
         differs.append("content")
-    if first.metadata != json.loads(json.dumps(metadata or {})):
+    if first.metadata != json.loads(json.dumps(retry.metadata or {})):
         differs.append("metadata")
     return differs

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import pydantic
 
 from chaz.domain.agents import Limits
-from chaz.domain.entries import EntryType
+from chaz.domain.entries import NewEntry
 from chaz.domain.jobs import Job
 from chaz.domain.validation import (
     DEFAULT_MAX_CONTENT_BYTES,
@@ -64,15 +64,7 @@ class Delegation(Protocol):
     """
 
     def admit(
-        self,
-        session_id: str,
-        type: EntryType,
-        sender: str,
-        content: str,
-        *,
-        metadata: dict[str, Any] | None = None,
-        idempotency_key: str | None = None,
-        job_fields: JobFields | None = None,
+        self, session_id: str, draft: NewEntry, *, job_fields: JobFields | None = None
     ) -> Appended:
         """Write an entry that admits a job (quotas checked), then wake a worker."""
         ...

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +32,7 @@ from chaz.domain.entries import (
     Entry,
     EntryType,
     KeyScope,
+    NewEntry,
     Said,
     parse_sender,
     replay_differences,
@@ -132,37 +133,17 @@ class Admitting:
         """
         return _counts(self._conn, self.session.id)
 
-    def insert(
-        self,
-        type: EntryType,
-        sender: str,
-        content: str,
-        *,
-        metadata: dict[str, Any] | None = None,
-        idempotency_key: str | None = None,
-        key_scope: KeyScope = KeyScope.RUNTIME,
-        job_fields: JobFields | None = None,
-    ) -> Appended:
+    def insert(self, draft: NewEntry, *, job_fields: JobFields | None = None) -> Appended:
         """Insert the entry and the job it admits; :class:`KeyTaken` if the key is used."""
-        parse_sender(sender)
+        parse_sender(draft.sender)
         try:
             entry_values, job_row = _insert_entry(
-                self._conn,
-                self._row,
-                type,
-                sender,
-                content,
-                metadata=metadata,
-                idempotency_key=idempotency_key,
-                key_scope=key_scope,
-                job_id=None,
-                admit=True,
-                job_fields=job_fields,
+                self._conn, self._row, draft, admit=True, job_fields=job_fields
             )
         except IntegrityError as exc:
-            if idempotency_key is None:
+            if draft.idempotency_key is None:
                 raise
-            raise KeyTaken(idempotency_key) from exc
+            raise KeyTaken(draft.idempotency_key) from exc
         assert job_row is not None
         return Appended(_entry(entry_values), _job(job_row), created=True)
 
@@ -375,68 +356,35 @@ class Store:
             row = _bump(conn, session_id, admit=True)
             yield Admitting(conn, row, self._agent(conn, row["agent_id"]))
 
-    def append(
-        self,
-        session_id: str,
-        type: EntryType,
-        sender: str,
-        content: str,
-        *,
-        metadata: dict[str, Any] | None = None,
-        idempotency_key: str | None = None,
-        key_scope: KeyScope = KeyScope.RUNTIME,
-        job_id: str | None = None,
-        fence: Fence | None = None,
-        durable: bool = True,
-    ) -> Appended:
+    def append(self, session_id: str, draft: NewEntry, fence: Fence | None = None) -> Appended:
         """Append one entry that admits nothing (an Ack, a tool call, a note, ...).
 
         A repeated ``idempotency_key`` returns the first append unchanged
         (``created`` is False): the unique key in the database, not a read
         first, is what makes this safe under concurrency (see :meth:`replay`
-        for how a producer's reused key is checked). ``fence`` refuses the
-        write with :class:`~chaz.errors.LeaseLost` once another worker holds
-        the job. ``durable=False`` is for a turn's audit entries, whose loss
-        in a database crash a resumed turn repairs (see :meth:`_write`).
+        for how a producer's reused key is checked). A ``fence`` makes it a
+        running turn's entry: refused with :class:`~chaz.errors.LeaseLost` once
+        another worker holds the job, and committed without waiting for the
+        disk, since a resumed turn repairs its loss in a database crash (see
+        :meth:`_write`; the turn's last entry is :meth:`end_turn`, durable).
         """
-        parse_sender(sender)
+        parse_sender(draft.sender)
         try:
-            with self._write(durable=durable) as conn:
+            with self._write(durable=fence is None) as conn:
                 if fence is not None:
                     _check_fence(conn, fence)
                 entry_values, _ = _insert_entry(
-                    conn,
-                    _bump(conn, session_id, admit=False),
-                    type,
-                    sender,
-                    content,
-                    metadata=metadata,
-                    idempotency_key=idempotency_key,
-                    key_scope=key_scope,
-                    job_id=job_id,
-                    admit=False,
-                    job_fields=None,
+                    conn, _bump(conn, session_id, admit=False), draft, admit=False, job_fields=None
                 )
         except IntegrityError:
-            found = self.replay(
-                session_id, idempotency_key, key_scope, type, sender, content, metadata
-            )
+            found = self.replay(session_id, draft)
             if found is None:
                 raise
             return found
         return Appended(entry=_entry(entry_values), job=None, created=True)
 
     def end_turn(
-        self,
-        fence: Fence,
-        finish: Finish,
-        session_id: str,
-        type: EntryType,
-        sender: str,
-        content: str,
-        *,
-        metadata: dict[str, Any] | None = None,
-        idempotency_key: str | None = None,
+        self, fence: Fence, finish: Finish, session_id: str, draft: NewEntry
     ) -> Appended:
         """A turn's last entry (its reply or its Error) and its job's end, in one transaction.
 
@@ -444,26 +392,15 @@ class Store:
         end is also the fence check: a worker that lost the job writes
         nothing (:class:`~chaz.errors.LeaseLost`).
         """
+        draft = replace(draft, job_id=finish.job_id)
         try:
             with self._write() as conn:
                 _fenced_finish(conn, fence, finish)
                 entry_values, _ = _insert_entry(
-                    conn,
-                    _bump(conn, session_id, admit=False),
-                    type,
-                    sender,
-                    content,
-                    metadata=metadata,
-                    idempotency_key=idempotency_key,
-                    key_scope=KeyScope.RUNTIME,
-                    job_id=finish.job_id,
-                    admit=False,
-                    job_fields=None,
+                    conn, _bump(conn, session_id, admit=False), draft, admit=False, job_fields=None
                 )
         except IntegrityError:
-            found = self.replay(
-                session_id, idempotency_key, KeyScope.RUNTIME, type, sender, content, metadata
-            )
+            found = self.replay(session_id, draft)
             if found is None:
                 raise
             return found
@@ -513,16 +450,7 @@ class Store:
             )
         return Appended(entry=_entry(row), job=_job(job) if job else None, created=False)
 
-    def replay(
-        self,
-        session_id: str,
-        key: str | None,
-        scope: KeyScope,
-        type: EntryType,
-        sender: str,
-        content: str,
-        metadata: dict[str, Any] | None,
-    ) -> Appended | None:
+    def replay(self, session_id: str, draft: NewEntry) -> Appended | None:
         """The earlier append with this key, if it was the same request.
 
         A producer's key (``KeyScope.USER``) reused with a different type,
@@ -532,12 +460,13 @@ class Store:
         The runtime's keys keep "first wins": a resumed turn may word its
         reply differently, and the first one stands.
         """
+        key = draft.idempotency_key
         if key is None:
             return None
-        found = self.find_idempotent(session_id, key, scope)
-        if found is None or scope is not KeyScope.USER:
+        found = self.find_idempotent(session_id, key, draft.key_scope)
+        if found is None or draft.key_scope is not KeyScope.USER:
             return found
-        differs = replay_differences(found.entry, type, sender, content, metadata)
+        differs = replay_differences(found.entry, draft)
         if differs:
             raise IdempotencyMismatch(
                 f"idempotency key {key!r} was already used in session {session_id} for a "
@@ -679,16 +608,18 @@ class Store:
                 row |= values
             ack: Entry | None = None
             if ack_sender is not None and row["attempts"] == 1:
-                entry_values, _ = _insert_entry(
-                    conn,
-                    _bump(conn, row["session_id"], admit=False),
+                ack_entry = NewEntry(
                     EntryType.ACK,
                     ack_sender,
                     "processing",
                     metadata=ack_metadata,
                     idempotency_key=f"job:{job_id}:ack",
-                    key_scope=KeyScope.RUNTIME,
                     job_id=job_id,
+                )
+                entry_values, _ = _insert_entry(
+                    conn,
+                    _bump(conn, row["session_id"], admit=False),
+                    ack_entry,
                     admit=False,
                     job_fields=None,
                 )
@@ -859,14 +790,8 @@ def _bump(conn: Connection, session_id: str, admit: bool) -> Any:
 def _insert_entry(
     conn: Connection,
     session: Any,
-    type: EntryType,
-    sender: str,
-    content: str,
+    draft: NewEntry,
     *,
-    metadata: dict[str, Any] | None,
-    idempotency_key: str | None,
-    key_scope: KeyScope,
-    job_id: str | None,
     admit: bool,
     job_fields: JobFields | None,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -876,6 +801,7 @@ def _insert_entry(
     now = utcnow()
     entry_id = new_id()
     job_row: dict[str, Any] | None = None
+    job_id = draft.job_id
     if admit:
         job_row = _new_job(
             session_id, session["tree_id"], session["last_ordinal"], entry_id, job_fields, now
@@ -885,13 +811,13 @@ def _insert_entry(
         "id": entry_id,
         "session_id": session_id,
         "seq": session["last_seq"],
-        "type": type.value,
-        "sender": sender,
-        "content": content,
-        "metadata": metadata or {},
+        "type": draft.type.value,
+        "sender": draft.sender,
+        "content": draft.content,
+        "metadata": draft.metadata or {},
         "job_id": job_id,
-        "idempotency_key": idempotency_key,
-        "key_scope": key_scope.value if idempotency_key is not None else None,
+        "idempotency_key": draft.idempotency_key,
+        "key_scope": draft.key_scope.value if draft.idempotency_key is not None else None,
         "created_at": now,
     }
     conn.execute(st.INSERT_ENTRY, entry_values)

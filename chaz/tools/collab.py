@@ -19,7 +19,7 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from chaz.domain.entries import EntryType, agent_sender
+from chaz.domain.entries import EntryType, NewEntry, agent_sender
 from chaz.domain.jobs import JobStatus
 from chaz.domain.validation import SafeText, check_content, check_session_name
 from chaz.errors import (
@@ -103,19 +103,22 @@ def spawn_agent(args: SpawnArgs, ctx: ToolContext) -> str:
         call_depth=depth,
     )
     try:
-        done = delegation.admit(
-            child.id,
+        task = NewEntry(
             EntryType.DIRECTIVE,
             agent_sender(ctx.agent_id),
             args.task,
+            metadata={"spawned_from_session": ctx.session_id, "parent_job_id": ctx.job_id},
             idempotency_key=f"spawn:{ctx.job_id}:{ctx.call_id}",
+        )
+        done = delegation.admit(
+            child.id,
+            task,
             job_fields=JobFields(
                 caller_session_id=ctx.session_id,
                 parent_job_id=ctx.job_id,
                 call_depth=depth,
                 message_count=messages,
             ),
-            metadata={"spawned_from_session": ctx.session_id, "parent_job_id": ctx.job_id},
         )
     except BaseException:
         # A refused admission leaves nothing behind, not even an empty child.

@@ -12,7 +12,7 @@ from sqlalchemy import text
 import chaz
 from chaz import admission
 from chaz.control import check_ownership
-from chaz.domain.entries import EntryType
+from chaz.domain.entries import EntryType, NewEntry
 from chaz.errors import Unauthorized, VersionConflict
 from tests.support.stack import Stack
 
@@ -122,9 +122,7 @@ def test_job_output_ownership(stack: Stack) -> None:
         done = admission.admit(
             svc,
             child.id,
-            EntryType.DIRECTIVE,
-            "agent:root",
-            "work",
+            NewEntry(EntryType.DIRECTIVE, "agent:root", "work"),
             job_fields=chaz.store.repo.JobFields(parent_job_id=parent, call_depth=depth),
         )
         assert done.job is not None

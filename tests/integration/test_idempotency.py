@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import chaz
-from chaz.domain.entries import EntryType, KeyScope
+from chaz.domain.entries import EntryType, KeyScope, NewEntry
 from chaz.domain.jobs import JobStatus
 from chaz.errors import IdempotencyMismatch
 from chaz.turns import TurnRunner
@@ -69,7 +69,7 @@ def test_a_runtime_write_cannot_take_a_producer_key(client: chaz.Client) -> None
     s = client.sessions.create("bot")
     mine = client.sessions.post(s.id, "hi", type="ack", sender="system:x", idempotency_key="k")
     store = client.services.store
-    theirs = store.append(s.id, EntryType.ACK, "system:x", "hi", idempotency_key="k")
+    theirs = store.append(s.id, NewEntry(EntryType.ACK, "system:x", "hi", idempotency_key="k"))
     assert theirs.created and theirs.entry.id != mine.id
     assert store.find_idempotent(s.id, "k", KeyScope.USER) is not None
     again = client.sessions.post(s.id, "hi", type="ack", sender="system:x", idempotency_key="k")

@@ -10,7 +10,7 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 import chaz
-from chaz.domain.entries import EntryType, KeyScope
+from chaz.domain.entries import EntryType, NewEntry
 from chaz.domain.jobs import JobStatus
 from chaz.errors import IllegalTransition, LeaseLost, SessionNotFound, ValidationError
 from chaz.ids import new_id, utcnow
@@ -56,18 +56,26 @@ def count(store: Store, table: Any, **where: Any) -> int:
         return int(conn.scalar(stmt) or 0)
 
 
-def write(store: Store, session_id: str, type: EntryType, *args: Any, **kw: Any) -> Appended:
+def write(
+    store: Store,
+    session_id: str,
+    type: EntryType,
+    sender: str,
+    content: str,
+    *,
+    fence: Fence | None = None,
+    **fields: Any,
+) -> Appended:
     """The store's half of ``chaz.admission.write``: admit by the processing rule,
     with no quota (quotas are Redis's, tested in test_admission)."""
-    if not store.admits(type, args[0]):
-        return store.append(session_id, type, *args, **kw)
+    draft = NewEntry(type, sender, content, **fields)
+    if not store.admits(type, sender):
+        return store.append(session_id, draft, fence)
     try:
         with store.admitting(session_id) as tx:
-            return tx.insert(type, *args, **kw)
+            return tx.insert(draft)
     except KeyTaken:
-        found = store.replay(
-            session_id, kw["idempotency_key"], KeyScope.RUNTIME, type, *args, kw.get("metadata")
-        )
+        found = store.replay(session_id, draft)
         assert found is not None
         return found
 
@@ -281,13 +289,11 @@ def test_a_stale_fence_writes_nothing(store: Store) -> None:
             old,
             Finish(job_id, JobStatus.SUCCEEDED, result="stale"),
             s.id,
-            EntryType.MESSAGE,
-            "agent:bot",
-            "stale reply",
+            NewEntry(EntryType.MESSAGE, "agent:bot", "stale reply"),
         )
     with pytest.raises(LeaseLost):
         store.end_turn(
-            old, Finish(job_id, JobStatus.FAILED), s.id, EntryType.ERROR, "agent:bot", "x"
+            old, Finish(job_id, JobStatus.FAILED), s.id, NewEntry(EntryType.ERROR, "agent:bot", "x")
         )
     assert store.get_session(s.id).last_seq == last_seq
     assert [e.content for e in store.entries(s.id)] == ["go", "working"]
@@ -314,9 +320,7 @@ def test_finish_commits_the_entry_and_the_job_together(store: Store) -> None:
         fence,
         Finish(job_id, JobStatus.SUCCEEDED, result="the answer"),
         s.id,
-        EntryType.MESSAGE,
-        "agent:bot",
-        "the answer",
+        NewEntry(EntryType.MESSAGE, "agent:bot", "the answer"),
     )
     assert done.job is None and done.entry.job_id == job_id
     job = store.get_job(job_id)
@@ -333,7 +337,10 @@ def test_a_failed_finish_rolls_back_its_entry(store: Store) -> None:
     job_id = _running_job(store, s.id, "tok")
     fence = Fence(job_id, "tok")
     store.end_turn(
-        fence, Finish(job_id, JobStatus.SUCCEEDED, result="r"), s.id, EntryType.ACK, "agent:bot", ""
+        fence,
+        Finish(job_id, JobStatus.SUCCEEDED, result="r"),
+        s.id,
+        NewEntry(EntryType.ACK, "agent:bot", ""),
     )
     before = store.get_session(s.id).last_seq
     # The job is already terminal (and its fence released): the entry must not stay.
@@ -342,9 +349,7 @@ def test_a_failed_finish_rolls_back_its_entry(store: Store) -> None:
             fence,
             Finish(job_id, JobStatus.FAILED, error={"code": "x"}),
             s.id,
-            EntryType.ERROR,
-            "system:worker",
-            "late failure",
+            NewEntry(EntryType.ERROR, "system:worker", "late failure"),
         )
     assert store.get_session(s.id).last_seq == before
     assert [e.content for e in store.entries(s.id)] == ["go", ""]

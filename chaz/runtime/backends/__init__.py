@@ -10,6 +10,8 @@ from chaz.settings import Settings
 def make_backend(spec: AgentSpec, settings: Settings) -> ModelBackend:
     """The backend an agent's ``model`` names."""
     kind = spec.model.split(":", 1)[0]
+    # Each backend is imported when an agent first needs it: the openai
+    # client is a heavy import that a scripted-only install never uses.
     if kind == "scripted":
         from chaz.runtime.backends.scripted import ScriptedBackend
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from chaz.domain.validation import sanitized
 from chaz.errors import ChazError
 from chaz.runtime.backends.base import (
     ChatMessage,
@@ -99,7 +100,10 @@ def run_loop(
         response = ports.backend.complete(context + cp.transcript, tools, step_turn)
         cp.steps += 1
         if not response.tool_calls:
-            return response.text or ""
+            # A model may answer with text no database stores (PostgreSQL
+            # refuses NUL): repair it, as a tool's output is, rather than
+            # fail the turn when its reply is written.
+            return sanitized(response.text or "")
         cp.transcript.append(_assistant(response.text, response.tool_calls))
         cp.pending = [c.model_dump() for c in response.tool_calls]
         ports.save(cp)

@@ -470,6 +470,26 @@ def kinds(events: list[RuntimeEvent]) -> list[tuple[str, str, str]]:
     ]
 
 
+class Answers:
+    """A backend that answers one fixed text."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def complete(
+        self, messages: list[ChatMessage], tools: list[ToolSpec], turn: TurnContext
+    ) -> ModelResponse:
+        return ModelResponse(text=self.text)
+
+
+def test_a_reply_no_database_can_store_is_repaired_not_fatal() -> None:
+    rec = Recorder()
+    answer = run_loop(
+        ports(Answers("a\x00b\ud800c"), rec), CONTEXT, turn(), ctx(set()), max_steps=2
+    )
+    assert answer == "a\ufffdb\ufffdc"
+
+
 def test_loop_runs_tools_in_order_and_checkpoints_each_step() -> None:
     b = RecordingBackend(
         backend(

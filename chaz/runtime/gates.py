@@ -15,6 +15,7 @@ from pathlib import Path
 
 from chaz.domain.script import GATE_NAME
 from chaz.errors import ValidationError
+from chaz.files import create_private, private_dir
 
 _POLL_SECONDS = 0.02
 
@@ -29,8 +30,8 @@ def gate_path(home: Path, name: str) -> Path:
 def open_gate(home: Path, name: str) -> None:
     """Open the gate: every ``wait`` on it, now or later, passes."""
     path = gate_path(home, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.touch()
+    private_dir(path.parent)
+    create_private(path)
 
 
 def close_gate(home: Path, name: str) -> None:

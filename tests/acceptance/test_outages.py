@@ -37,16 +37,6 @@ HELD = chaz.AgentSpec(
 )
 
 
-def wait_for(predicate, timeout: float, stack: Stack, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}\n{stack.logs()}")
-
-
 class RestartableStack:
     """A stack whose Redis the test may ``kill -9`` and start again."""
 
@@ -107,10 +97,9 @@ def test_a_worker_with_a_turn_in_flight_rides_through_a_redis_restart(
     client.agents.put(HELD)
     s = client.sessions.create(agent_id="held")
     first = client.sessions.post(s.id, "long one", sender="user:alice")
-    wait_for(
+    stack.wait_for(
         lambda: any(e.type is EntryType.TOOL_RESULT for e in client.sessions.entries(s.id)),
         30,
-        stack,
         "the turn to reach its gate",
     )
 
@@ -181,10 +170,9 @@ def test_a_dropped_database_connection_mid_turn_retries_from_the_checkpoint(
         client.agents.put(HELD)
         s = client.sessions.create(agent_id="held")
         first = client.sessions.post(s.id, "long one", sender="user:alice")
-        wait_for(
+        stack.wait_for(
             lambda: any(e.type is EntryType.TOOL_RESULT for e in client.sessions.entries(s.id)),
             30,
-            stack,
             "the turn to reach its gate",
         )
         assert _terminate_backends(pg_url) > 0

@@ -28,16 +28,6 @@ CRASHY = chaz.AgentSpec(
 )
 
 
-def wait_for(predicate, timeout: float, stack: Stack, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}\n{stack.logs()}")
-
-
 def test_sigkill_mid_turn_resumes_without_duplicates(stack: Stack) -> None:
     stack.housekeeper()
     workers = stack.workers(2, concurrency=2, queues="chaz.turns")
@@ -57,7 +47,7 @@ def test_sigkill_mid_turn_resumes_without_duplicates(stack: Stack) -> None:
             None,
         )
 
-    wait_for(sleeping_call, 30, stack, "the sleep tool call")
+    stack.wait_for(sleeping_call, 30, "the sleep tool call")
     ack = next(e for e in client.sessions.entries(s.id) if e.type is EntryType.ACK)
     victim = next(w for w in workers if w.pid == ack.metadata["pid"])
     victim.kill(signal.SIGKILL)
@@ -115,10 +105,9 @@ def test_a_turn_whose_worker_keeps_dying_ends_interrupted(stack: Stack) -> None:
     for attempt in range(1, 4):
         [worker] = stack.workers(1, concurrency=1, queues="chaz.turns")
         # Each attempt reports the previous in-flight nap interrupted and starts the next.
-        wait_for(
+        stack.wait_for(
             lambda a=attempt: client.jobs.get(posted.job_id or "").attempts >= a and sleeps() >= a,
             30,
-            stack,
             f"attempt {attempt}",
         )
         worker.kill(signal.SIGKILL)
@@ -178,7 +167,7 @@ def test_redis_flushed_while_jobs_are_queued(stack: Stack) -> None:
         assert [x.type for x in entries].count(EntryType.MESSAGE) == 8
         assert all(j.attempts == 1 for j in client.jobs.list(session_id=s.id))
     # The counters came back from the database: cumulative is never refunded.
-    wait_for(lambda: r.get(keys.cumulative(sessions[0].id)) == "4", 10, stack, "counters")
+    stack.wait_for(lambda: r.get(keys.cumulative(sessions[0].id)) == "4", 10, "counters")
 
 
 def test_a_killed_workers_turn_resumes_with_no_beat_running(stack: Stack) -> None:
@@ -200,7 +189,7 @@ def test_a_killed_workers_turn_resumes_with_no_beat_running(stack: Stack) -> Non
             None,
         )
 
-    wait_for(sleeping_call, 30, stack, "the sleep tool call")
+    stack.wait_for(sleeping_call, 30, "the sleep tool call")
     ack = next(e for e in client.sessions.entries(s.id) if e.type is EntryType.ACK)
     victim = next(w for w in workers if w.pid == ack.metadata["pid"])
     victim.kill(signal.SIGKILL)

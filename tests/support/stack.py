@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from sqlalchemy import text
@@ -18,6 +20,7 @@ from chaz.store.migrate import upgrade
 
 #: Short leases and a fast reconciler, so recovery tests take seconds.
 FAST = {"lease_seconds": 3.0, "reconcile_seconds": 1.0}
+T = TypeVar("T")
 TABLES = ("commands", "jobs", "entries", "sessions", "agents")
 
 
@@ -97,6 +100,20 @@ class Stack:
             w.wait_ready(client)
         self._workers.extend(started)
         return started
+
+    def wait_for(self, predicate: Callable[[], T], timeout: float, what: str) -> T:
+        """``predicate()`` once it is truthy; fails with the workers' logs after ``timeout``.
+
+        A bound on an outcome, not a pace: the step waited for is one the
+        test caused, and the bound only keeps a broken run from hanging.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}\n{self.logs()}")
 
     def open_gate(self, name: str) -> None:
         """Let every turn waiting at gate ``name`` (a scripted ``wait`` step) go on."""

@@ -26,6 +26,7 @@ from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.sessions import Session
 from chaz.domain.validation import (
     MAX_SEQ,
+    check_choice,
     check_content,
     check_entry_type,
     check_idempotency_key,
@@ -36,7 +37,6 @@ from chaz.domain.validation import (
     check_seconds,
     check_session_name,
     check_text,
-    invalid,
 )
 from chaz.errors import BackendUnavailable, SessionNotFound, Timeout, ValidationError
 from chaz.runtime.registry import ToolRegistry
@@ -296,14 +296,7 @@ def _seq(field: str, value: object) -> int:
 
 
 def _status(value: object) -> JobStatus:
-    try:
-        if isinstance(value, str):
-            return JobStatus(value)
-    except ValueError:
-        pass
-    raise invalid(
-        "status", f"unknown job status {repr(value)[:80]}; one of {[s.value for s in JobStatus]}"
-    )
+    return check_choice("status", value, JobStatus, "job status")
 
 
 @_translating

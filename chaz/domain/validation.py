@@ -14,7 +14,8 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Self
+from enum import StrEnum
+from typing import Annotated, Any, Self, TypeVar
 
 import pydantic
 from pydantic import AfterValidator, BaseModel
@@ -22,6 +23,8 @@ from pydantic._internal._model_construction import ModelMetaclass
 
 from chaz.domain.entries import NEEDS_CONTENT, EntryType
 from chaz.errors import RequestTooLarge, ValidationError
+
+E = TypeVar("E", bound=StrEnum)
 
 #: 1-64 letters, digits, ``_ . -``.
 AGENT_ID = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
@@ -108,36 +111,38 @@ def check_content(type: EntryType, value: object, *, max_bytes: int) -> str:
     return text
 
 
-def check_entry_type(value: object) -> EntryType:
-    """An entry type, by value."""
+def check_choice(field: str, value: object, kind: type[E], what: str) -> E:
+    """A member of the string enum ``kind``, by value (``what`` names it in the error)."""
     try:
         if isinstance(value, str):
-            return EntryType(value)
+            return kind(value)
     except ValueError:
         pass
-    raise invalid(
-        "type", f"unknown entry type {repr(value)[:80]}; one of {[t.value for t in EntryType]}"
-    )
+    raise invalid(field, f"unknown {what} {repr(value)[:80]}; one of {[m.value for m in kind]}")
+
+
+def check_entry_type(value: object) -> EntryType:
+    """An entry type, by value."""
+    return check_choice("type", value, EntryType, "entry type")
 
 
 def check_idempotency_key(value: object) -> str | None:
     """None, or 1 to :data:`IDEMPOTENCY_KEY_CHARS` storable characters."""
-    if value is None:
-        return None
-    key = check_text("idempotency_key", value, max_chars=IDEMPOTENCY_KEY_CHARS)
-    if not key:
-        raise invalid("idempotency_key", "idempotency_key may not be empty")
-    return key
+    return _check_key("idempotency_key", value, IDEMPOTENCY_KEY_CHARS)
 
 
 def check_command_id(value: object) -> str | None:
     """None, or 1 to :data:`COMMAND_ID_CHARS` storable characters."""
+    return _check_key("command_id", value, COMMAND_ID_CHARS)
+
+
+def _check_key(field: str, value: object, max_chars: int) -> str | None:
     if value is None:
         return None
-    command_id = check_text("command_id", value, max_chars=COMMAND_ID_CHARS)
-    if not command_id:
-        raise invalid("command_id", "command_id may not be empty")
-    return command_id
+    key = check_text(field, value, max_chars=max_chars)
+    if not key:
+        raise invalid(field, f"{field} may not be empty")
+    return key
 
 
 def sanitized(value: str) -> str:

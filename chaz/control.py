@@ -22,6 +22,7 @@ from typing import Any
 from chaz import admission
 from chaz.domain.entries import EntryType, NewEntry
 from chaz.domain.jobs import Job, JobStatus, missing_job
+from chaz.domain.results import excerpt
 from chaz.domain.validation import (
     MAX_SEQ,
     check_command_id,
@@ -197,20 +198,6 @@ def check_ownership(services: Services, job: Job, viewer_session_id: str) -> Non
         job_id=job.id,
         session_id=viewer_session_id,
     )
-
-
-#: Results longer than this are cut to a head and a tail (docs/contracts.md#result-cap).
-RESULT_CAP = 30_000
-
-
-def excerpt(text: str, cap: int = RESULT_CAP) -> tuple[str, bool]:
-    """``text`` cut to at most ``cap`` characters (head and tail kept); and whether it was."""
-    if len(text) <= cap:
-        return text, False
-    marker = f"\n[... {len(text) - cap} characters omitted ...]\n"
-    keep = max(0, cap - len(marker))
-    head = keep * 2 // 3
-    return text[:head] + marker + text[len(text) - (keep - head) :], True
 
 
 def job_output(

@@ -89,6 +89,24 @@ class NotFound(ChazError):
     code = "not_found"
 
 
+class DeliveryNotFound(NotFound):
+    """No delivery has that id (or the caller may not see it)."""
+
+    code = "delivery.not_found"
+
+
+class ArtifactNotFound(NotFound):
+    """No full-result artifact exists for that job (none was needed, or it expired)."""
+
+    code = "artifact.not_found"
+
+
+class TodoNotFound(NotFound):
+    """No checklist item of this session has that id."""
+
+    code = "todo.not_found"
+
+
 class AgentNotFound(NotFound):
     """No saved AgentSpec has that id."""
 
@@ -129,6 +147,24 @@ class IdempotencyMismatch(Conflict):
     """An idempotency key was reused with a different request (content, sender, type, metadata)."""
 
     code = "conflict.idempotency_mismatch"
+
+
+class SessionArchived(Conflict):
+    """The target session is archived: it takes no new deliveries (its history stays)."""
+
+    code = "session.archived"
+
+
+class AmbiguousName(ValidationError):
+    """A name matched several sessions; ``details["candidates"]`` lists their addresses."""
+
+    code = "session.ambiguous"
+
+
+class DuplicateDelivery(Conflict):
+    """The same text from the same sender is still queued for the target (60 s window)."""
+
+    code = "delivery.duplicate"
 
 
 class IllegalTransition(Conflict):
@@ -184,6 +220,12 @@ class FanoutExceeded(TopologyError):
     """The caller turn has already created ``max_spawn_fanout`` branches."""
 
     code = "topology.fanout"
+
+
+class SelfDelivery(TopologyError):
+    """A session may not deliver to itself."""
+
+    code = "topology.self"
 
 
 class Timeout(ChazError):

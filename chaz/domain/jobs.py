@@ -89,6 +89,8 @@ class Job(BaseModel):
     parent_job_id: str | None = None
     call_depth: int = 0
     message_count: int = 0
+    #: The delivery that admitted it (a spawn, ``agent(to=)``, a message, a follow-up).
+    delivery_id: str | None = None
     attempts: int = 0
     result: str | None = None
     error: dict[str, Any] | None = None

@@ -3,10 +3,34 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field
 
 from chaz.domain.agents import Limits
+
+
+class Origin(StrEnum):
+    """How a session was made (None on a session a producer created)."""
+
+    #: By the ``agent`` / ``spawn_agent`` tool, inside a turn.
+    AGENT = "agent"
+    #: By a person's ``client.sessions.fork``.
+    FORK = "fork"
+
+
+class NameSource(StrEnum):
+    """Who named a session: automatic naming may replace only its own names."""
+
+    AUTO = "auto"
+    USER = "user"
+
+
+class ArchivedBy(StrEnum):
+    """Who archived a session: a manual reason outranks an automatic one."""
+
+    MANUAL = "manual"
+    AUTO = "auto"
 
 
 class Session(BaseModel):
@@ -24,3 +48,26 @@ class Session(BaseModel):
     limits: Limits | None = None
     tools: list[str] | None = None
     created_at: datetime
+    #: A fork's source session and the entry it was forked at (its context
+    #: reads through the source up to that entry).
+    fork_session_id: str | None = None
+    fork_seq: int | None = None
+    origin: Origin | None = None
+    name_source: NameSource | None = None
+    archived_at: datetime | None = None
+    archive_reason: str | None = None
+    archived_by: ArchivedBy | None = None
+    active_at: datetime | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def forked_from(self) -> str | None:
+        """``"SID:SEQ"`` for a fork, else None."""
+        if self.fork_session_id is None or self.fork_seq is None:
+            return None
+        return f"{self.fork_session_id}:{self.fork_seq}"
+
+    @property
+    def archived(self) -> bool:
+        """Whether the session is archived (it then takes no new deliveries)."""
+        return self.archived_at is not None

@@ -7,6 +7,8 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
+    Boolean,
     DateTime,
     ForeignKey,
     Index,
@@ -48,7 +50,8 @@ class SessionRow(Base):
     agent_id: Mapped[str] = mapped_column(ForeignKey("agents.id"))
     name: Mapped[str | None] = mapped_column(String(255), unique=True)
     tree_id: Mapped[str] = mapped_column(String(32), index=True)
-    parent_job_id: Mapped[str | None] = mapped_column(String(32))
+    #: The job that created it (a spawn or fork); counts toward that turn's fan-out.
+    parent_job_id: Mapped[str | None] = mapped_column(String(32), index=True)
     call_depth: Mapped[int] = mapped_column(Integer, default=0)
     last_seq: Mapped[int] = mapped_column(Integer, default=0)
     last_ordinal: Mapped[int] = mapped_column(Integer, default=0)
@@ -56,6 +59,19 @@ class SessionRow(Base):
     #: Tools the session's turns may use, narrowed from a spawning parent; None: the agent's.
     tools: Mapped[list[str] | None] = mapped_column(JSON)
     created_at: Mapped[datetime]
+    #: A fork's source: its context reads through ``fork_session_id`` up to ``fork_seq``.
+    fork_session_id: Mapped[str | None] = mapped_column(String(32))
+    fork_seq: Mapped[int | None] = mapped_column(Integer)
+    #: How it was made: None (a producer's), "agent" (the agent tool), "fork" (a producer's fork).
+    origin: Mapped[str | None] = mapped_column(String(16))
+    #: Who named it: "auto" (stage 1 or 2 naming may rename it) or "user" (never renamed).
+    name_source: Mapped[str | None] = mapped_column(String(8))
+    archived_at: Mapped[datetime | None]
+    archive_reason: Mapped[str | None] = mapped_column(Text)
+    #: "manual" (archive_agent, a person) or "auto" (archive_when_done).
+    archived_by: Mapped[str | None] = mapped_column(String(8))
+    #: When its last job was admitted (list_agents' "most recently active first").
+    active_at: Mapped[datetime | None] = mapped_column(index=True)
 
 
 class EntryRow(Base):
@@ -116,6 +132,8 @@ class JobRow(Base):
     created_at: Mapped[datetime]
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    #: The delivery that admitted it, whose completion policy its end applies.
+    delivery_id: Mapped[str | None] = mapped_column(String(32))
 
 
 class CommandRow(Base):
@@ -128,3 +146,83 @@ class CommandRow(Base):
     job_id: Mapped[str] = mapped_column(String(32))
     outcome: Mapped[dict[str, Any]]
     created_at: Mapped[datetime]
+
+
+class DeliveryRow(Base):
+    """A hand-off between sessions (docs/collaboration.md#deliveries)."""
+
+    __tablename__ = "deliveries"
+    __table_args__ = (
+        Index("ix_deliveries_target_state", "target_session_id", "state", "created_at"),
+        Index("ix_deliveries_sender", "sender_session_id", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    sender: Mapped[str] = mapped_column(String(160))
+    sender_session_id: Mapped[str | None] = mapped_column(String(32))
+    sender_entry_id: Mapped[str | None] = mapped_column(String(32))
+    sender_job_id: Mapped[str | None] = mapped_column(String(32))
+    target_session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"))
+    body: Mapped[str] = mapped_column(Text)
+    #: The chain counters the delivery carries to the job it admits.
+    message_count: Mapped[int] = mapped_column(Integer, default=0)
+    generation: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[str] = mapped_column(String(16))
+    code: Mapped[str | None] = mapped_column(String(64))
+    reason: Mapped[str | None] = mapped_column(Text)
+    job_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    #: "followup": the admitted job's end replies to the sender session; "none".
+    reply: Mapped[str] = mapped_column(String(16))
+    archive_when_done: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: For a follow-up: the finished job it answers.
+    answers_job_id: Mapped[str | None] = mapped_column(String(32))
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
+    idempotency_key: Mapped[str] = mapped_column(String(200), unique=True)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class EventRow(Base):
+    """One append-only event of a session's collaboration log."""
+
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_session_id", "session_id", "id"),)
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    session_id: Mapped[str] = mapped_column(String(32))
+    kind: Mapped[str] = mapped_column(String(48))
+    data: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+
+
+class ArtifactRow(Base):
+    """A job result longer than the result cap: its record. The text is the job's ``result``."""
+
+    __tablename__ = "artifacts"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(32), unique=True)
+    session_id: Mapped[str] = mapped_column(String(32), index=True)
+    media_type: Mapped[str] = mapped_column(String(64))
+    byte_length: Mapped[int] = mapped_column(Integer)
+    sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime]
+
+
+class TodoRow(Base):
+    """One checklist item of a session (the planning tools)."""
+
+    __tablename__ = "todos"
+    __table_args__ = (UniqueConstraint("session_id", "ordinal", name="uq_todos_session_ordinal"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"))
+    ordinal: Mapped[int] = mapped_column(Integer)
+    title: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))
+    note: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]

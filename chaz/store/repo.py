@@ -66,6 +66,8 @@ class JobFields:
     parent_job_id: str | None = None
     call_depth: int = 0
     message_count: int = 0
+    #: The delivery admitting the job: marked ``admitted`` in the same transaction.
+    delivery_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -870,6 +872,7 @@ def _new_job(
         "parent_job_id": f.parent_job_id,
         "call_depth": f.call_depth,
         "message_count": f.message_count,
+        "delivery_id": f.delivery_id,
         "attempts": 0,
         "lease_token": None,
         "checkpoint": None,
@@ -921,6 +924,7 @@ def _job(row: Any) -> Job:
         parent_job_id=row["parent_job_id"],
         call_depth=row["call_depth"],
         message_count=row["message_count"],
+        delivery_id=row.get("delivery_id"),
         attempts=row["attempts"],
         result=row["result"],
         error=row["error"],
@@ -942,6 +946,14 @@ def _session(row: Any) -> Session:
         limits=Limits.model_validate(row["limits"]) if row["limits"] else None,
         tools=row["tools"],
         created_at=as_utc(row["created_at"]),
+        fork_session_id=row.get("fork_session_id"),
+        fork_seq=row.get("fork_seq"),
+        origin=row.get("origin"),
+        name_source=row.get("name_source"),
+        archived_at=_ts(row.get("archived_at")),
+        archive_reason=row.get("archive_reason"),
+        archived_by=row.get("archived_by"),
+        active_at=_ts(row.get("active_at")),
     )
 
 

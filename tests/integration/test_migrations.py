@@ -25,7 +25,18 @@ from chaz.store.models import Base
 from tests.conftest import PG_ADMIN, ROOT, _unavailable
 
 HEAD = ScriptDirectory.from_config(alembic_config()).get_current_head()
-TABLES = {"agents", "sessions", "entries", "jobs", "commands", "alembic_version"}
+TABLES = {
+    "agents",
+    "sessions",
+    "entries",
+    "jobs",
+    "commands",
+    "deliveries",
+    "events",
+    "artifacts",
+    "todos",
+    "alembic_version",
+}
 
 
 @pytest.fixture(scope="module")

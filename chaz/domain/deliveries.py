@@ -1,0 +1,128 @@
+"""Deliveries: every hand-off between sessions, and the rules of their life.
+
+A delivery is a spawn, a fork, an ``agent(to=...)``, a ``send_message`` or a
+follow-up; later, seed 002's ``session_send``. It is a row with its own
+state machine (docs/collaboration.md#deliveries):
+
+``accepted`` -> ``admitted`` -> ``done``; or ``refused`` / ``dropped`` /
+``failed``, each with a code and a reason.
+
+The rules here are pure: the store applies them, the use case
+(:mod:`chaz.deliveries`) drives them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: A busy target's inbox holds at most this many messages; one more drops the oldest.
+INBOX_LIMIT = 50
+#: The same text from the same sender while a copy still waits this long is a duplicate.
+DUPLICATE_WINDOW = timedelta(seconds=60)
+
+
+class DeliveryKind(StrEnum):
+    """What the hand-off is."""
+
+    #: ``agent(start_from="clean"|"inherit")`` or ``spawn_agent``: a new session.
+    SPAWN = "spawn"
+    #: ``agent(start_from="SID:SEQ")`` or ``client.sessions.fork``: a new session at an entry.
+    FORK = "fork"
+    #: ``agent(to=...)``: a tracked job in an existing session.
+    AGENT = "agent"
+    #: ``send_message``: a message to an existing session (queued while it is busy).
+    MESSAGE = "message"
+    #: A finished job's result, back to the session that started it.
+    FOLLOWUP = "followup"
+
+
+#: Kinds that create the session they deliver to.
+CREATING = frozenset({DeliveryKind.SPAWN, DeliveryKind.FORK})
+
+
+class DeliveryState(StrEnum):
+    """Where a delivery is in its life."""
+
+    #: Recorded, no job yet: a message waiting in a busy target's inbox, or a
+    #: follow-up about to be admitted.
+    ACCEPTED = "accepted"
+    #: Its job is admitted in the target session.
+    ADMITTED = "admitted"
+    #: Its job reached a terminal state.
+    DONE = "done"
+    #: Refused before a job existed (archived target, quota, topology).
+    REFUSED = "refused"
+    #: Pushed out of a full inbox by a newer message.
+    DROPPED = "dropped"
+    #: Could not be admitted and will not be retried.
+    FAILED = "failed"
+
+    @property
+    def final(self) -> bool:
+        """No further change is possible."""
+        return self not in (DeliveryState.ACCEPTED, DeliveryState.ADMITTED)
+
+
+class Reply(StrEnum):
+    """What the end of the delivered job sends back to the sender session."""
+
+    NONE = "none"
+    #: One follow-up turn in the sender session, when the job ends with something to say.
+    FOLLOWUP = "followup"
+
+
+class Delivery(BaseModel):
+    """A delivery as stored and as ``client.deliveries`` returns it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    kind: DeliveryKind
+    sender: str = Field(description="Who sent it: 'agent:ID', 'user:NAME' or 'system:NAME'.")
+    sender_session_id: str | None = None
+    sender_entry_id: str | None = None
+    sender_job_id: str | None = None
+    target_session_id: str
+    body: str
+    message_count: int = Field(0, description="Message depth the admitted job carries.")
+    generation: int = Field(0, description="Spawn generation the admitted job carries.")
+    state: DeliveryState
+    code: str | None = None
+    reason: str | None = None
+    job_id: str | None = Field(None, description="The job it admitted (its execution_id).")
+    reply: Reply = Reply.NONE
+    archive_when_done: bool = False
+    answers_job_id: str | None = Field(None, description="A follow-up's finished job.")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime
+    updated_at: datetime
+
+
+def followup_key(job_id: str) -> str:
+    """The unique key of the one follow-up that answers ``job_id``."""
+    return f"followup:{job_id}"
+
+
+def followup(
+    status: str, result: str | None, error: dict[str, Any] | None, *, label: str
+) -> tuple[str, bool] | None:
+    """The follow-up a finished job sends back: ``(text, is_error)``, or None for none.
+
+    Success with empty output says nothing (an empty reply would start a
+    turn about nothing, and two agents could ping-pong empty turns forever).
+    A failed, interrupted or cancelled job always answers, as an error, so
+    the caller's model can decide what to do (no automatic resubmission).
+    ``result`` is the capped text; ``label`` names the session it came from.
+    """
+    if status == "succeeded":
+        if not (result or "").strip():
+            return None
+        return f"{label} finished:\n{result}", False
+    if status == "cancelled":
+        return f"{label} failed: cancelled", True
+    reason = (error or {}).get("message") or status
+    return f"{label} failed ({status}): {reason}", True

@@ -1,0 +1,1 @@
+"""(being built: issue 9)"""

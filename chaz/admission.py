@@ -22,7 +22,7 @@ from chaz.coord.pubsub import publish
 from chaz.domain.entries import EntryType, KeyScope, NewEntry
 from chaz.domain.limits import resolve_limits
 from chaz.services import Services
-from chaz.store.repo import Appended, Fence, JobFields, KeyTaken
+from chaz.store.repo import Admitting, Appended, Fence, JobFields, KeyTaken, NewSession
 
 #: How long a retry of an idempotent admission waits for the first caller's entry.
 CLAIM_WAIT_SECONDS = 10.0
@@ -105,19 +105,43 @@ def _admit_once(
     replay: Callable[[], Appended | None],
 ) -> Appended:
     """One admission transaction, with its quota reserved inside it."""
+    return transact(
+        services, session_id, lambda tx: tx.insert(draft, job_fields=job_fields), replay
+    )
+
+
+def transact(
+    services: Services,
+    session_id: str,
+    insert: Callable[[Admitting], Appended],
+    replay: Callable[[], Appended | None],
+    *,
+    create: NewSession | None = None,
+) -> Appended:
+    """Run ``insert`` in one admission transaction, the session's quota reserved first.
+
+    The shape every admission shares (a post, a spawn, a delivery): the
+    session row is locked, the quota is reserved, ``insert`` writes, and
+    a refusal or error anywhere rolls it all back and refunds the quota.
+    :class:`KeyTaken` (an idempotency key already used) returns ``replay()``,
+    the first request's result. ``create`` makes the session in the same
+    transaction (then ``session_id`` is ignored).
+    """
     reserved = False
+    target = session_id
     try:
-        with services.store.admitting(session_id) as tx:
+        with services.store.admitting(session_id, create=create) as tx:
             # The session row is locked: its limits cannot change under the
             # check, and a refusal rolls the whole admission back.
+            target = tx.session.id
             limits = resolve_limits(services.settings, tx.session, tx.agent)
-            services.quotas.reserve(session_id, limits, tx.job_counts)
+            services.quotas.reserve(target, limits, tx.job_counts)
             reserved = True
-            return tx.insert(draft, job_fields=job_fields)
+            return insert(tx)
     except KeyTaken:
         # A concurrent admission of the same key committed first: theirs
         # stands, and ours was counted for nothing.
-        services.quotas.refund(session_id)
+        services.quotas.refund(target)
         found = replay()
         if found is None:
             raise
@@ -125,7 +149,7 @@ def _admit_once(
     except BaseException:
         if reserved:
             # Counted, but the commit did not happen.
-            services.quotas.refund(session_id)
+            services.quotas.refund(target)
         raise
 
 

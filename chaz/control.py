@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from chaz import admission
+from chaz import admission, deliveries
 from chaz.domain.entries import EntryType, NewEntry
 from chaz.domain.jobs import Job, JobStatus, missing_job
 from chaz.domain.results import excerpt
@@ -105,11 +105,11 @@ def cancel(
             job_id=job_id,
             version=job.version,
         )
-    cascaded = [
-        _cancel_one(services, child, reason)["execution_id"]
-        for child in descendants(services, job_id)
-        if not child.status.terminal
-    ]
+    below = [child for child in descendants(services, job_id) if not child.status.terminal]
+    # Their caller is being cancelled: nobody is left to read a follow-up
+    # (docs/collaboration.md#follow-ups). The job named here still sends its own.
+    store.silence_followups(child.id for child in below)
+    cascaded = [_cancel_one(services, child, reason)["execution_id"] for child in below]
     outcome = _cancel_one(services, job, reason, expected_version=expected_version)
     outcome["cascaded"] = cascaded
     if command_id is not None:
@@ -129,6 +129,7 @@ def _cancel_one(
                 )
                 services.quotas.dequeued(job.session_id)
                 _note(services, done, reason)
+                deliveries.settle(services, done)
                 return _outcome(done, previous=job.status, changed=True)
             if job.status is JobStatus.RUNNING:
                 done = store.transition(

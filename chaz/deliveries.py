@@ -1,1 +1,411 @@
-"""(being built: issue 9)"""
+"""Deliveries: the one path of every hand-off between sessions.
+
+A spawn or fork (a new session and its first job), ``agent(to=...)`` (a
+tracked job in an existing session), ``send_message`` (a job now, or an
+inbox entry while the target is busy) and a follow-up (a finished job's
+result, back to the session that started it) are all deliveries: a row with
+its own life (:mod:`chaz.domain.deliveries`), written in the same
+transaction as the job it admits, under the target session's quotas
+(docs/collaboration.md#deliveries).
+
+Each function here commits first and publishes second, like
+:mod:`chaz.admission`: a lost wake-up or a crash between a commit and the
+next step delays a delivery, and the reconciler's :func:`sweep` finishes
+it; nothing is lost, and unique keys in the database keep anything from
+happening twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from chaz import admission
+from chaz.domain.deliveries import (
+    INBOX_LIMIT,
+    Delivered,
+    Delivery,
+    DeliveryKind,
+    DeliveryState,
+    NewBranch,
+    Reply,
+    Sender,
+)
+from chaz.domain.entries import Entry, EntryType, NewEntry
+from chaz.domain.jobs import Job
+from chaz.domain.sessions import Origin, Session
+from chaz.errors import ChazError, QuotaError, SelfDelivery, SessionArchived
+from chaz.ids import utcnow
+from chaz.services import Services
+from chaz.store import deliveries as dl
+from chaz.store.repo import Admitting, Appended, DeliveryGone, JobFields, NewSession
+
+log = logging.getLogger(__name__)
+
+
+# -- creating a session -----------------------------------------------------------
+
+
+def spawn(services: Services, sender: Sender, branch: NewBranch) -> Delivered:
+    """Create a session in the sender's tree and admit its first job, in one transaction.
+
+    The new session, its first entry (the prompt, as a Directive), its job,
+    the delivery, and an attach pointer in the sender's session beside the
+    calling entry commit together: a refused admission (quota) leaves no
+    session, no job and no pointer behind (docs/collaboration.md#attach).
+    """
+    first = _replay(services, sender.key)
+    if first is not None:
+        return first
+    created: list[Entry] = []
+
+    def insert(tx: Admitting) -> Appended:
+        child = tx.session
+        values = dl.new_row(
+            kind=branch.kind,
+            sender=sender.sender,
+            sender_session_id=sender.session_id,
+            sender_entry_id=sender.entry_id,
+            sender_job_id=sender.job_id,
+            target_session_id=child.id,
+            body=branch.prompt,
+            message_count=sender.message_count + 1,
+            generation=branch.generation,
+            state=DeliveryState.ADMITTED,
+            reply=branch.reply,
+            archive_when_done=branch.archive_when_done,
+            idempotency_key=sender.key,
+        )
+        if sender.session_id is not None:
+            pointer = tx.append_to(
+                sender.session_id,
+                NewEntry(
+                    EntryType.ATTACH,
+                    sender.sender,
+                    f"{branch.kind.value}: {child.name or child.id}",
+                    metadata={
+                        "attach": {
+                            "session_id": child.id,
+                            "head_seq": 1,
+                            "status": "queued",
+                            "delivery_id": values["id"],
+                        },
+                        "source_session_id": sender.session_id,
+                        "caller_entry_id": sender.entry_id,
+                        "spawn_out": True,
+                    },
+                    idempotency_key=f"attach:{sender.key}",
+                ),
+            )
+            created.append(pointer)
+            values["metadata"] = {"attach_entry_id": pointer.id}
+        draft = NewEntry(
+            EntryType.DIRECTIVE,
+            sender.sender,
+            branch.prompt,
+            metadata={
+                "delivery_id": values["id"],
+                "spawned_from_session": sender.session_id,
+                "caller_entry_id": sender.entry_id,
+                "parent_job_id": sender.job_id,
+            },
+            idempotency_key=f"delivery:{values['id']}",
+        )
+        return tx.insert(draft, job_fields=_fields(sender, branch.generation), delivery=values)
+
+    create = NewSession(
+        branch.agent_id,
+        tools=branch.tools,
+        parent_job_id=sender.job_id,
+        tree_id=sender.tree_id,
+        call_depth=branch.generation,
+        fork=branch.fork,
+        origin=Origin.AGENT if sender.job_id else Origin.FORK,
+        names=branch.names,
+    )
+    done = admission.transact(
+        services, "", insert, lambda: _replayed_entry(services, sender.key), create=create
+    )
+    admission.announce(services, done)
+    for entry in created:
+        admission.announce(services, Appended(entry, None, True))
+    found = _replay(services, sender.key)
+    assert found is not None, "a committed spawn has its delivery"
+    return Delivered(found.delivery, found.session, found.job, created=done.created)
+
+
+# -- delivering to an existing session -------------------------------------------
+
+
+def deliver(
+    services: Services,
+    sender: Sender,
+    target: Session,
+    kind: DeliveryKind,
+    body: str,
+    *,
+    reply: Reply = Reply.FOLLOWUP,
+) -> Delivered:
+    """Deliver ``body`` to an existing session as ``kind`` (``agent`` or ``message``).
+
+    ``agent(to=...)`` admits a tracked job at once, queued behind whatever
+    runs there. A message to an idle target does the same; to a busy one it
+    waits in the target's inbox until the running turn ends. An archived
+    target refuses (``session.archived``), checked with the target's row
+    locked; delivering to oneself is ``topology.self``.
+    """
+    if sender.session_id is not None and sender.session_id == target.id:
+        raise SelfDelivery("a session cannot deliver to itself", session_id=target.id)
+    first = _replay(services, sender.key)
+    if first is not None:
+        return first
+    values = dl.new_row(
+        kind=kind,
+        sender=sender.sender,
+        sender_session_id=sender.session_id,
+        sender_entry_id=sender.entry_id,
+        sender_job_id=sender.job_id,
+        target_session_id=target.id,
+        body=body,
+        message_count=sender.message_count + 1,
+        generation=target.call_depth,
+        state=DeliveryState.ACCEPTED,
+        reply=reply,
+        idempotency_key=sender.key,
+    )
+    if kind is DeliveryKind.MESSAGE and services.store.head_job(target.id) is not None:
+        return _enqueue(services, values, target)
+    draft = _delivered_entry(dl.as_delivery(values))
+
+    def insert(tx: Admitting) -> Appended:
+        if tx.session.archived:
+            raise _archived(tx.session)
+        return tx.insert(draft, job_fields=_fields(sender, target.call_depth), delivery=values)
+
+    done = admission.transact(
+        services, target.id, insert, lambda: _replayed_entry(services, sender.key)
+    )
+    admission.announce(services, done)
+    found = _replay(services, sender.key)
+    assert found is not None, "a committed delivery can be read back"
+    return Delivered(found.delivery, found.session, found.job, created=done.created)
+
+
+def _enqueue(services: Services, values: dict[str, object], target: Session) -> Delivered:
+    """Put a message in a busy target's inbox; drain it at once if the target went idle."""
+    delivery, dropped = services.store.queue_message(values, limit=INBOX_LIMIT)
+    services.inbox.mark(target.id)
+    for old in dropped:
+        _notify(
+            services,
+            old,
+            f"your message to {target.name or target.id} was dropped: its inbox holds "
+            f"at most {INBOX_LIMIT} messages and a newer one arrived",
+            "inbox.full",
+        )
+    # Looked after queueing, as a turn's end looks after releasing: one of
+    # us always sees the other, so the message cannot be stranded.
+    if services.store.head_job(target.id) is None:
+        drain(services, target.id)
+        delivery = services.store.deliveries.get(delivery.id)
+    job = services.store.get_job(delivery.job_id) if delivery.job_id else None
+    return Delivered(delivery, target, job, created=True, dropped=dropped)
+
+
+# -- after a job ends, and the inbox -------------------------------------------------
+
+
+def settle(services: Services, job: Job) -> None:
+    """After a delivered job ended: admit the follow-up its end recorded, if any.
+
+    Called by whoever ended the job (a worker, a cancel). If this process
+    dies first, the follow-up stays ``accepted`` and :func:`sweep` admits it.
+    """
+    if job.delivery_id is None:
+        return
+    found = services.store.deliveries.by_key(f"followup:{job.id}")
+    if found is not None and found.state is DeliveryState.ACCEPTED:
+        admit_accepted(services, found)
+
+
+def drain(services: Services, session_id: str) -> int:
+    """Admit the messages waiting in a session's inbox, oldest first, each as its own job.
+
+    Called when the session's turn ends (on success and on error) and after
+    a message was queued to a target that has just gone idle. An entry
+    leaves the inbox only in the transaction that admits its job: a crash
+    leaves it queued, to be admitted by the next drain; it is never lost and
+    never admitted twice. Returns how many were admitted.
+    """
+    admitted = 0
+    while True:
+        waiting = services.store.deliveries.inbox(session_id)
+        if not waiting:
+            services.inbox.clear(session_id)
+            # A message queued between the read and the clear set the flag
+            # after this read: look once more, so its flag is not lost.
+            if services.store.deliveries.has_inbox(session_id):
+                continue
+            return admitted
+        if admit_accepted(services, waiting[0]) is not None:
+            admitted += 1
+
+
+def admit_accepted(services: Services, delivery: Delivery) -> Job | None:
+    """Admit an ``accepted`` delivery (a queued message, a follow-up) as a job.
+
+    The target's archive state is checked again with its row locked: an
+    archived target refuses the delivery (``refused``, and its sender is
+    told). A quota refusal fails it the same way (``failed``). None when it
+    was not admitted (refused, failed, or admitted by someone else first).
+    """
+    draft = _delivered_entry(delivery)
+    fields = JobFields(
+        caller_session_id=delivery.sender_session_id,
+        caller_entry_id=delivery.sender_entry_id,
+        # A follow-up belongs to the session it runs in: its parent finished.
+        parent_job_id=None if delivery.kind is DeliveryKind.FOLLOWUP else delivery.sender_job_id,
+        call_depth=delivery.generation,
+        message_count=delivery.message_count,
+    )
+
+    def insert(tx: Admitting) -> Appended:
+        if tx.session.archived:
+            raise _archived(tx.session)
+        return tx.take(delivery, draft, job_fields=fields)
+
+    def replay() -> Appended | None:
+        return services.store.find_idempotent(delivery.target_session_id, f"delivery:{delivery.id}")
+
+    try:
+        done = admission.transact(services, delivery.target_session_id, insert, replay)
+    except DeliveryGone:
+        return None
+    except (SessionArchived, QuotaError) as exc:
+        _close(services, delivery, exc)
+        return None
+    admission.announce(services, done)
+    return done.job
+
+
+def _close(services: Services, delivery: Delivery, exc: ChazError) -> None:
+    """End an accepted delivery that cannot be admitted, and tell its sender why."""
+    state = DeliveryState.REFUSED if isinstance(exc, SessionArchived) else DeliveryState.FAILED
+    moved = services.store.settle_delivery(
+        delivery.id, state, leaving=[DeliveryState.ACCEPTED], code=exc.code, reason=exc.message
+    )
+    if moved is not None and delivery.kind is not DeliveryKind.FOLLOWUP:
+        _notify(services, delivery, f"your message was not delivered: {exc.message}", exc.code)
+
+
+def _notify(services: Services, delivery: Delivery, text: str, code: str) -> None:
+    """A notice in the sender's session about its delivery (it admits nothing)."""
+    if delivery.sender_session_id is None:
+        return
+    note = NewEntry(
+        EntryType.NOTICE,
+        "system:deliveries",
+        text,
+        metadata={"code": code, "delivery_id": delivery.id},
+        idempotency_key=f"notice:{delivery.id}:{code}",
+    )
+    try:
+        admission.append(services, delivery.sender_session_id, note)
+    except ChazError:
+        # The sender session is gone; the delivery row keeps the outcome.
+        log.warning("could not notify the sender of delivery %s", delivery.id, exc_info=True)
+
+
+# -- the sweep --------------------------------------------------------------------
+
+
+@dataclass
+class SweepReport:
+    """What one :func:`sweep` did."""
+
+    followups: int = 0
+    drained: int = 0
+
+
+def sweep(services: Services, grace: timedelta) -> SweepReport:
+    """Finish what a crash or a lost Redis flag left: follow-ups recorded but not
+    admitted, and inboxes whose target went idle without draining them."""
+    report = SweepReport()
+    idle_targets: set[str] = set()
+    for delivery in services.store.deliveries.stranded(utcnow() - grace):
+        if delivery.kind is DeliveryKind.FOLLOWUP:
+            if admit_accepted(services, delivery) is not None:
+                report.followups += 1
+        elif services.store.head_job(delivery.target_session_id) is None:
+            idle_targets.add(delivery.target_session_id)
+    for session_id in idle_targets:
+        report.drained += drain(services, session_id)
+    return report
+
+
+# -- helpers -----------------------------------------------------------------------
+
+
+def _fields(sender: Sender, generation: int) -> JobFields:
+    return JobFields(
+        caller_session_id=sender.session_id,
+        caller_entry_id=sender.entry_id,
+        parent_job_id=sender.job_id,
+        call_depth=generation,
+        message_count=sender.message_count + 1,
+    )
+
+
+def _delivered_entry(delivery: Delivery) -> NewEntry:
+    """The Directive a delivery writes into its target (docs/collaboration.md#deliveries).
+
+    A Directive, so the target's model reads it as input whoever sent it
+    (a Message from an agent with the target's own id would read as the
+    target's own words). A message says who sent it and that replying is
+    optional: the sender hears the result anyway, as a follow-up.
+    """
+    text = delivery.body
+    if delivery.kind is DeliveryKind.MESSAGE:
+        where = f"{delivery.sender_session_id}:HEAD" if delivery.sender_session_id else "-"
+        text = (
+            f"[message from {delivery.sender} (session {where}); your answer goes back to "
+            f"it when this turn ends, so replying with send_message is optional]\n{text}"
+        )
+    meta: dict[str, object] = {"delivery_id": delivery.id, "kind": delivery.kind.value}
+    if delivery.kind is DeliveryKind.FOLLOWUP:
+        meta["followup"] = dict(delivery.metadata)
+    if delivery.sender_session_id is not None:
+        meta["from_session"] = delivery.sender_session_id
+    return NewEntry(
+        EntryType.DIRECTIVE,
+        delivery.sender,
+        text,
+        metadata=meta,
+        idempotency_key=f"delivery:{delivery.id}",
+    )
+
+
+def _archived(session: Session) -> SessionArchived:
+    return SessionArchived(
+        f"session {session.name or session.id} is archived and takes no new deliveries",
+        session_id=session.id,
+    )
+
+
+def _replay(services: Services, key: str) -> Delivered | None:
+    """The first result of a hand-off made before with this key."""
+    delivery = services.store.deliveries.by_key(key)
+    if delivery is None:
+        return None
+    session = services.store.get_session(delivery.target_session_id)
+    job = services.store.get_job(delivery.job_id) if delivery.job_id else None
+    return Delivered(delivery, session, job, created=False)
+
+
+def _replayed_entry(services: Services, key: str) -> Appended | None:
+    found = _replay(services, key)
+    if found is None or found.job is None or found.job.trigger_entry_id is None:
+        return None
+    entry = services.store.entry(found.job.trigger_entry_id)
+    return Appended(entry, found.job, created=False) if entry is not None else None

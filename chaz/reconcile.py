@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from chaz.deliveries import SweepReport, sweep
 from chaz.domain.jobs import Job, JobStatus
 from chaz.ids import utcnow
 from chaz.services import Services
@@ -26,6 +27,8 @@ class ReconcileReport:
     woken: list[str] = field(default_factory=list)
     orphaned: list[str] = field(default_factory=list)
     counters_rebuilt: int = 0
+    #: Follow-ups a crash left unadmitted, and inbox messages of idle targets, admitted now.
+    deliveries: SweepReport = field(default_factory=SweepReport)
 
 
 class Reconciler:
@@ -65,6 +68,10 @@ class Reconciler:
             if waiting is not None:
                 svc.dispatcher.wake(session_id, waiting.id)
                 report.woken.append(session_id)
+        # Follow-ups recorded by a job's end whose worker died before
+        # admitting them; messages queued for a target that went idle while
+        # its inbox flag was lost.
+        report.deliveries = sweep(svc, self.grace)
         # A cancel requested before a flush must still stop its turn.
         for job in active:
             if job.status is JobStatus.STOPPING:

@@ -17,6 +17,7 @@ import redis
 from chaz.coord.capacity import TreeCapacity
 from chaz.coord.claims import IdempotencyClaims
 from chaz.coord.flags import CancelFlags
+from chaz.coord.inbox import InboxFlags
 from chaz.coord.lanes import Lanes, LeaseKeeper
 from chaz.coord.quotas import Quotas
 from chaz.coord.redis import connect
@@ -88,6 +89,11 @@ class Services:
     def claims(self) -> IdempotencyClaims:
         """Single-flight claims on idempotency keys."""
         return IdempotencyClaims(self.redis)
+
+    @cached_property
+    def inbox(self) -> InboxFlags:
+        """Inbox flags: which sessions have messages waiting."""
+        return InboxFlags(self.redis)
 
     def close(self) -> None:
         """Release every connection this bundle opened."""

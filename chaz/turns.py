@@ -21,12 +21,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from chaz import admission, control
+from chaz import admission, control, deliveries
 from chaz.coord.lanes import Lease
 from chaz.coord.signals import TurnEnd
+from chaz.domain.deliveries import Delivered, DeliveryKind, NewBranch, Reply, Sender
 from chaz.domain.entries import Entry, EntryType, NewEntry, agent_sender
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.limits import resolve_limits
+from chaz.domain.sessions import Session
 from chaz.errors import Cancelled, ChazError, IllegalTransition, LeaseLost
 from chaz.faults import is_transient
 from chaz.runtime.backends import make_backend
@@ -140,6 +142,10 @@ class TurnRunner:
                 if setup is None:
                     break
                 job = setup.job
+                if job.delivery_id and setup.session.archived and job.status is JobStatus.QUEUED:
+                    # A delivery accepted before the archive: it never starts.
+                    refuse_archived(svc, job, setup.session)
+                    continue
                 limits = resolve_limits(svc.settings, setup.session, setup.agent)
                 if not lend_slot and not svc.capacity.start(job, limits):
                     # The tree is at its live limit: the job stays queued and
@@ -158,6 +164,8 @@ class TurnRunner:
                 end = hand_off(
                     svc, session_id, job, token, ran, lend_slot=lend_slot, keep_if_queued=keep
                 )
+                if ran.finished:
+                    after_job(svc, job, inbox=end.inbox)
                 if end.kept:
                     continue  # more jobs wait and the lane is still ours
                 held = False
@@ -253,6 +261,53 @@ def hand_off(
         head = services.store.head_job(end.woken)
         services.dispatcher.wake(end.woken, head.id if head else "")
     return end
+
+
+def after_job(services: Services, job: Job, *, inbox: bool) -> None:
+    """What follows a job's end outside its transaction: its follow-up is admitted
+    in the caller's session, and messages that waited in this session's inbox
+    are admitted (docs/collaboration.md#follow-ups, #inbox).
+
+    A failure here is logged, not raised: the job's end has committed, and
+    the reconciler's sweep finishes what was left (chaz.deliveries.sweep).
+    """
+    try:
+        if job.delivery_id is not None:
+            deliveries.settle(services, job)
+        if inbox:
+            deliveries.drain(services, job.session_id)
+    except Exception:
+        log.warning("after job %s: deliveries left to the sweep", job.id, exc_info=True)
+
+
+def refuse_archived(services: Services, job: Job, session: Session) -> None:
+    """End a delivered job that has not started because its session was archived.
+
+    It ends ``cancelled`` with the reason (seed 003 §2.6: accepted deliveries
+    recheck the archive state before they start), and its sender hears so
+    through its follow-up.
+    """
+    reason = f"session {session.name or session.id} was archived before this job started"
+    try:
+        done = services.store.transition(
+            job.id,
+            JobStatus.CANCELLED,
+            expected_version=job.version,
+            error={"code": "session.archived", "message": reason, "retryable": False},
+        )
+    except ChazError:
+        return  # it moved under us (a cancel): whoever moved it settles it
+    services.quotas.dequeued(job.session_id)
+    note = NewEntry(
+        EntryType.ERROR,
+        agent_sender(session.agent_id),
+        f"session.archived: {reason}",
+        metadata={"code": "session.archived", "retryable": False},
+        idempotency_key=f"job:{job.id}:error",
+        job_id=job.id,
+    )
+    admission.append(services, job.session_id, note)
+    after_job(services, done, inbox=False)
 
 
 class Turn:
@@ -434,6 +489,14 @@ class RunnerDelegation:
         return control.job_output(
             self._services, job_id, viewer_session_id, block=block, timeout=timeout
         )
+
+    def spawn(self, sender: Sender, branch: NewBranch) -> Delivered:
+        return deliveries.spawn(self._services, sender, branch)
+
+    def deliver(
+        self, sender: Sender, target: Session, kind: DeliveryKind, body: str, reply: Reply
+    ) -> Delivered:
+        return deliveries.deliver(self._services, sender, target, kind, body, reply=reply)
 
 
 class _StopCheck:

@@ -82,4 +82,6 @@ def reconcile() -> dict[str, Any]:
         "woken": len(report.woken),
         "orphaned": report.orphaned,
         "counters_rebuilt": report.counters_rebuilt,
+        "followups": report.deliveries.followups,
+        "drained": report.deliveries.drained,
     }

@@ -19,6 +19,8 @@ key                                     type        meaning
 ``chaz:idem:{sid}:{key}``               string      held while one caller admits with that
                                                     idempotency key (retries wait for it)
 ``chaz:worker:{hostname}``              string      pid of a worker that is ready for tasks
+``chaz:inbox:{sid}``                    string      set while messages wait in ``sid``'s inbox
+                                                    (a hint: the deliveries table is the record)
 ======================================  ==========  ==========================================
 """
 
@@ -75,3 +77,8 @@ def idempotency_claim(session_id: str, key: str) -> str:
 def worker_ready(hostname: str) -> str:
     """Set by a worker once it consumes tasks (its pid)."""
     return f"{PREFIX}:worker:{hostname}"
+
+
+def inbox(session_id: str) -> str:
+    """Set while messages wait in a session's inbox: its turn's end drains them."""
+    return f"{PREFIX}:inbox:{session_id}"

@@ -28,6 +28,8 @@ class TurnEnd:
     woken: str | None
     #: Jobs still queued in the session (None: the counter is missing).
     queued: int | None
+    #: Messages wait in the session's inbox: drain it (chaz.deliveries).
+    inbox: bool = False
 
 
 class TurnSignals:
@@ -67,7 +69,7 @@ class TurnSignals:
         ``finished`` clear its cancel flag; free its live slot (``free_slot``);
         give the lane back, unless ``keep_if_queued`` and more jobs wait in the
         session."""
-        lane, woken, queued = self._ended(
+        lane, woken, queued, inbox = self._ended(
             keys=[
                 keys.lane(job.session_id),
                 keys.live(job.tree_id),
@@ -75,6 +77,7 @@ class TurnSignals:
                 keys.cancel(job.id),
                 keys.queued(job.session_id),
                 keys.leases(),
+                keys.inbox(job.session_id),
             ],
             args=[
                 token,
@@ -93,4 +96,5 @@ class TurnSignals:
             kept=int(lane) == 0,
             woken=str(woken) or None,
             queued=count if count >= 0 else None,
+            inbox=bool(int(inbox)),
         )

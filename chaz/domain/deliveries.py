@@ -13,11 +13,15 @@ The rules here are pure: the store applies them, the use case
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from chaz.domain.jobs import Job
+from chaz.domain.sessions import Session
 
 #: A busy target's inbox holds at most this many messages; one more drops the oldest.
 INBOX_LIMIT = 50
@@ -102,6 +106,62 @@ class Delivery(BaseModel):
     updated_at: datetime
 
 
+@dataclass(frozen=True)
+class Sender:
+    """Who hands off, and the chain counters the hand-off starts from."""
+
+    #: ``agent:ID`` (a turn), ``user:NAME`` or ``system:NAME``.
+    sender: str
+    #: The idempotency key of this hand-off: a retried call makes no second one.
+    key: str
+    session_id: str | None = None
+    job_id: str | None = None
+    #: The calling entry (the ToolCall that asked for the hand-off).
+    entry_id: str | None = None
+    tree_id: str | None = None
+    #: The sender job's message depth; the delivery carries it plus one.
+    message_count: int = 0
+
+
+@dataclass(frozen=True)
+class NewBranch:
+    """A session to create and the prompt its first job runs (a spawn or a fork)."""
+
+    agent_id: str
+    prompt: str
+    kind: DeliveryKind = DeliveryKind.SPAWN
+    #: Its tools, already narrowed to the caller's.
+    tools: list[str] | None = None
+    #: ``(session_id, seq)`` to fork at; None for a clean session.
+    fork: tuple[str, int] | None = None
+    #: Automatic names to try, the first free one wins.
+    names: tuple[str, ...] = ()
+    #: Its generation (spawn depth).
+    generation: int = 0
+    reply: Reply = Reply.NONE
+    archive_when_done: bool = False
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """What a hand-off did."""
+
+    delivery: Delivery
+    #: The session delivered to (created by a spawn or fork).
+    session: Session
+    #: The job it admitted; None while a message waits in a busy target's inbox.
+    job: Job | None = None
+    #: False when the same hand-off was made before (its first result is returned).
+    created: bool = True
+    #: Messages this one pushed out of a full inbox.
+    dropped: list[Delivery] = field(default_factory=list)
+
+    @property
+    def queued(self) -> bool:
+        """The message waits in the target's inbox (the target is busy)."""
+        return self.job is None and self.delivery.state is DeliveryState.ACCEPTED
+
+
 def followup_key(job_id: str) -> str:
     """The unique key of the one follow-up that answers ``job_id``."""
     return f"followup:{job_id}"
@@ -122,7 +182,8 @@ def followup(
         if not (result or "").strip():
             return None
         return f"{label} finished:\n{result}", False
-    if status == "cancelled":
-        return f"{label} failed: cancelled", True
     reason = (error or {}).get("message") or status
+    if status == "cancelled":
+        detail = "" if (error or {}).get("code") in (None, "job.cancelled") else f" ({reason})"
+        return f"{label} failed: cancelled{detail}", True
     return f"{label} failed ({status}): {reason}", True

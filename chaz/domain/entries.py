@@ -15,7 +15,9 @@ from chaz.errors import ValidationError
 
 
 class EntryType(StrEnum):
-    """The nine entry types (docs/contracts.md#entries)."""
+    """The entry types (docs/contracts.md#entries): seed 000's nine, and two that
+    collaboration writes (``attach``, ``notice``), which admit nothing and are
+    not context."""
 
     MESSAGE = "message"
     DIRECTIVE = "directive"
@@ -26,6 +28,15 @@ class EntryType(StrEnum):
     SUMMARY = "summary"
     APPROVAL_REQUEST = "approval_request"
     APPROVAL_DECISION = "approval_decision"
+    #: A pointer to a session this one spawned or forked: ``metadata["attach"]``
+    #: holds its ``(session_id, head_seq)`` and status (docs/collaboration.md#attach).
+    ATTACH = "attach"
+    #: A note from chaz to a session's readers (a dropped or refused delivery).
+    NOTICE = "notice"
+
+
+#: Types only chaz writes: a producer posting one could forge a pointer or a notice.
+RUNTIME_ONLY = frozenset({EntryType.ATTACH, EntryType.NOTICE})
 
 
 class KeyScope(StrEnum):

@@ -21,7 +21,7 @@ import pydantic
 from pydantic import AfterValidator, BaseModel
 from pydantic._internal._model_construction import ModelMetaclass
 
-from chaz.domain.entries import NEEDS_CONTENT, EntryType
+from chaz.domain.entries import NEEDS_CONTENT, RUNTIME_ONLY, EntryType
 from chaz.errors import RequestTooLarge, ValidationError
 
 E = TypeVar("E", bound=StrEnum)
@@ -122,8 +122,11 @@ def check_choice(field: str, value: object, kind: type[E], what: str) -> E:
 
 
 def check_entry_type(value: object) -> EntryType:
-    """An entry type, by value."""
-    return check_choice("type", value, EntryType, "entry type")
+    """An entry type a producer may write, by value (not one only chaz writes)."""
+    etype = check_choice("type", value, EntryType, "entry type")
+    if etype in RUNTIME_ONLY:
+        raise invalid("type", f"entries of type {etype.value!r} are written by chaz only")
+    return etype
 
 
 def check_idempotency_key(value: object) -> str | None:

@@ -19,8 +19,10 @@ from typing import Any, Protocol
 import pydantic
 
 from chaz.domain.agents import Limits
+from chaz.domain.deliveries import Delivered, DeliveryKind, NewBranch, Reply, Sender
 from chaz.domain.entries import NewEntry
 from chaz.domain.jobs import Job
+from chaz.domain.sessions import Session
 from chaz.domain.validation import (
     DEFAULT_MAX_CONTENT_BYTES,
     check_tool_name,
@@ -81,6 +83,16 @@ class Delegation(Protocol):
         self, job_id: str, viewer_session_id: str, *, block: bool, timeout: float
     ) -> dict[str, Any]:
         """The job's state and capped result, if ``viewer_session_id`` may read it."""
+        ...
+
+    def spawn(self, sender: Sender, branch: NewBranch) -> Delivered:
+        """Create a session and admit its first job, as one delivery."""
+        ...
+
+    def deliver(
+        self, sender: Sender, target: Session, kind: DeliveryKind, body: str, reply: Reply
+    ) -> Delivered:
+        """Deliver to an existing session: a job now, or an inbox entry while it is busy."""
         ...
 
 

@@ -11,8 +11,9 @@ import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from functools import cached_property
+from typing import Any, cast
 
 from sqlalchemy import (
     Connection,
@@ -27,7 +28,17 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
+from chaz.domain import events as ev
 from chaz.domain.agents import AgentSpec, Limits
+from chaz.domain.deliveries import (
+    DUPLICATE_WINDOW,
+    Delivery,
+    DeliveryKind,
+    DeliveryState,
+    Reply,
+    followup,
+    followup_key,
+)
 from chaz.domain.entries import (
     Entry,
     EntryType,
@@ -39,19 +50,24 @@ from chaz.domain.entries import (
 )
 from chaz.domain.jobs import ACTIVE, Job, JobStatus, check_transition, missing_job
 from chaz.domain.processing import admits_turn
-from chaz.domain.sessions import Session
+from chaz.domain.results import excerpt
+from chaz.domain.sessions import ArchivedBy, NameSource, Origin, Session
 from chaz.domain.validation import check_session_name
 from chaz.errors import (
     AgentNotFound,
+    DuplicateDelivery,
     IdempotencyMismatch,
     LeaseLost,
     NameTaken,
+    SessionArchived,
     SessionNotFound,
     VersionConflict,
 )
 from chaz.ids import as_utc, new_id, utcnow
+from chaz.store import deliveries as dl
 from chaz.store import statements as st
 from chaz.store.db import make_engine
+from chaz.store.events import record
 from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
 
 _ACTIVE = [s.value for s in ACTIVE]
@@ -68,6 +84,24 @@ class JobFields:
     message_count: int = 0
     #: The delivery admitting the job: marked ``admitted`` in the same transaction.
     delivery_id: str | None = None
+
+
+@dataclass(frozen=True)
+class NewSession:
+    """A session to create (see :meth:`Store.create_session` and :meth:`Store.admitting`)."""
+
+    agent_id: str
+    name: str | None = None
+    limits: Limits | None = None
+    tools: list[str] | None = None
+    parent_job_id: str | None = None
+    tree_id: str | None = None
+    call_depth: int = 0
+    #: ``(session_id, seq)`` of a fork's source entry.
+    fork: tuple[str, int] | None = None
+    origin: Origin | None = None
+    #: Automatic names to try in turn when ``name`` is None; the first free one wins.
+    names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -135,19 +169,88 @@ class Admitting:
         """
         return _counts(self._conn, self.session.id)
 
-    def insert(self, draft: NewEntry, *, job_fields: JobFields | None = None) -> Appended:
-        """Insert the entry and the job it admits; :class:`KeyTaken` if the key is used."""
+    def insert(
+        self,
+        draft: NewEntry,
+        *,
+        job_fields: JobFields | None = None,
+        delivery: dict[str, Any] | None = None,
+    ) -> Appended:
+        """Insert the entry and the job it admits; :class:`KeyTaken` if the key is used.
+
+        ``delivery`` is a new delivery row (:func:`chaz.store.deliveries.new_row`)
+        that admits this job: it is inserted ``admitted`` with the job's id,
+        and its idempotency key is checked like the entry's.
+        """
         parse_sender(draft.sender)
+        if delivery is not None:
+            job_fields = replace(job_fields or JobFields(), delivery_id=delivery["id"])
         try:
             entry_values, job_row = _insert_entry(
                 self._conn, self._row, draft, admit=True, job_fields=job_fields
             )
+            assert job_row is not None
+            if delivery is not None:
+                dl.insert_row(
+                    self._conn,
+                    {**delivery, "state": DeliveryState.ADMITTED.value, "job_id": job_row["id"]},
+                )
         except IntegrityError as exc:
-            if draft.idempotency_key is None:
+            key = delivery["idempotency_key"] if delivery else draft.idempotency_key
+            if key is None:
                 raise
-            raise KeyTaken(draft.idempotency_key) from exc
-        assert job_row is not None
+            raise KeyTaken(key) from exc
         return Appended(_entry(entry_values), _job(job_row), created=True)
+
+    def take(
+        self, delivery: Delivery, draft: NewEntry, *, job_fields: JobFields | None = None
+    ) -> Appended:
+        """Admit an ``accepted`` delivery (a queued message, a follow-up) as this job.
+
+        :class:`DeliveryGone` when another caller admitted (or dropped) it
+        first: the transaction must then roll back, and nothing is written.
+        """
+        fields = replace(job_fields or JobFields(), delivery_id=delivery.id)
+        done = self.insert(draft, job_fields=fields)
+        assert done.job is not None
+        moved = dl.move(
+            self._conn,
+            delivery.id,
+            DeliveryState.ADMITTED,
+            leaving=[DeliveryState.ACCEPTED],
+            job_id=done.job.id,
+        )
+        if moved is None:
+            raise DeliveryGone(delivery.id)
+        return done
+
+    def inbox(self) -> list[Delivery]:
+        """The messages waiting in this session's inbox, oldest first (locked)."""
+        return dl.inbox(self._conn, self.session.id, lock=True)
+
+    def append_to(self, session_id: str, draft: NewEntry) -> Entry:
+        """Append an entry that admits nothing to *another* session, in this transaction.
+
+        A spawn's attach pointer goes into the caller's session with the
+        child's admission, so neither exists without the other.
+        """
+        parse_sender(draft.sender)
+        entry_values, _ = _insert_entry(
+            self._conn,
+            _bump(self._conn, session_id, admit=False),
+            draft,
+            admit=False,
+            job_fields=None,
+        )
+        return _entry(entry_values)
+
+
+class DeliveryGone(Exception):
+    """The delivery being admitted was admitted, dropped or refused by someone else.
+
+    Internal to the delivery path: the transaction rolls back and the caller
+    moves on to the next one.
+    """
 
 
 @dataclass(frozen=True)
@@ -173,6 +276,11 @@ class Store:
     def close(self) -> None:
         """Release pooled connections."""
         self.engine.dispose()
+
+    @cached_property
+    def deliveries(self) -> dl.DeliveryStore:
+        """Reads of deliveries, and their standalone writes."""
+        return dl.DeliveryStore(self)
 
     @contextmanager
     def _write(self, durable: bool = True) -> Iterator[Connection]:
@@ -255,32 +363,30 @@ class Store:
         parent_job_id: str | None = None,
         tree_id: str | None = None,
         call_depth: int = 0,
+        fork: tuple[str, int] | None = None,
+        origin: Origin | None = None,
+        names: Iterable[str] = (),
     ) -> Session:
-        """A new, empty session for ``agent_id``; a root of its own tree unless given one."""
-        if name is not None:
-            name = check_session_name(name)
-        sid = new_id()
-        values: dict[str, Any] = {
-            "id": sid,
-            "agent_id": agent_id,
-            "name": name,
-            "tree_id": tree_id or sid,
-            "parent_job_id": parent_job_id,
-            "call_depth": call_depth,
-            "last_seq": 0,
-            "last_ordinal": 0,
-            "limits": limits.model_dump(mode="json") if limits else None,
-            "tools": tools,
-            "created_at": utcnow(),
-        }
-        try:
-            with self._write() as conn:
-                if conn.scalar(select(AgentRow.id).where(AgentRow.id == agent_id)) is None:
-                    raise AgentNotFound(f"no agent {agent_id!r}", agent_id=agent_id)
-                conn.execute(insert(SessionRow).values(**values))
-        except IntegrityError as exc:
-            raise NameTaken(f"a session is already named {name!r}", name=name) from exc
-        return _session(values)
+        """A new, empty session for ``agent_id``; a root of its own tree unless given one.
+
+        ``fork`` is ``(session_id, seq)``: the session's context reads through
+        that session up to that entry. ``names`` are candidates tried in turn
+        when no ``name`` is given (an automatic name: the first one free).
+        """
+        new = NewSession(
+            agent_id,
+            name=check_session_name(name) if name is not None else None,
+            limits=limits,
+            tools=tools,
+            parent_job_id=parent_job_id,
+            tree_id=tree_id,
+            call_depth=call_depth,
+            fork=fork,
+            origin=origin,
+            names=tuple(names),
+        )
+        with self._write() as conn:
+            return _session(_insert_session(conn, new))
 
     def delete_empty_session(self, session_id: str) -> bool:
         """Remove a session that never got an entry (undoing a refused spawn)."""
@@ -319,6 +425,8 @@ class Store:
                 found = conn.execute(st.SAID_BY_ID, {"tid": tid}).first()
                 if found is not None:
                     trigger = _said(found)
+            if row["fork_session_id"] is not None:
+                _read_through(conn, row, history, max_context)
         history.reverse()
         return TurnSetup(job, _session(row), agent, history, trigger)
 
@@ -348,13 +456,19 @@ class Store:
     # -- entries --------------------------------------------------------------
 
     @contextmanager
-    def admitting(self, session_id: str) -> Iterator[Admitting]:
+    def admitting(
+        self, session_id: str, *, create: NewSession | None = None
+    ) -> Iterator[Admitting]:
         """The unit of work of one admission (see :class:`Admitting`).
 
         Commits when the block ends; anything raised inside it rolls the
-        whole admission back and leaves the session as it was.
+        whole admission back and leaves the session as it was. With
+        ``create``, the session is made in the same transaction (its id
+        replaces ``session_id``): a refused spawn leaves no empty session.
         """
         with self._write() as conn:
+            if create is not None:
+                session_id = _insert_session(conn, create)["id"]
             row = _bump(conn, session_id, admit=True)
             yield Admitting(conn, row, self._agent(conn, row["agent_id"]))
 
@@ -385,9 +499,7 @@ class Store:
             return found
         return Appended(entry=_entry(entry_values), job=None, created=True)
 
-    def end_turn(
-        self, fence: Fence, finish: Finish, session_id: str, draft: NewEntry
-    ) -> Appended:
+    def end_turn(self, fence: Fence, finish: Finish, session_id: str, draft: NewEntry) -> Appended:
         """A turn's last entry (its reply or its Error) and its job's end, in one transaction.
 
         Whoever sees a turn's final entry sees its job finished. The job's
@@ -397,9 +509,18 @@ class Store:
         draft = replace(draft, job_id=finish.job_id)
         try:
             with self._write() as conn:
-                _fenced_finish(conn, fence, finish)
+                delivery_id = _fenced_finish(conn, fence, finish)
                 entry_values, _ = _insert_entry(
                     conn, _bump(conn, session_id, admit=False), draft, admit=False, job_fields=None
+                )
+                _ended(
+                    conn,
+                    finish.job_id,
+                    session_id,
+                    finish.status,
+                    result=finish.result,
+                    error=finish.error,
+                    delivery_id=delivery_id,
                 )
         except IntegrityError:
             found = self.replay(session_id, draft)
@@ -504,6 +625,83 @@ class Store:
         with self._read() as conn:
             return [_entry(r) for r in conn.execute(stmt).mappings()]
 
+    def entry(self, entry_id: str) -> Entry | None:
+        """One entry by id, if it exists."""
+        with self._read() as conn:
+            row = conn.execute(select(EntryRow).where(EntryRow.id == entry_id)).mappings().first()
+        return _entry(row) if row is not None else None
+
+    # -- deliveries -----------------------------------------------------------
+
+    def queue_message(
+        self, values: dict[str, Any], *, limit: int, window: timedelta = DUPLICATE_WINDOW
+    ) -> tuple[Delivery, list[Delivery]]:
+        """Put a message delivery (a new row's ``values``) into its target's inbox.
+
+        With the target's row locked: an archived target refuses it
+        (:class:`SessionArchived`); the same text from the same sender while
+        a copy still waits and is younger than ``window`` is
+        :class:`DuplicateDelivery`; a full inbox (``limit``) drops its oldest
+        messages to make room. Returns the queued delivery and the dropped ones.
+        """
+        target = values["target_session_id"]
+        with self._write() as conn:
+            row = conn.execute(st.LOCK_SESSION, {"sid": target}).mappings().first()
+            if row is None:
+                raise SessionNotFound(f"no session {target!r}", session=target)
+            if row["archived_at"] is not None:
+                raise SessionArchived(
+                    f"session {row['name'] or target} is archived and takes no new deliveries",
+                    session_id=target,
+                )
+            waiting = dl.inbox(conn, target, lock=True)
+            now = utcnow()
+            for d in waiting:
+                same = (d.sender, d.sender_session_id, d.body) == (
+                    values["sender"],
+                    values["sender_session_id"],
+                    values["body"],
+                )
+                if same and now - d.created_at < window:
+                    raise DuplicateDelivery(
+                        "the same message is still waiting in the target's inbox "
+                        f"(queued {int((now - d.created_at).total_seconds())}s ago); "
+                        "it will be delivered when the target's turn ends",
+                        delivery_id=d.id,
+                    )
+            dropped = []
+            for old in waiting[: max(0, len(waiting) + 1 - limit)]:
+                moved = dl.move(
+                    conn,
+                    old.id,
+                    DeliveryState.DROPPED,
+                    leaving=[DeliveryState.ACCEPTED],
+                    code="inbox.full",
+                    reason=f"the inbox holds at most {limit} messages",
+                )
+                if moved is not None:
+                    dropped.append(moved)
+            dl.insert_row(conn, values)
+        return dl.as_delivery(values), dropped
+
+    def settle_delivery(
+        self,
+        delivery_id: str,
+        state: DeliveryState,
+        *,
+        leaving: Iterable[DeliveryState],
+        code: str | None = None,
+        reason: str | None = None,
+    ) -> Delivery | None:
+        """Move a delivery to ``state`` if it is in one of ``leaving`` (else None)."""
+        with self._write() as conn:
+            return dl.move(conn, delivery_id, state, leaving=leaving, code=code, reason=reason)
+
+    def silence_followups(self, job_ids: Iterable[str]) -> None:
+        """The jobs' ends will send no follow-up (a caller's cancel cascades to them)."""
+        with self._write() as conn:
+            dl.silence(conn, job_ids)
+
     def get_job(self, job_id: str) -> Job:
         """One job, or :class:`JobNotFound`."""
         with self._read() as conn:
@@ -567,9 +765,11 @@ class Store:
         with self._read() as conn:
             return [_job(r) for r in conn.execute(stmt).mappings()]
 
-    def count_children(self, job_id: str) -> int:
-        """How many jobs name ``job_id`` as their parent (a turn's fan-out)."""
-        stmt = select(func.count()).select_from(JobRow).where(JobRow.parent_job_id == job_id)
+    def count_created(self, job_id: str) -> int:
+        """How many sessions ``job_id``'s turn created (its fan-out, docs/contracts.md#topology)."""
+        stmt = (
+            select(func.count()).select_from(SessionRow).where(SessionRow.parent_job_id == job_id)
+        )
         with self._read() as conn:
             return int(conn.scalar(stmt) or 0)
 
@@ -608,6 +808,8 @@ class Store:
                     {"jid": job_id, "seen_version": row["version"], **_start_params(values)},
                 )
                 row |= values
+            if row["attempts"] == 1:
+                record(conn, row["session_id"], ev.job_event("running"), {"job_id": job_id})
             ack: Entry | None = None
             if ack_sender is not None and row["attempts"] == 1:
                 ack_entry = NewEntry(
@@ -637,9 +839,19 @@ class Store:
             )
 
     def transition(
-        self, job_id: str, target: JobStatus, *, expected_version: int | None = None
+        self,
+        job_id: str,
+        target: JobStatus,
+        *,
+        expected_version: int | None = None,
+        error: dict[str, Any] | None = None,
     ) -> Job:
-        """The one gate for other status changes: checks the move and the version."""
+        """The one gate for other status changes: checks the move and the version.
+
+        A terminal ``target`` applies the job's end like a turn's end does
+        (its event; its delivery's completion policy), with ``error`` as the
+        job's error.
+        """
         with self._write() as conn:
             row = _lock_job(conn, job_id)
             if expected_version is not None and row["version"] != expected_version:
@@ -652,6 +864,8 @@ class Store:
             values: dict[str, Any] = {"status": target.value, "version": row["version"] + 1}
             if target.terminal:
                 values["finished_at"] = utcnow()
+                if error is not None:
+                    values["error"] = error
             done = conn.execute(
                 update(JobRow)
                 .where(and_(JobRow.id == job_id, JobRow.version == row["version"]))
@@ -659,6 +873,18 @@ class Store:
             ).rowcount
             if not done:
                 raise VersionConflict(f"job {job_id} changed concurrently", job_id=job_id)
+            if target.terminal:
+                _ended(
+                    conn,
+                    job_id,
+                    row["session_id"],
+                    target,
+                    result=row["result"],
+                    error=values.get("error", row["error"]),
+                    delivery_id=row["delivery_id"],
+                )
+            else:
+                record(conn, row["session_id"], ev.job_event(target.value), {"job_id": job_id})
             return _job({**row, **values})
 
     def active_jobs(self, tree_id: str | None = None) -> list[Job]:
@@ -746,6 +972,82 @@ def _counts(conn: Connection, session_id: str) -> tuple[int, int]:
     return int(row[0] or 0), int(row[1])
 
 
+#: A fork of a fork of ... is read through at most this many sources.
+MAX_FORK_HOPS = 16
+
+
+def _read_through(conn: Connection, session: Any, history: list[Said], limit: int) -> None:
+    """Extend a fork's context (``history``, newest first) with its source's.
+
+    A fork is a pointer, not a copy: its context continues with the source
+    session's context up to the entry it was forked at, and so on through
+    the source's own source, until a Summary starts the context or
+    ``limit`` entries are read (the same bound as any context).
+    """
+    source, upto = session["fork_session_id"], session["fork_seq"]
+    for _ in range(MAX_FORK_HOPS):
+        if source is None or len(history) >= limit:
+            return
+        if history and history[-1].type is EntryType.SUMMARY:
+            return  # the context starts at this Summary
+        rows = conn.execute(
+            st.FORK_CONTEXT, {"sid": source, "upto": upto, "lim": limit - len(history)}
+        )
+        history.extend(_said(r) for r in rows)
+        found = conn.execute(st.FORK_OF, {"sid": source}).first()
+        source, upto = (found[0], found[1]) if found is not None else (None, None)
+
+
+def _insert_session(conn: Connection, new: NewSession) -> dict[str, Any]:
+    """Insert a session row in the open transaction; its columns.
+
+    A person's ``name`` that is taken is :class:`NameTaken`; automatic
+    ``names`` are tried in turn, each in a savepoint (on PostgreSQL a failed
+    INSERT would otherwise abort the whole transaction), and the session is
+    left unnamed if every one is taken.
+    """
+    if conn.scalar(st.AGENT_SPEC, {"aid": new.agent_id}) is None:
+        raise AgentNotFound(f"no agent {new.agent_id!r}", agent_id=new.agent_id)
+    sid = new_id()
+    values: dict[str, Any] = {
+        "id": sid,
+        "agent_id": new.agent_id,
+        "name": new.name,
+        "tree_id": new.tree_id or sid,
+        "parent_job_id": new.parent_job_id,
+        "call_depth": new.call_depth,
+        "last_seq": 0,
+        "last_ordinal": 0,
+        "limits": new.limits.model_dump(mode="json") if new.limits else None,
+        "tools": new.tools,
+        "created_at": utcnow(),
+        "fork_session_id": new.fork[0] if new.fork else None,
+        "fork_seq": new.fork[1] if new.fork else None,
+        "origin": new.origin.value if new.origin else None,
+        "name_source": NameSource.USER.value if new.name is not None else None,
+    }
+    if new.name is not None or not new.names:
+        try:
+            with conn.begin_nested():
+                conn.execute(insert(SessionRow).values(**values))
+        except IntegrityError as exc:
+            raise NameTaken(f"a session is already named {new.name!r}", name=new.name) from exc
+        return values
+    for candidate in (*new.names, None):
+        named = {
+            **values,
+            "name": candidate,
+            "name_source": NameSource.AUTO.value if candidate is not None else None,
+        }
+        try:
+            with conn.begin_nested():
+                conn.execute(insert(SessionRow).values(**named))
+        except IntegrityError:
+            continue
+        return named
+    raise AssertionError("an unnamed session cannot collide")  # pragma: no cover
+
+
 def _session_row(conn: Connection, ref: str) -> Any:
     row = conn.execute(st.SESSION_BY_ID, {"ref": ref}).mappings().first()
     if row is None:
@@ -761,8 +1063,11 @@ def _check_fence(conn: Connection, fence: Fence) -> None:
         raise LeaseLost(f"job {fence.job_id} is no longer held by this worker", job_id=fence.job_id)
 
 
-def _fenced_finish(conn: Connection, fence: Fence, finish: Finish) -> None:
-    """End a job held under ``fence``: one compare-and-set when all is as expected."""
+def _fenced_finish(conn: Connection, fence: Fence, finish: Finish) -> str | None:
+    """End a job held under ``fence``: one compare-and-set when all is as expected.
+
+    Returns the id of the delivery that admitted the job, if one did.
+    """
     done = conn.execute(
         st.FENCED_FINISH[finish.status],
         {
@@ -772,18 +1077,120 @@ def _fenced_finish(conn: Connection, fence: Fence, finish: Finish) -> None:
             "v_error": finish.error,
             "v_finished_at": utcnow(),
         },
-    ).rowcount
-    if done:
-        return
+    ).first()
+    if done is not None:
+        return cast("str | None", done[0])
     # Not applied: say why (the fence first), as the locking path would.
     _check_fence(conn, fence)
-    _finish(conn, finish)
+    return _finish(conn, finish).delivery_id
+
+
+def _ended(
+    conn: Connection,
+    job_id: str,
+    session_id: str,
+    status: JobStatus,
+    *,
+    result: str | None,
+    error: dict[str, Any] | None,
+    delivery_id: str | None,
+) -> None:
+    """What a job's end changes besides the job, in the same transaction: its
+    event, and for a delivered job its delivery's completion policy.
+
+    The policy (docs/collaboration.md#follow-ups): the delivery is ``done``;
+    an attach pointer in the caller's session gets the job's status and the
+    child's head; ``archive_when_done`` archives the session; a ``followup``
+    reply records one follow-up delivery back to the sender session (unique
+    per finished job, so a repeated end cannot make two). The follow-up is
+    admitted after the commit (:mod:`chaz.deliveries`); a crash in between
+    leaves it ``accepted``, and the reconciler admits it.
+    """
+    record(conn, session_id, ev.job_event(status.value), {"job_id": job_id})
+    if delivery_id is None:
+        return
+    delivery = dl.move(conn, delivery_id, DeliveryState.DONE, leaving=[DeliveryState.ADMITTED])
+    if delivery is None:
+        return
+    target = conn.execute(st.SESSION_BY_ID, {"ref": session_id}).mappings().one()
+    pointer = delivery.metadata.get("attach_entry_id")
+    if pointer:
+        _patch_attach(conn, pointer, status=status.value, head_seq=target["last_seq"])
+    if delivery.archive_when_done:
+        _archive_auto(conn, session_id, "archive_when_done")
+    if delivery.reply is not Reply.FOLLOWUP or delivery.sender_session_id is None:
+        return
+    label = f"{target['name'] or 'session'} ({session_id})"
+    said = followup(status.value, excerpt(result or "")[0], error, label=label)
+    if said is None:
+        return
+    text, is_error = said
+    caller_depth = conn.scalar(
+        select(SessionRow.call_depth).where(SessionRow.id == delivery.sender_session_id)
+    )
+    dl.insert_once(
+        conn,
+        dl.new_row(
+            kind=DeliveryKind.FOLLOWUP,
+            sender=f"agent:{target['agent_id']}",
+            sender_session_id=session_id,
+            sender_job_id=job_id,
+            target_session_id=delivery.sender_session_id,
+            body=text,
+            # The chain's counters travel back unchanged: reading a result
+            # spends no message and no generation (docs/contracts.md#topology).
+            message_count=delivery.message_count,
+            generation=int(caller_depth or 0),
+            state=DeliveryState.ACCEPTED,
+            answers_job_id=job_id,
+            metadata={
+                "is_error": is_error,
+                "status": status.value,
+                "session_id": session_id,
+                "execution_id": job_id,
+                "head_seq": target["last_seq"],
+            },
+            idempotency_key=followup_key(job_id),
+        ),
+    )
+
+
+def _patch_attach(conn: Connection, entry_id: str, **attach: Any) -> None:
+    """Record a child's end on the attach pointer that points to it.
+
+    The pointer is the one entry chaz updates in place: it is a card in the
+    caller's session, not conversation, and its update moves no seq.
+    """
+    meta = conn.scalar(select(EntryRow.meta).where(EntryRow.id == entry_id).with_for_update())
+    if meta is None:
+        return
+    patched = {**meta, "attach": {**meta.get("attach", {}), **attach}}
+    conn.execute(update(EntryRow).where(EntryRow.id == entry_id).values(meta=patched))
+
+
+def _archive_auto(conn: Connection, session_id: str, reason: str) -> None:
+    """Archive a session by completion policy, unless it is archived already
+    (then its first ``archived_at`` and any manual reason stand)."""
+    done = conn.execute(
+        update(SessionRow)
+        .where(SessionRow.id == session_id, SessionRow.archived_at.is_(None))
+        .values(
+            archived_at=utcnow(),
+            archived_by=ArchivedBy.AUTO.value,
+            archive_reason=func.coalesce(SessionRow.archive_reason, reason),
+        )
+    ).rowcount
+    if done:
+        record(conn, session_id, ev.SESSION_ARCHIVED, {"by": "auto", "reason": reason})
 
 
 def _bump(conn: Connection, session_id: str, admit: bool) -> Any:
     """Take the session's next seq (and, for an admission, its next job ordinal),
     locking the session row; the session row as it now is."""
-    row = conn.execute(st.BUMP_ADMIT if admit else st.BUMP, {"sid": session_id}).mappings().first()
+    if admit:
+        row = conn.execute(st.BUMP_ADMIT, {"sid": session_id, "now": utcnow()}).mappings().first()
+    else:
+        row = conn.execute(st.BUMP, {"sid": session_id}).mappings().first()
     if row is None:
         raise SessionNotFound(f"no session {session_id!r}", session=session_id)
     return row
@@ -825,6 +1232,7 @@ def _insert_entry(
     conn.execute(st.INSERT_ENTRY, entry_values)
     if job_row is not None:
         conn.execute(st.INSERT_JOB, job_row)
+        record(conn, session_id, ev.job_event("queued"), {"job_id": job_row["id"]})
     return entry_values, job_row
 
 

@@ -38,6 +38,8 @@ HEAD = (
 #: A session by id, and by its unique name.
 SESSION_BY_ID = select(SESSIONS).where(SESSIONS.c.id == bindparam("ref"))
 SESSION_BY_NAME = select(SESSIONS).where(SESSIONS.c.name == bindparam("ref"))
+#: A session row, locked for update (without taking a seq).
+LOCK_SESSION = select(SESSIONS).where(SESSIONS.c.id == bindparam("sid")).with_for_update()
 #: A saved agent's spec (JSON).
 AGENT_SPEC = select(AGENTS.c.spec).where(AGENTS.c.id == bindparam("aid"))
 #: A session with its agent's spec, as ``agent_spec``.
@@ -88,6 +90,33 @@ CONTEXT = (
     .order_by(ENTRIES.c.seq.desc())
     .limit(bindparam("lim"))
 )
+#: A fork source's context: like CONTEXT, but up to the entry ``upto`` instead
+#: of a trigger (the entry the fork was made at).
+FORK_CONTEXT = (
+    select(*SAID_COLUMNS)
+    .where(
+        ENTRIES.c.session_id == bindparam("sid"),
+        ENTRIES.c.type.in_(CONTEXT_TYPES),
+        ENTRIES.c.seq <= bindparam("upto"),
+        ENTRIES.c.seq
+        >= func.coalesce(
+            select(func.max(ENTRIES.c.seq))
+            .where(
+                ENTRIES.c.session_id == bindparam("sid"),
+                ENTRIES.c.type == EntryType.SUMMARY.value,
+                ENTRIES.c.seq <= bindparam("upto"),
+            )
+            .scalar_subquery(),
+            0,
+        ),
+    )
+    .order_by(ENTRIES.c.seq.desc())
+    .limit(bindparam("lim"))
+)
+#: A fork's source, for reading through it.
+FORK_OF = select(SESSIONS.c.fork_session_id, SESSIONS.c.fork_seq).where(
+    SESSIONS.c.id == bindparam("sid")
+)
 #: Take the session's next seq (locks the session row), returning the session.
 BUMP = (
     update(SESSIONS)
@@ -99,7 +128,11 @@ BUMP = (
 BUMP_ADMIT = (
     update(SESSIONS)
     .where(SESSIONS.c.id == bindparam("sid"))
-    .values(last_seq=SESSIONS.c.last_seq + 1, last_ordinal=SESSIONS.c.last_ordinal + 1)
+    .values(
+        last_seq=SESSIONS.c.last_seq + 1,
+        last_ordinal=SESSIONS.c.last_ordinal + 1,
+        active_at=bindparam("now"),
+    )
     .returning(*SESSIONS.c)
 )
 #: Inserts, executed with a dict of every column.
@@ -140,6 +173,8 @@ def _fenced_finish_stmt(target: JobStatus) -> Update:
             finished_at=bindparam("v_finished_at"),
             lease_token=None,
         )
+        # Which delivery admitted the job: its end applies that delivery's policy.
+        .returning(JOBS.c.delivery_id)
     )
 
 

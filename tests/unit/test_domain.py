@@ -53,6 +53,8 @@ def test_every_entry_type_is_covered() -> None:
         "summary",
         "approval_request",
         "approval_decision",
+        "attach",
+        "notice",
     }
 
 

@@ -9,6 +9,7 @@
 -- KEYS[4]  chaz:cancel:{job}
 -- KEYS[5]  chaz:q:{sid}
 -- KEYS[6]  chaz:leases
+-- KEYS[7]  chaz:inbox:{sid}
 -- ARGV[1]  the lease token
 -- ARGV[2]  job id
 -- ARGV[3]  clear the cancel flag: '1' or '0'
@@ -19,8 +20,9 @@
 -- ARGV[8]  the lease TTL in ms (to renew a kept lane)
 -- ARGV[9]  session id
 -- Returns: {lane, session to wake ('' for none), queued ('-1' when the
---          counter is missing)}, where lane is 1 (released), 0 (kept:
---          still ours) or -1 (not ours any more)
+--          counter is missing), inbox (1 when messages wait in the session's
+--          inbox)}, where lane is 1 (released), 0 (kept: still ours) or -1
+--          (not ours any more)
 -- uses: hand_off lease_is watch_lease
 if ARGV[7] ~= '' then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
 if ARGV[3] == '1' then redis.call('DEL', KEYS[4]) end
@@ -39,4 +41,4 @@ if lease_is(redis.call('GET', KEYS[1]), ARGV[1]) then
     lane = 0
   end
 end
-return {lane, woken, queued or '-1'}
+return {lane, woken, queued or '-1', redis.call('EXISTS', KEYS[7])}

@@ -1,0 +1,327 @@
+"""The ``deliveries`` table: every hand-off between sessions, and its state changes.
+
+The functions taking a ``conn`` run inside a transaction the caller holds
+(an admission, a job's end), so a delivery's change commits with the change
+it belongs to; :class:`DeliveryStore` has the reads and the standalone writes.
+A state change is a compare-and-set on the state it leaves: two drivers of
+one delivery cannot both move it.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, cast
+
+from sqlalchemy import Connection, Table, func, insert, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from chaz.domain import events
+from chaz.domain.deliveries import (
+    Delivery,
+    DeliveryKind,
+    DeliveryState,
+    Reply,
+)
+from chaz.errors import DeliveryNotFound
+from chaz.ids import as_utc, new_id, utcnow
+from chaz.store.events import record
+from chaz.store.models import DeliveryRow
+
+if TYPE_CHECKING:
+    from chaz.store.repo import Store
+
+DELIVERIES = cast(Table, DeliveryRow.__table__)
+
+
+def new_row(
+    *,
+    kind: DeliveryKind,
+    sender: str,
+    target_session_id: str,
+    body: str,
+    idempotency_key: str,
+    state: DeliveryState,
+    sender_session_id: str | None = None,
+    sender_entry_id: str | None = None,
+    sender_job_id: str | None = None,
+    message_count: int = 0,
+    generation: int = 0,
+    reply: Reply = Reply.NONE,
+    archive_when_done: bool = False,
+    answers_job_id: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    job_id: str | None = None,
+) -> dict[str, Any]:
+    """Every column of a new delivery row."""
+    now = utcnow()
+    return {
+        "id": new_id(),
+        "kind": kind.value,
+        "sender": sender,
+        "sender_session_id": sender_session_id,
+        "sender_entry_id": sender_entry_id,
+        "sender_job_id": sender_job_id,
+        "target_session_id": target_session_id,
+        "body": body,
+        "message_count": message_count,
+        "generation": generation,
+        "state": state.value,
+        "code": None,
+        "reason": None,
+        "job_id": job_id,
+        "reply": reply.value,
+        "archive_when_done": archive_when_done,
+        "answers_job_id": answers_job_id,
+        "metadata": metadata or {},
+        "idempotency_key": idempotency_key,
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
+def insert_row(conn: Connection, values: dict[str, Any]) -> None:
+    """Insert a delivery (an IntegrityError if its key is taken: the caller replays)."""
+    conn.execute(insert(DELIVERIES), values)
+    note(conn, as_delivery(values), _state_event(DeliveryState(values["state"])))
+
+
+def insert_once(conn: Connection, values: dict[str, Any]) -> bool:
+    """Insert a delivery unless one with its key exists; whether it was inserted.
+
+    ``ON CONFLICT DO NOTHING`` rather than catching the error: on PostgreSQL
+    a failed statement would abort the caller's whole transaction (the end
+    of a job, which must commit whatever happens to its follow-up).
+    """
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    stmt = (
+        dialect.insert(DELIVERIES)
+        .values(**values)
+        .on_conflict_do_nothing(index_elements=["idempotency_key"])
+    )
+    done = bool(conn.execute(stmt).rowcount)
+    if done:
+        note(conn, as_delivery(values), _state_event(DeliveryState(values["state"])))
+    return done
+
+
+def move(
+    conn: Connection,
+    delivery_id: str,
+    target: DeliveryState,
+    *,
+    leaving: Iterable[DeliveryState],
+    job_id: str | None = None,
+    code: str | None = None,
+    reason: str | None = None,
+) -> Delivery | None:
+    """Move a delivery to ``target`` if it is in one of the ``leaving`` states.
+
+    The delivery as it now is, or None when it was not in those states
+    (someone else moved it first). Records the change as an event in its
+    target session (and its sender's, for the sender's log).
+    """
+    values: dict[str, Any] = {"state": target.value, "updated_at": utcnow()}
+    if job_id is not None:
+        values["job_id"] = job_id
+    if code is not None:
+        values["code"] = code
+        values["reason"] = reason
+    row = (
+        conn.execute(
+            update(DELIVERIES)
+            .where(
+                DELIVERIES.c.id == delivery_id,
+                DELIVERIES.c.state.in_([s.value for s in leaving]),
+            )
+            .values(**values)
+            .returning(*DELIVERIES.c)
+        )
+        .mappings()
+        .first()
+    )
+    if row is None:
+        return None
+    delivery = as_delivery(row)
+    note(conn, delivery, _state_event(target))
+    return delivery
+
+
+def silence(conn: Connection, job_ids: Iterable[str]) -> None:
+    """Let the jobs' ends send no follow-up (their caller's cancel cascades to them)."""
+    ids = list(job_ids)
+    if ids:
+        conn.execute(
+            update(DELIVERIES)
+            .where(DELIVERIES.c.job_id.in_(ids))
+            .values(reply=Reply.NONE.value, updated_at=utcnow())
+        )
+
+
+def locked(conn: Connection, delivery_id: str) -> Delivery | None:
+    """One delivery, its row locked until the transaction ends."""
+    row = (
+        conn.execute(select(DELIVERIES).where(DELIVERIES.c.id == delivery_id).with_for_update())
+        .mappings()
+        .first()
+    )
+    return as_delivery(row) if row is not None else None
+
+
+def by_key(conn: Connection, key: str) -> Delivery | None:
+    """The delivery made with this idempotency key, if any."""
+    row = (
+        conn.execute(select(DELIVERIES).where(DELIVERIES.c.idempotency_key == key))
+        .mappings()
+        .first()
+    )
+    return as_delivery(row) if row is not None else None
+
+
+def inbox(conn: Connection, target_session_id: str, *, lock: bool = False) -> list[Delivery]:
+    """The messages waiting in a session's inbox, oldest first."""
+    stmt = (
+        select(DELIVERIES)
+        .where(
+            DELIVERIES.c.target_session_id == target_session_id,
+            DELIVERIES.c.state == DeliveryState.ACCEPTED.value,
+            DELIVERIES.c.kind == DeliveryKind.MESSAGE.value,
+        )
+        .order_by(DELIVERIES.c.created_at, DELIVERIES.c.id)
+    )
+    if lock:
+        stmt = stmt.with_for_update()
+    return [as_delivery(r) for r in conn.execute(stmt).mappings()]
+
+
+def note(conn: Connection, delivery: Delivery, kind: str) -> None:
+    """Record a delivery's change in the event log of both sessions it joins."""
+    data = {
+        "delivery_id": delivery.id,
+        "kind": delivery.kind.value,
+        "state": delivery.state.value,
+        "sender_session_id": delivery.sender_session_id,
+        "target_session_id": delivery.target_session_id,
+        "job_id": delivery.job_id,
+        **({"code": delivery.code, "reason": delivery.reason} if delivery.code else {}),
+    }
+    record(conn, delivery.target_session_id, kind, data)
+    if delivery.sender_session_id and delivery.sender_session_id != delivery.target_session_id:
+        record(conn, delivery.sender_session_id, kind, data)
+
+
+def _state_event(state: DeliveryState) -> str:
+    return {
+        DeliveryState.ACCEPTED: events.DELIVERY_ACCEPTED,
+        DeliveryState.ADMITTED: events.DELIVERY_ADMITTED,
+        DeliveryState.DONE: events.DELIVERY_DONE,
+        DeliveryState.REFUSED: events.DELIVERY_REFUSED,
+        DeliveryState.DROPPED: events.DELIVERY_DROPPED,
+        DeliveryState.FAILED: events.DELIVERY_FAILED,
+    }[state]
+
+
+def as_delivery(row: Any) -> Delivery:
+    """A row (or a dict of its columns) as a :class:`Delivery`."""
+    return Delivery(
+        id=row["id"],
+        kind=DeliveryKind(row["kind"]),
+        sender=row["sender"],
+        sender_session_id=row["sender_session_id"],
+        sender_entry_id=row["sender_entry_id"],
+        sender_job_id=row["sender_job_id"],
+        target_session_id=row["target_session_id"],
+        body=row["body"],
+        message_count=row["message_count"],
+        generation=row["generation"],
+        state=DeliveryState(row["state"]),
+        code=row["code"],
+        reason=row["reason"],
+        job_id=row["job_id"],
+        reply=Reply(row["reply"]),
+        archive_when_done=bool(row["archive_when_done"]),
+        answers_job_id=row["answers_job_id"],
+        metadata=row["metadata"] or {},
+        created_at=as_utc(row["created_at"]),
+        updated_at=as_utc(row["updated_at"]),
+    )
+
+
+class DeliveryStore:
+    """Reads of deliveries, and the writes that stand alone."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def get(self, delivery_id: str) -> Delivery:
+        """One delivery, or :class:`DeliveryNotFound`."""
+        with self._store.engine.connect() as conn:
+            row = (
+                conn.execute(select(DELIVERIES).where(DELIVERIES.c.id == delivery_id))
+                .mappings()
+                .first()
+            )
+        if row is None:
+            raise DeliveryNotFound(f"no delivery {delivery_id!r}", delivery_id=delivery_id)
+        return as_delivery(row)
+
+    def by_key(self, key: str) -> Delivery | None:
+        """The delivery made with this idempotency key, if any."""
+        with self._store.engine.connect() as conn:
+            return by_key(conn, key)
+
+    def list(
+        self, session_id: str, *, direction: str = "both", limit: int = 100
+    ) -> builtins.list[Delivery]:
+        """Deliveries into (``in``), out of (``out``) or both ways of a session, newest first."""
+        stmt = select(DELIVERIES).order_by(DELIVERIES.c.created_at.desc()).limit(limit)
+        into = DELIVERIES.c.target_session_id == session_id
+        out = DELIVERIES.c.sender_session_id == session_id
+        stmt = stmt.where(
+            into if direction == "in" else out if direction == "out" else or_(into, out)
+        )
+        with self._store.engine.connect() as conn:
+            return [as_delivery(r) for r in conn.execute(stmt).mappings()]
+
+    def inbox(self, target_session_id: str) -> builtins.list[Delivery]:
+        """The messages waiting in a session's inbox, oldest first."""
+        with self._store.engine.connect() as conn:
+            return inbox(conn, target_session_id)
+
+    def has_inbox(self, target_session_id: str) -> bool:
+        """Whether any message waits in the session's inbox (one indexed probe)."""
+        stmt = (
+            select(DELIVERIES.c.id)
+            .where(
+                DELIVERIES.c.target_session_id == target_session_id,
+                DELIVERIES.c.state == DeliveryState.ACCEPTED.value,
+                DELIVERIES.c.kind == DeliveryKind.MESSAGE.value,
+            )
+            .limit(1)
+        )
+        with self._store.engine.connect() as conn:
+            return conn.scalar(stmt) is not None
+
+    def stranded(self, older_than: datetime, limit: int = 500) -> builtins.list[Delivery]:
+        """Accepted deliveries older than ``older_than``: follow-ups a crash left
+        unadmitted, and messages whose target went idle without draining them."""
+        stmt = (
+            select(DELIVERIES)
+            .where(
+                DELIVERIES.c.state == DeliveryState.ACCEPTED.value,
+                DELIVERIES.c.created_at < older_than,
+            )
+            .order_by(DELIVERIES.c.created_at)
+            .limit(limit)
+        )
+        with self._store.engine.connect() as conn:
+            return [as_delivery(r) for r in conn.execute(stmt).mappings()]
+
+    def count(self, session_id: str, state: DeliveryState) -> int:
+        """How many deliveries into ``session_id`` are in ``state``."""
+        stmt = select(func.count()).where(
+            DELIVERIES.c.target_session_id == session_id, DELIVERIES.c.state == state.value
+        )
+        with self._store.engine.connect() as conn:
+            return int(conn.scalar(stmt) or 0)

@@ -1,0 +1,412 @@
+"""The tools that hand work to other sessions: ``agent``, ``spawn_agent``, ``send_message``.
+
+Their contracts: docs/collaboration.md. Each is one delivery
+(:mod:`chaz.deliveries`, reached through the delegation port): a new
+session and its first job (``agent`` without ``to``, ``spawn_agent``), a
+tracked job in an existing session (``agent(to=...)``), or a message
+(``send_message``). Arguments come from a model: every one is checked, and
+a refused call writes nothing (DESIGN invariant 7).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from chaz.domain.addresses import StartMode, parse_start_from, parse_to
+from chaz.domain.deliveries import Delivered, DeliveryKind, NewBranch, Reply, Sender
+from chaz.domain.entries import EntryType, agent_sender
+from chaz.domain.jobs import Job, JobStatus
+from chaz.domain.results import excerpt
+from chaz.domain.sessions import Session
+from chaz.domain.validation import SafeText, check_content, check_session_name
+from chaz.errors import (
+    ConfigError,
+    DepthExceeded,
+    FanoutExceeded,
+    MessagesExceeded,
+    SessionNotFound,
+    ToolError,
+    ValidationError,
+)
+from chaz.runtime.registry import Delegation, Tool, ToolContext
+from chaz.services import Services
+
+#: Automatic names tried for a new session before it is left unnamed.
+NAME_CANDIDATES = 20
+
+
+class AgentArgs(BaseModel):
+    """Arguments of ``agent`` (seed 003 §2.1)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: SafeText = Field(min_length=1, description="What the agent should do.")
+    description: SafeText = Field(
+        "", max_length=255, description="A short label that names a new session."
+    )
+    agent_id: SafeText = Field(
+        "", description="The saved agent whose configuration runs it (default: yours)."
+    )
+    start_from: SafeText = Field(
+        "clean",
+        description="'clean' (empty history), 'inherit' (your conversation so far), or "
+        "'SID:SEQ' (fork at that exact entry of a session you may read).",
+    )
+    run_in_background: bool = Field(
+        False,
+        description="Return {execution_id, session_id} at once; the result comes back to "
+        "you as a follow-up when it finishes.",
+    )
+    to: SafeText = Field(
+        "",
+        description="Continue an existing session instead (an id, 'SID:HEAD' or its name); "
+        "only with start_from='clean'.",
+    )
+    archive_when_done: bool = Field(
+        False, description="Archive the new session once its job ends (not with to)."
+    )
+    timeout: float = Field(600, gt=0, le=3600, description="Seconds to wait in the foreground.")
+
+
+class SpawnArgs(BaseModel):
+    """Arguments of ``spawn_agent`` (seed 000): ``agent(start_from="clean")`` by another name."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    agent_id: SafeText = Field(description="The saved agent to run the task.")
+    task: SafeText = Field(min_length=1, description="What the child agent should do.")
+    run_in_background: bool = Field(
+        False,
+        alias="async",
+        description="Return the child's execution_id at once instead of waiting.",
+    )
+    name: SafeText | None = Field(
+        None, max_length=255, description="A label for the child session."
+    )
+    timeout: float = Field(600, gt=0, le=3600, description="Seconds to wait in the foreground.")
+
+
+class SendMessageArgs(BaseModel):
+    """Arguments of ``send_message`` (seed 003 §2.1, §5.4)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message: SafeText = Field(min_length=1, description="The text to deliver.")
+    to: SafeText = Field(description="The session: an id, 'SID:HEAD' or its name.")
+    agent_id: SafeText = Field(
+        "main",
+        description="The agent you expect there; 'main' accepts whichever agent it runs.",
+    )
+
+
+def _services(ctx: ToolContext) -> Services:
+    if ctx.services is None:
+        raise ConfigError("this tool needs the runtime's services")
+    return ctx.services
+
+
+def _delegation(ctx: ToolContext) -> Delegation:
+    if ctx.delegation is None:
+        raise ConfigError("this tool needs the runtime's delegation port")
+    return ctx.delegation
+
+
+# -- agent ------------------------------------------------------------------------
+
+
+def agent(args: AgentArgs, ctx: ToolContext) -> str:
+    """Create (or fork) a session and run ``prompt`` there, or continue one with ``to``."""
+    svc = _services(ctx)
+    check_content(EntryType.DIRECTIVE, args.prompt, max_bytes=svc.settings.max_content_bytes)
+    if args.to:
+        return _continue(args, ctx, svc)
+    start = parse_start_from(args.start_from)
+    fork: tuple[str, int] | None = None
+    kind = DeliveryKind.SPAWN
+    if start.mode is StartMode.INHERIT:
+        fork = (ctx.session_id, svc.store.get_session(ctx.session_id).last_seq)
+    elif start.mode is StartMode.FORK:
+        assert start.session_ref is not None
+        fork = _fork_point(svc, ctx, start.session_ref, start.seq)
+        kind = DeliveryKind.FORK
+    return _create(
+        ctx,
+        svc,
+        agent_id=args.agent_id or ctx.agent_id,
+        prompt=args.prompt,
+        label=args.description,
+        kind=kind,
+        fork=fork,
+        background=args.run_in_background,
+        archive_when_done=args.archive_when_done,
+        timeout=args.timeout,
+    )
+
+
+def spawn_agent(args: SpawnArgs, ctx: ToolContext) -> str:
+    """Run ``task`` in a new session of ``agent_id``: ``agent`` with a clean start."""
+    svc = _services(ctx)
+    check_content(EntryType.DIRECTIVE, args.task, max_bytes=svc.settings.max_content_bytes)
+    label = check_session_name(args.name) if args.name is not None else ""
+    return _create(
+        ctx,
+        svc,
+        agent_id=args.agent_id,
+        prompt=args.task,
+        label=label,
+        kind=DeliveryKind.SPAWN,
+        fork=None,
+        background=args.run_in_background,
+        archive_when_done=False,
+        timeout=args.timeout,
+    )
+
+
+def _create(
+    ctx: ToolContext,
+    svc: Services,
+    *,
+    agent_id: str,
+    prompt: str,
+    label: str,
+    kind: DeliveryKind,
+    fork: tuple[str, int] | None,
+    background: bool,
+    archive_when_done: bool,
+    timeout: float,
+) -> str:
+    spec = svc.store.get_agent(agent_id)
+    generation = _check_creation(svc, ctx)
+    # Transitive narrowing: a child never gets a tool its caller lacks,
+    # whichever configuration it runs (seed 003 §5.7).
+    tools = sorted(set(spec.tools) & ctx.allowed_tools)
+    branch = NewBranch(
+        agent_id=agent_id,
+        prompt=prompt,
+        kind=kind,
+        tools=tools,
+        fork=fork,
+        names=_names(label, prompt),
+        generation=generation,
+        reply=Reply.FOLLOWUP if background else Reply.NONE,
+        archive_when_done=archive_when_done,
+    )
+    done = _delegation(ctx).spawn(_sender(svc, ctx, kind), branch)
+    return _answer(ctx, done, background, timeout)
+
+
+def _continue(args: AgentArgs, ctx: ToolContext, svc: Services) -> str:
+    """``agent(to=...)``: a tracked job in an existing session."""
+    start = parse_start_from(args.start_from)
+    if start.mode is not StartMode.CLEAN:
+        raise ValidationError(
+            "to continues an existing session; start_from='inherit' or 'SID:SEQ' creates a "
+            "new one: use one or the other",
+            field="start_from",
+        )
+    if args.archive_when_done:
+        raise ValidationError(
+            "archive_when_done applies to a session this call creates, not to one named by to",
+            field="archive_when_done",
+        )
+    target = _resolve(svc, args.to)
+    if args.agent_id and args.agent_id != target.agent_id:
+        raise ValidationError(
+            f"session {target.name or target.id} runs agent {target.agent_id!r}, "
+            f"not {args.agent_id!r}",
+            field="agent_id",
+        )
+    _check_messages(ctx)
+    done = _delegation(ctx).deliver(
+        _sender(svc, ctx, DeliveryKind.AGENT),
+        target,
+        DeliveryKind.AGENT,
+        args.prompt,
+        Reply.FOLLOWUP if args.run_in_background else Reply.NONE,
+    )
+    return _answer(ctx, done, args.run_in_background, args.timeout)
+
+
+def _answer(ctx: ToolContext, done: Delivered, background: bool, timeout: float) -> str:
+    job = done.job
+    assert job is not None, "a spawn or an agent(to=...) always admits a job"
+    if background:
+        return json.dumps(
+            {
+                "execution_id": job.id,
+                "session_id": done.session.id,
+                "name": done.session.name,
+                "status": job.status.value,
+            }
+        )
+    final = _run_to_end(ctx, done.session.id, job, timeout)
+    if final.status is JobStatus.SUCCEEDED:
+        return excerpt(final.result or "")[0]
+    reason = (final.error or {}).get("message", final.status.value)
+    raise ToolError(
+        f"{done.session.name or done.session.id} ({final.status.value}): {reason}",
+        execution_id=job.id,
+        session_id=done.session.id,
+        status=final.status.value,
+    )
+
+
+def _run_to_end(ctx: ToolContext, session_id: str, job: Job, timeout: float) -> Job:
+    """Run the job's session here until the job is terminal.
+
+    Rather than wait for a free worker thread: with one thread per worker,
+    waiting would deadlock. If a worker holds the session's lane (running a
+    turn there, or parking it for tree capacity), try again until the job
+    has finished, whoever ran it.
+    """
+    svc, port = _services(ctx), _delegation(ctx)
+    deadline = time.monotonic() + timeout
+    while True:
+        port.run_inline(session_id, job.id)
+        final = svc.store.get_job(job.id)
+        if final.status.terminal:
+            return final
+        if time.monotonic() >= deadline:
+            return port.wait(job.id, 0)  # raises Timeout with the state
+        time.sleep(0.05)
+
+
+# -- send_message ------------------------------------------------------------------
+
+
+def send_message(args: SendMessageArgs, ctx: ToolContext) -> str:
+    """Deliver a message to an existing session: a turn now, or its inbox while it is busy."""
+    svc = _services(ctx)
+    check_content(EntryType.DIRECTIVE, args.message, max_bytes=svc.settings.max_content_bytes)
+    target = _resolve(svc, args.to)
+    if args.agent_id not in ("main", "", target.agent_id):
+        raise ValidationError(
+            f"session {target.name or target.id} runs agent {target.agent_id!r}, "
+            f"not {args.agent_id!r}",
+            field="agent_id",
+        )
+    _check_messages(ctx)
+    done = _delegation(ctx).deliver(
+        _sender(svc, ctx, DeliveryKind.MESSAGE),
+        target,
+        DeliveryKind.MESSAGE,
+        args.message,
+        Reply.FOLLOWUP,
+    )
+    answer: dict[str, Any] = {"delivery_id": done.delivery.id, "session_id": done.session.id}
+    if done.queued:
+        answer |= {
+            "status": "queued",
+            "note": "target busy, message queued; it is processed when its current turn ends",
+        }
+    else:
+        assert done.job is not None
+        answer |= {"status": "admitted", "execution_id": done.job.id}
+    return json.dumps(answer)
+
+
+# -- checks --------------------------------------------------------------------------
+
+
+def _check_creation(svc: Services, ctx: ToolContext) -> int:
+    """Depth, message depth and fan-out of a new session (docs/contracts.md#topology).
+
+    Returns the new session's generation. A refusal creates nothing.
+    """
+    depth = ctx.call_depth + 1
+    limit = ctx.limits.topology("max_call_depth")
+    if limit and depth > limit:
+        raise DepthExceeded(
+            f"creating a session would nest {depth} deep; {ctx.agent_id} allows {limit}",
+            depth=depth,
+            max_call_depth=limit,
+        )
+    _check_messages(ctx)
+    limit = ctx.limits.topology("max_spawn_fanout")
+    if limit and svc.store.count_created(ctx.job_id) >= limit:
+        raise FanoutExceeded(
+            f"this turn has already created {limit} sessions", max_spawn_fanout=limit
+        )
+    return depth
+
+
+def _check_messages(ctx: ToolContext) -> None:
+    """Message depth: every delivery spends one along its lineage; 0 disables the check."""
+    messages = ctx.message_count + 1
+    limit = ctx.limits.topology("max_messages")
+    if limit and messages > limit:
+        raise MessagesExceeded(
+            f"this lineage has used its {limit} messages",
+            message_count=messages,
+            max_messages=limit,
+        )
+
+
+def _sender(svc: Services, ctx: ToolContext, kind: DeliveryKind) -> Sender:
+    call = svc.store.find_idempotent(ctx.session_id, f"job:{ctx.job_id}:call:{ctx.call_id}")
+    return Sender(
+        sender=agent_sender(ctx.agent_id),
+        # One hand-off per tool call: a resumed turn's retry finds the first.
+        key=f"{kind.value}:{ctx.job_id}:{ctx.call_id}",
+        session_id=ctx.session_id,
+        job_id=ctx.job_id,
+        entry_id=call.entry.id if call is not None else None,
+        tree_id=ctx.tree_id,
+        message_count=ctx.message_count,
+    )
+
+
+def _resolve(svc: Services, to: str) -> Session:
+    ref = parse_to(to)
+    return svc.store.get_session(ref)
+
+
+def _fork_point(svc: Services, ctx: ToolContext, ref: str, seq: int | None) -> tuple[str, int]:
+    source = svc.store.get_session(ref)
+    if source.tree_id != ctx.tree_id:
+        raise SessionNotFound(f"no session {ref!r}", session=ref)
+    at = source.last_seq if seq is None else seq
+    if at < 1 or at > source.last_seq:
+        raise ValidationError(
+            f"session {source.name or source.id} has entries 1 to {source.last_seq}; "
+            f"there is no entry {at} to fork at",
+            field="start_from",
+        )
+    return source.id, at
+
+
+def _names(label: str, prompt: str) -> tuple[str, ...]:
+    base = " ".join((label or prompt).split())[:24].strip() or "agent"
+    return (base, *(f"{base}-{n}" for n in range(2, NAME_CANDIDATES + 1)))
+
+
+TOOLS = [
+    Tool(
+        "agent",
+        "Hand a prompt to an agent: a new session (start_from='clean', 'inherit' or "
+        "'SID:SEQ' to fork at an entry), or an existing one (to='SID:HEAD' or its name). "
+        "Foreground returns the final answer; run_in_background returns its execution_id "
+        "at once and the result comes back as a follow-up.",
+        AgentArgs,
+        agent,
+    ),
+    Tool(
+        "spawn_agent",
+        "Run a task in a new sub-agent session. Foreground (default) returns the "
+        "sub-agent's final answer; async returns its execution_id at once.",
+        SpawnArgs,
+        spawn_agent,
+    ),
+    Tool(
+        "send_message",
+        "Send a message to an existing session (to='SID:HEAD' or its name). An idle "
+        "target runs it at once; a busy one queues it until its turn ends. Its answer "
+        "comes back to you as a follow-up.",
+        SendMessageArgs,
+        send_message,
+    ),
+]

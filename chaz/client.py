@@ -17,13 +17,15 @@ from typing import Any, ParamSpec, TypeVar
 
 import redis
 import sqlalchemy.exc
+from pydantic import BaseModel, ConfigDict
 
 from chaz import admission
 from chaz.control import cancel, job_output, wait_terminal
 from chaz.domain.agents import AgentSpec, Limits
+from chaz.domain.deliveries import Delivery
 from chaz.domain.entries import Entry, EntryType, KeyScope, agent_sender, parse_sender
 from chaz.domain.jobs import Job, JobStatus
-from chaz.domain.sessions import Session
+from chaz.domain.sessions import Origin, Session
 from chaz.domain.validation import (
     MAX_SEQ,
     check_choice,
@@ -38,7 +40,13 @@ from chaz.domain.validation import (
     check_session_name,
     check_text,
 )
-from chaz.errors import BackendUnavailable, SessionNotFound, Timeout, ValidationError
+from chaz.errors import (
+    AttachMismatch,
+    BackendUnavailable,
+    SessionNotFound,
+    Timeout,
+    ValidationError,
+)
 from chaz.runtime.registry import ToolRegistry
 from chaz.services import Services
 from chaz.settings import Settings
@@ -96,6 +104,7 @@ class Client:
         self.agents = Agents(self.services, self.tools)
         self.sessions = Sessions(self.services)
         self.jobs = Jobs(self.services)
+        self.deliveries = Deliveries(self.services)
 
     def close(self) -> None:
         """Release connections."""
@@ -279,6 +288,70 @@ class Sessions:
             session_id=session.id,
         )
 
+    def fork(
+        self,
+        session_id: str,
+        at: int,
+        *,
+        agent_id: str | None = None,
+        name: str | None = None,
+    ) -> Session:
+        """A new session forked at entry ``at`` of ``session_id`` (docs/collaboration.md#forks).
+
+        Its context reads through the source's history up to that entry (a
+        pointer, not a copy): ``forked_from`` is ``"SID:SEQ"``. It runs
+        ``agent_id`` (default: the source's agent) and, unless ``name`` is
+        given, gets an automatic name. It starts no job; post to it.
+        """
+        source = self._svc.store.get_session(check_ref("session", session_id))
+        seq = check_int("at", at, low=1, high=max(1, source.last_seq))
+        if source.last_seq < 1:
+            raise ValidationError(f"session {source.id} has no entry to fork at", field="at")
+        if agent_id is not None:
+            check_ref("agent_id", agent_id)
+        if name is not None:
+            name = check_session_name(name)
+        label = f"fork of {source.name or source.id}"
+        return self._svc.store.create_session(
+            agent_id or source.agent_id,
+            name=name,
+            fork=(source.id, seq),
+            origin=Origin.FORK,
+            names=[label[:255], *(f"{label[:250]}-{n}" for n in range(2, 21))],
+        )
+
+    def attachment(self, session_id: str, seq: int) -> Attachment:
+        """Follow the attach pointer at entry ``seq`` of ``session_id`` to its target.
+
+        The pointer is read where it is stored; a pointer whose recorded
+        source is not the session it is read from is refused
+        (``attach.mismatch``), never resolved by searching. The target is
+        ``(session_id, head_seq)``, its entries are read up to that head.
+        """
+        session = self._svc.store.get_session(check_ref("session", session_id))
+        seq = _seq("seq", seq)
+        found = self._svc.store.entries(session.id, after=seq - 1, until=seq)
+        if not found or found[0].type is not EntryType.ATTACH:
+            raise ValidationError(f"entry {seq} of session {session.id} is not an attach pointer",
+                                  field="seq")
+        pointer = found[0]
+        attach = pointer.metadata.get("attach") or {}
+        if pointer.metadata.get("source_session_id") != session.id or not attach.get("session_id"):
+            raise AttachMismatch(
+                f"the pointer at {session.id}:{seq} does not belong to this session",
+                session_id=session.id,
+                seq=seq,
+            )
+        target = str(attach["session_id"])
+        head = int(attach.get("head_seq") or 0)
+        return Attachment(
+            pointer=pointer,
+            session_id=target,
+            head_seq=head,
+            status=str(attach.get("status", "")),
+            entries=self._svc.store.entries(target, until=head),
+        )
+
     def queue(self, session_id: str) -> builtins.list[Job]:
         """What runs and what waits in the session, in admission order."""
         session = self._svc.store.get_session(check_ref("session", session_id))
@@ -297,6 +370,46 @@ def _seq(field: str, value: object) -> int:
 
 def _status(value: object) -> JobStatus:
     return check_choice("status", value, JobStatus, "job status")
+
+
+class Attachment(BaseModel):
+    """An attach pointer followed to its target: what ``sessions.attachment`` returns."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pointer: Entry
+    session_id: str
+    head_seq: int
+    status: str
+    entries: list[Entry]
+
+
+_DIRECTIONS = ("in", "out", "both")
+
+
+@_translating
+class Deliveries:
+    """Hand-offs between sessions (docs/collaboration.md#deliveries)."""
+
+    def __init__(self, services: Services) -> None:
+        self._svc = services
+
+    def get(self, delivery_id: str) -> Delivery:
+        """One delivery."""
+        return self._svc.store.deliveries.get(check_ref("delivery_id", delivery_id))
+
+    def list(
+        self, session_id: str, *, direction: str = "both", limit: int = 100
+    ) -> builtins.list[Delivery]:
+        """Deliveries into (``in``), out of (``out``) or both ways of a session, newest first."""
+        if direction not in _DIRECTIONS:
+            raise ValidationError(
+                f"direction must be one of {list(_DIRECTIONS)}", field="direction"
+            )
+        session = self._svc.store.get_session(check_ref("session", session_id))
+        return self._svc.store.deliveries.list(
+            session.id, direction=direction, limit=check_limit("limit", limit)
+        )
 
 
 @_translating

@@ -155,6 +155,12 @@ class SessionArchived(Conflict):
     code = "session.archived"
 
 
+class AttachMismatch(ValidationError):
+    """An attach pointer read from a session that is not the one it records as its source."""
+
+    code = "attach.mismatch"
+
+
 class AmbiguousName(ValidationError):
     """A name matched several sessions; ``details["candidates"]`` lists their addresses."""
 

@@ -390,6 +390,7 @@ class Turn:
             limits=limits,
             message_count=job.message_count,
             delegation=RunnerDelegation(self.runner),
+            flush=sink.flush,
         )
         assert self.heartbeat is not None, "a turn thinks only while its lease is kept"
         ports = LoopPorts(

@@ -190,6 +190,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("session", metavar="SESSION", help="session id or name")
     p.add_argument("--last", type=int, default=None, metavar="N", help="only the last N entries")
 
+    p = add(
+        sessions_sub,
+        "fork",
+        _command("cmd_sessions_fork"),
+        "a new session whose history reads through SESSION up to entry --at",
+    )
+    p.add_argument("session", metavar="SESSION", help="session id or name to fork")
+    p.add_argument("--at", type=int, required=True, metavar="SEQ", help="the entry to fork at")
+    p.add_argument("--agent", help="the agent the fork runs (default: the source's)")
+    p.add_argument("--name", help="a unique label (default: an automatic name)")
+
+    p = add(
+        sub,
+        "deliveries",
+        _command("cmd_deliveries"),
+        "hand-offs into and out of a session (spawns, messages, follow-ups)",
+    )
+    p.add_argument("session", metavar="SESSION", help="session id or name")
+    p.add_argument(
+        "--direction", choices=("in", "out", "both"), default="both", help="default both"
+    )
+    p.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+
     p = add(sub, "send", _command("cmd_send"), "post a message or directive into a session")
     p.add_argument("session", metavar="SESSION", help="session id or name")
     p.add_argument("text", metavar="TEXT", help="the content")

@@ -57,6 +57,17 @@ class EventSink:
             self._thread.start()
         self._queue.put(event)
 
+    def flush(self) -> None:
+        """Wait until every event emitted so far is written; re-raises a writer's failure.
+
+        A tool that writes into the session itself (an attach pointer) calls
+        this first, so its entry lands after the ToolCall that asked for it.
+        """
+        if self._thread is not None:
+            self._queue.join()
+        if self._error is not None:
+            raise self._error
+
     def close(self) -> None:
         """Drain the queue and stop; re-raises the writer's first failure."""
         if self._thread is not None:
@@ -68,11 +79,14 @@ class EventSink:
     def _run(self) -> None:
         while True:
             item = self._queue.get()
-            if item is _STOP:
-                return
-            if self._error is not None:
-                continue  # keep draining so close() never blocks
             try:
-                self._write(item)  # type: ignore[arg-type]
-            except BaseException as exc:  # surfaced to the loop by emit/close
-                self._error = exc
+                if item is _STOP:
+                    return
+                if self._error is not None:
+                    continue  # keep draining so close() never blocks
+                try:
+                    self._write(item)  # type: ignore[arg-type]
+                except BaseException as exc:  # surfaced to the loop by emit/close
+                    self._error = exc
+            finally:
+                self._queue.task_done()

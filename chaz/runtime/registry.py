@@ -37,6 +37,10 @@ from chaz.store.repo import Appended, JobFields
 log = logging.getLogger(__name__)
 
 
+def _nothing() -> None:
+    return None
+
+
 @dataclass
 class ToolContext:
     """What a tool may know about the turn that calls it."""
@@ -56,6 +60,10 @@ class ToolContext:
     call_id: str = ""
     #: What collaboration tools ask of the layers above the runtime.
     delegation: Delegation | None = None
+    #: Waits until the turn's ToolCall/ToolResult entries so far are written
+    #: (they are written on a background thread): call it before writing into
+    #: the session, so the write lands after the call that caused it.
+    flush: Callable[[], None] = _nothing
 
 
 class Delegation(Protocol):

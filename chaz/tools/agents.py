@@ -347,6 +347,7 @@ def _check_messages(ctx: ToolContext) -> None:
 
 
 def _sender(svc: Services, ctx: ToolContext, kind: DeliveryKind) -> Sender:
+    ctx.flush()  # the ToolCall entry first: the hand-off points to it
     call = svc.store.find_idempotent(ctx.session_id, f"job:{ctx.job_id}:call:{ctx.call_id}")
     return Sender(
         sender=agent_sender(ctx.agent_id),

@@ -58,7 +58,7 @@ class ScriptedBackend:
                     self._delay(step, turn)
                 continue
             if responses_seen == turn.step:
-                return self._respond(step, turn)
+                return self._respond(step, turn, _context(messages))
             responses_seen += 1
         # Out of steps without a `say`: the last tool result is the answer.
         return ModelResponse(text=turn.last_result or "")
@@ -76,11 +76,11 @@ class ScriptedBackend:
         if not opened:
             raise ModelError(f"gate {name!r} was not opened within {timeout:g}s")
 
-    def _respond(self, step: ScriptStep, turn: TurnContext) -> ModelResponse:
+    def _respond(self, step: ScriptStep, turn: TurnContext, context: str) -> ModelResponse:
         if step.fail is not None:
             raise ModelError(_fill(step.fail, turn))
         if step.say is not None:
-            return ModelResponse(text=_fill(step.say, turn))
+            return ModelResponse(text=_fill(step.say, turn, context))
         if step.echo:
             return ModelResponse(text=turn.trigger_content)
         calls: list[ToolCallRequest] = []
@@ -93,16 +93,24 @@ class ScriptedBackend:
         return ModelResponse(tool_calls=calls)
 
 
-_PLACEHOLDER = re.compile(r"\{(input|last_result|session_id)\}")
+_PLACEHOLDER = re.compile(r"\{(input|last_result|session_id|context)\}")
 
 
-def _fill(text: str, turn: TurnContext) -> str:
+def _context(messages: list[ChatMessage]) -> str:
+    """The conversation the model was given, one ``role: text`` per message, joined by
+    `` | `` (the system prompt left out): lets a script show what its context held."""
+    said = [f"{m['role']}: {m.get('content') or ''}" for m in messages if m["role"] != "system"]
+    return " | ".join(said)
+
+
+def _fill(text: str, turn: TurnContext, context: str = "") -> str:
     # One pass, not str.format or chained replace: scripts may contain other
     # braces, and a user's input that reads "{session_id}" must stay as written.
     values = {
         "input": turn.trigger_content,
         "last_result": turn.last_result or "",
         "session_id": turn.session_id,
+        "context": context,
     }
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
 

@@ -49,6 +49,7 @@ task_default_queue = "chaz.turns"
 task_routes = {
     "chaz.turn": {"queue": "chaz.turns"},
     "chaz.reconcile": {"queue": "chaz.control"},
+    "chaz.expire_artifacts": {"queue": "chaz.control"},
 }
 
 #: Send task events so Flower shows what runs (chaz.turn with session and
@@ -72,6 +73,13 @@ beat_schedule = {
         "task": "chaz.reconcile",
         "schedule": _settings.reconcile_seconds,
         "options": {"expires": _settings.reconcile_seconds},
+    },
+    # Artifact retention (CHAZ_ARTIFACT_RETENTION_DAYS): removes the artifacts
+    # of long-finished jobs and cuts their results. Safe to run twice at once.
+    "chaz-expire-artifacts": {
+        "task": "chaz.expire_artifacts",
+        "schedule": _settings.artifact_sweep_seconds,
+        "options": {"expires": _settings.artifact_sweep_seconds},
     },
 }
 

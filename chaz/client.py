@@ -450,12 +450,19 @@ class Jobs:
         return wait_terminal(self._svc, check_ref("execution_id", execution_id), timeout)
 
     def output(
-        self, execution_id: str, *, block: bool = True, timeout: float = 30.0
+        self, execution_id: str, *, block: bool = True, timeout: float = 30.0, full: bool = False
     ) -> dict[str, Any]:
-        """The job's state and bounded result (the API twin of the ``job_output`` tool)."""
+        """The job's state and bounded result (the API twin of the ``job_output`` tool).
+
+        ``full=True`` returns the whole result instead of its excerpt, or
+        :class:`chaz.errors.ArtifactNotFound` once retention cut it
+        (docs/contracts.md#result-cap).
+        """
         timeout = check_seconds("timeout", timeout)
         execution_id = check_ref("execution_id", execution_id)
-        return job_output(self._svc, execution_id, None, block=bool(block), timeout=timeout)
+        return job_output(
+            self._svc, execution_id, None, block=bool(block), timeout=timeout, full=bool(full)
+        )
 
     def cancel(
         self,

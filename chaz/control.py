@@ -20,9 +20,10 @@ import time
 from typing import Any
 
 from chaz import admission, deliveries
+from chaz.domain.artifacts import Artifact, is_excerpt
 from chaz.domain.entries import EntryType, NewEntry
 from chaz.domain.jobs import Job, JobStatus, missing_job
-from chaz.domain.results import excerpt
+from chaz.domain.results import RESULT_CAP, digest, excerpt
 from chaz.domain.validation import (
     MAX_SEQ,
     check_command_id,
@@ -30,7 +31,14 @@ from chaz.domain.validation import (
     check_ref,
     check_text,
 )
-from chaz.errors import Conflict, JobNotFound, Timeout, Unauthorized, VersionConflict
+from chaz.errors import (
+    ArtifactNotFound,
+    Conflict,
+    JobNotFound,
+    Timeout,
+    Unauthorized,
+    VersionConflict,
+)
 from chaz.services import Services
 
 CANCEL_ACTION = "execution.cancel"
@@ -208,6 +216,7 @@ def job_output(
     *,
     block: bool = True,
     timeout: float = 30.0,
+    full: bool = False,
 ) -> dict[str, Any]:
     """A job's state and (bounded) result, after the ownership check.
 
@@ -216,6 +225,12 @@ def job_output(
     the viewer may not read is answered exactly as a missing one
     (``job.not_found``, the same message and details: DESIGN invariant 9), so
     a model cannot learn which ids exist.
+
+    A result longer than the cap comes back as its excerpt with its
+    ``artifact`` (docs/contracts.md#result-cap). ``full=True`` returns the
+    whole text instead: of a cut result only while its artifact exists
+    (:class:`~chaz.errors.ArtifactNotFound` once retention removed it); a
+    result within the cap is whole already and comes back as it is.
     """
     job = services.store.get_job(job_id)
     if viewer_session_id is not None:
@@ -228,14 +243,48 @@ def job_output(
             job = wait_terminal(services, job_id, timeout)
         except Timeout:
             job = services.store.get_job(job_id)
-    result, truncated = excerpt(job.result or "")
+    text = job.result
+    # The artifact is read after the job: it cannot have appeared since (it
+    # commits with the result), and if retention removed it in between, the
+    # text read still is the full one it described.
+    artifact = _artifact(services, job.id, text)
+    if full:
+        if artifact is None and text is not None and (len(text) > RESULT_CAP or is_excerpt(text)):
+            raise ArtifactNotFound(
+                f"job {job.id} has no full result to read: its artifact expired or was never "
+                "recorded",
+                job_id=job.id,
+            )
+        result, truncated = text, False
+    else:
+        result, truncated = excerpt(text) if text is not None else (None, False)
+        # Retention stored the excerpt: it is still a cut, with no artifact left.
+        truncated = truncated or (text is not None and artifact is None and is_excerpt(text))
     return {
         "execution_id": job.id,
         "job_id": job.id,
         "session_id": job.session_id,
         "status": job.status.value,
         "version": job.version,
-        "result": result if job.result is not None else None,
+        "result": result,
         "truncated": truncated,
+        "artifact": artifact.summary() if artifact is not None else None,
         "error": job.error,
     }
+
+
+def _artifact(services: Services, job_id: str, text: str | None) -> Artifact | None:
+    """The artifact of ``text``, the job's result as read, if it has one that matches it.
+
+    Only a result the cap cuts has one; and one whose size or hash does not
+    match the text is not reported (DESIGN: never name what is not there).
+    """
+    if text is None or len(text) <= RESULT_CAP:
+        return None
+    artifact = services.store.artifacts.get(job_id)
+    if artifact is None:
+        return None
+    found = digest(text)
+    if (found.byte_length, found.sha256) != (artifact.byte_length, artifact.sha256):
+        return None
+    return artifact

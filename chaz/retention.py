@@ -1,1 +1,38 @@
-"""(being built: issue 9)"""
+"""Retention: what chaz stops keeping, and when.
+
+Today that is the full text of job results over the result cap
+(docs/contracts.md#result-cap): with ``CHAZ_ARTIFACT_RETENTION_DAYS`` set, a
+terminal job that finished longer ago than that loses its artifact, and its
+result is cut to the excerpt every reader was already shown. Beat runs
+:func:`expire_artifacts` every ``CHAZ_ARTIFACT_SWEEP_SECONDS`` as the
+``chaz.expire_artifacts`` task; running it twice at once cuts nothing twice.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from chaz.ids import utcnow
+from chaz.services import Services
+
+#: Artifacts removed per batch (one transaction each; one read per batch).
+BATCH = 500
+
+
+def expire_artifacts(services: Services, now: datetime | None = None) -> int:
+    """Remove every artifact past retention as of ``now``; how many were removed.
+
+    Only artifacts of terminal jobs that finished before ``now`` minus the
+    retention are eligible; with no retention set, nothing is.
+    """
+    days = services.settings.artifact_retention_days
+    if days is None:
+        return 0
+    cutoff = (now or utcnow()) - timedelta(days=days)
+    total = 0
+    while True:
+        removed = services.store.artifacts.expire(cutoff, limit=BATCH)
+        total += removed
+        # A short batch is the last (or another sweep took part of it).
+        if removed < BATCH:
+            return total

@@ -59,6 +59,16 @@ class Settings(BaseSettings):
     openai_api_key: str | None = Field(None, description="API key for model='openai'.")
     openai_timeout: float = Field(60.0, gt=0, description="Seconds per model request.")
     openai_max_retries: int = Field(3, ge=0, description="Retries on transient model errors.")
+    # -- result artifacts (docs/contracts.md#result-cap)
+    artifact_retention_days: int | None = Field(
+        None,
+        gt=0,
+        description="Days a finished job's full result over the cap is kept; then its artifact "
+        "is removed and the result cut to its excerpt (null: kept forever).",
+    )
+    artifact_sweep_seconds: float = Field(
+        3600.0, gt=0, description="How often beat runs the artifact retention sweep."
+    )
 
     @property
     def embedded_redis(self) -> bool:

@@ -485,10 +485,16 @@ class RunnerDelegation:
         return control.wait_terminal(self._services, job_id, timeout)
 
     def output(
-        self, job_id: str, viewer_session_id: str, *, block: bool, timeout: float
+        self,
+        job_id: str,
+        viewer_session_id: str,
+        *,
+        block: bool,
+        timeout: float,
+        full: bool = False,
     ) -> dict[str, Any]:
         return control.job_output(
-            self._services, job_id, viewer_session_id, block=block, timeout=timeout
+            self._services, job_id, viewer_session_id, block=block, timeout=timeout, full=full
         )
 
     def spawn(self, sender: Sender, branch: NewBranch) -> Delivered:

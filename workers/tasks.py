@@ -12,6 +12,7 @@ from celery.signals import worker_process_shutdown, worker_ready, worker_shuttin
 from chaz.coord import keys
 from chaz.lease_watch import LeaseWatch
 from chaz.reconcile import Reconciler
+from chaz.retention import expire_artifacts as expire_artifacts_now
 from chaz.services import Services
 from chaz.settings import get_settings
 from chaz.tools import default_registry
@@ -85,3 +86,9 @@ def reconcile() -> dict[str, Any]:
         "followups": report.deliveries.followups,
         "drained": report.deliveries.drained,
     }
+
+
+@app.task(name="chaz.expire_artifacts", ignore_result=True)
+def expire_artifacts() -> dict[str, Any]:
+    """Remove the artifacts retention no longer keeps (CHAZ_ARTIFACT_RETENTION_DAYS)."""
+    return {"expired": expire_artifacts_now(services())}

@@ -610,6 +610,32 @@ def cmd_jobs_show(ctx: Context) -> int:
     return EXIT_OK
 
 
+def cmd_jobs_output(ctx: Context) -> int:
+    """A job's result: the text alone on stdout, what it is on stderr (or all as JSON)."""
+    args = ctx.args
+    out = ctx.client.jobs.output(args.job, block=args.block, timeout=args.timeout, full=args.full)
+    if ctx.out.json_mode:
+        ctx.out.json(out)
+        return EXIT_OK
+    result = out["result"]
+    if result is None:
+        ctx.out.fields(f"job {out['execution_id']}", list(out.items()))
+        return EXIT_OK
+    # The text as it is, so that `> file` keeps it byte for byte.
+    sys.stdout.write(result)
+    sys.stdout.flush()
+    note = f"job {out['execution_id']} {out['status']}: {len(result)} characters"
+    artifact = out["artifact"]
+    if out["truncated"]:
+        note += ", cut to head and tail"
+        if artifact is not None:
+            note += f" of {artifact['byte_length']} bytes (--full prints them all)"
+    elif artifact is not None:
+        note += f", {artifact['byte_length']} bytes, sha256 {artifact['sha256']}"
+    ctx.out.note(note)
+    return EXIT_OK
+
+
 def cmd_jobs_cancel(ctx: Context) -> int:
     """The versioned ``execution.cancel`` command; prints its outcome."""
     args = ctx.args

@@ -252,13 +252,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=None, help="stop after this many seconds (default: never)"
     )
 
-    jobs_sub = group("jobs", "jobs (admitted turns): list, inspect, cancel")
+    jobs_sub = group("jobs", "jobs (admitted turns): list, inspect, read, cancel")
     p = add(jobs_sub, "ls", _command("cmd_jobs_ls"), "list jobs, oldest first")
     p.add_argument("--session", help="only this session's jobs (id or name)")
     p.add_argument("--status", choices=JOB_STATUSES, help="only jobs in this state")
     p.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
     p = add(jobs_sub, "show", _command("cmd_jobs_show"), "one job")
     p.add_argument("job", metavar="ID", help="the job (execution) id")
+    p = add(jobs_sub, "output", _command("cmd_jobs_output"), "a job's result (capped, or --full)")
+    p.add_argument("job", metavar="ID", help="the job (execution) id")
+    p.add_argument(
+        "--full", action="store_true", help="the whole result, not its 30,000-character excerpt"
+    )
+    p.add_argument(
+        "--no-block",
+        dest="block",
+        action="store_false",
+        help="answer at once instead of waiting for the job to finish",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds to wait for the job (default 30)"
+    )
     p = add(jobs_sub, "cancel", _command("cmd_jobs_cancel"), "cancel a job (execution.cancel)")
     p.add_argument("job", metavar="ID", help="the job (execution) id")
     p.add_argument(

@@ -88,9 +88,15 @@ class Delegation(Protocol):
         ...
 
     def output(
-        self, job_id: str, viewer_session_id: str, *, block: bool, timeout: float
+        self,
+        job_id: str,
+        viewer_session_id: str,
+        *,
+        block: bool,
+        timeout: float,
+        full: bool = False,
     ) -> dict[str, Any]:
-        """The job's state and capped result, if ``viewer_session_id`` may read it."""
+        """The job's state and capped (``full``: whole) result, if the viewer may read it."""
         ...
 
     def spawn(self, sender: Sender, branch: NewBranch) -> Delivered:

@@ -64,8 +64,10 @@ from chaz.errors import (
     VersionConflict,
 )
 from chaz.ids import as_utc, new_id, utcnow
+from chaz.store import artifacts
 from chaz.store import deliveries as dl
 from chaz.store import statements as st
+from chaz.store.artifacts import ArtifactStore
 from chaz.store.db import make_engine
 from chaz.store.events import record
 from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
@@ -510,6 +512,8 @@ class Store:
         try:
             with self._write() as conn:
                 delivery_id = _fenced_finish(conn, fence, finish)
+                if finish.result is not None:
+                    artifacts.record(conn, finish.job_id, session_id, finish.result)
                 entry_values, _ = _insert_entry(
                     conn, _bump(conn, session_id, admit=False), draft, admit=False, job_fields=None
                 )
@@ -930,6 +934,13 @@ class Store:
                 return first
             raise
         return outcome
+
+    # -- artifacts ------------------------------------------------------------
+
+    @cached_property
+    def artifacts(self) -> ArtifactStore:
+        """Records of results longer than the cap, and their retention."""
+        return ArtifactStore(self)
 
 
 def _start_values(row: dict[str, Any], token: str) -> dict[str, Any]:

@@ -38,6 +38,10 @@ class JobOutputArgs(BaseModel):
     job_id: SafeText
     block: bool = True
     timeout: float = Field(30, ge=0, le=600)
+    full: bool = Field(
+        False,
+        description="Return the whole result, not its capped excerpt (while its artifact is kept).",
+    )
 
 
 def _services(ctx: ToolContext) -> Services:
@@ -79,7 +83,7 @@ def job_output(args: JobOutputArgs, ctx: ToolContext) -> str:
     """A job's state and result, if this session may read it."""
     return json.dumps(
         _delegation(ctx).output(
-            args.job_id, ctx.session_id, block=args.block, timeout=args.timeout
+            args.job_id, ctx.session_id, block=args.block, timeout=args.timeout, full=args.full
         )
     )
 
@@ -93,7 +97,8 @@ TOOLS = [
     ),
     Tool(
         "job_output",
-        "Read a job's status and result; blocks until it finishes unless block=false.",
+        "Read a job's status and result; blocks until it finishes unless block=false. "
+        "A result over 30,000 characters is cut to head and tail; full=true reads it whole.",
         JobOutputArgs,
         job_output,
     ),

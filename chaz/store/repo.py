@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import (
@@ -52,6 +53,7 @@ from chaz.errors import (
 from chaz.ids import as_utc, new_id, utcnow
 from chaz.store import statements as st
 from chaz.store.db import make_engine
+from chaz.store.events import EventLog
 from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
 
 _ACTIVE = [s.value for s in ACTIVE]
@@ -704,6 +706,13 @@ class Store:
                 return first
             raise
         return outcome
+
+    # -- event log ------------------------------------------------------------
+
+    @cached_property
+    def events(self) -> EventLog:
+        """Sessions' append-only event logs (chaz/store/events.py)."""
+        return EventLog(self)
 
 
 def _start_values(row: dict[str, Any], token: str) -> dict[str, Any]:

@@ -55,6 +55,7 @@ from chaz.store import statements as st
 from chaz.store.db import make_engine
 from chaz.store.events import EventLog
 from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
+from chaz.store.todos import TodoStore
 
 _ACTIVE = [s.value for s in ACTIVE]
 
@@ -713,6 +714,13 @@ class Store:
     def events(self) -> EventLog:
         """Sessions' append-only event logs (chaz/store/events.py)."""
         return EventLog(self)
+
+    # -- todos ----------------------------------------------------------------
+
+    @cached_property
+    def todos(self) -> TodoStore:
+        """Sessions' checklists, kept by the planning tools (chaz/store/todos.py)."""
+        return TodoStore(self)
 
 
 def _start_values(row: dict[str, Any], token: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The producer API: ``chaz.Client`` and its ``agents``, ``sessions`` and ``jobs``.
+"""The producer API: ``chaz.Client`` and its ``agents``, ``sessions``, ``jobs`` and ``events``.
 
 Everything returned is a pydantic model; every error is a
 :class:`chaz.errors.ChazError` with a stable ``code``. Every argument passes
@@ -19,11 +19,12 @@ import redis
 import sqlalchemy.exc
 from pydantic import BaseModel, ConfigDict
 
-from chaz import admission
+from chaz import admission, event_log
 from chaz.control import cancel, job_output, wait_terminal
 from chaz.domain.agents import AgentSpec, Limits
 from chaz.domain.deliveries import Delivery
 from chaz.domain.entries import Entry, EntryType, KeyScope, agent_sender, parse_sender
+from chaz.domain.events import Event
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.sessions import Origin, Session
 from chaz.domain.validation import (
@@ -105,6 +106,7 @@ class Client:
         self.sessions = Sessions(self.services)
         self.jobs = Jobs(self.services)
         self.deliveries = Deliveries(self.services)
+        self.events = Events(self.services)
 
     def close(self) -> None:
         """Release connections."""
@@ -480,3 +482,52 @@ class Jobs:
             command_id=command_id,
             reason=reason,
         )
+
+
+#: Event ids are 64-bit integers in the database.
+_MAX_EVENT_ID = 2**63 - 1
+
+
+@_translating
+class Events:
+    """Sessions' event logs: deliveries, job state changes, archive changes, renames."""
+
+    def __init__(self, services: Services) -> None:
+        self._svc = services
+
+    def list(self, session_id: str, after: int = 0, limit: int = 100) -> builtins.list[Event]:
+        """The session's events with ``id > after``, in id order (``limit``: 1 to 10,000).
+
+        Resuming with ``after=`` the last id returned never skips an event.
+        """
+        after = check_int("after", after, low=0, high=_MAX_EVENT_ID)
+        limit = check_limit("limit", limit)
+        session = self._svc.store.get_session(check_ref("session", session_id))
+        return self._svc.store.events.list(session.id, after=after, limit=limit)
+
+    def follow(
+        self, session_id: str, after: int = 0, timeout: float | None = None
+    ) -> Iterator[Event]:
+        """The events after ``after``, then live ones as they are recorded, in id
+        order with no gap and no duplicate; forever, or until ``timeout`` seconds."""
+        after = check_int("after", after, low=0, high=_MAX_EVENT_ID)
+        if timeout is not None:
+            timeout = check_seconds("timeout", timeout)
+        session = self._svc.store.get_session(check_ref("session", session_id))
+        return _iterating(event_log.follow(self._svc, session.id, after=after, timeout=timeout))
+
+
+def _iterating(items: Iterator[R]) -> Iterator[R]:
+    """``items``, with a backend failure while iterating reported as a chaz error too."""
+    step = _backend_errors(items.__next__)
+    try:
+        while True:
+            try:
+                item = step()
+            except StopIteration:
+                return
+            yield item
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()

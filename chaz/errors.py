@@ -204,6 +204,12 @@ class JobsExhausted(QuotaError):
     code = "quota.jobs_exhausted"
 
 
+class TodoLimitReached(QuotaError):
+    """The session already holds as many todos as it may (200); nothing was added."""
+
+    code = "todo.limit"
+
+
 class TopologyError(ChazError):
     """A collaboration topology limit refused the request."""
 

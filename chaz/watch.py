@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import redis
 
 from chaz.coord import keys
+from chaz.coord.pubsub import Listener, wait_time
 from chaz.domain.entries import Entry
 from chaz.store.repo import Store
 
@@ -30,27 +31,20 @@ def watch(
 ) -> Iterator[Entry]:
     """Yield the session's entries with ``seq > after``, forever or until ``timeout``."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-    pubsub.subscribe(keys.entries_channel(session_id))
-    last = after
-    try:
+    with Listener(client, keys.entries_channel(session_id)) as listener:
+        last = after
         for entry in store.entries(session_id, after=last):
             yield entry
             last = entry.seq
-        while True:
-            wait = poll
-            if deadline is not None:
-                wait = min(wait, deadline - time.monotonic())
-                if wait <= 0:
-                    return
-            message = pubsub.get_message(timeout=wait)
-            if message is None or message.get("type") != "message":
+        while (wait := wait_time(deadline, poll)) is not None:
+            data = listener.next(wait)
+            if data is None:
                 # Quiet (or a lost notification): the database has the answer.
                 for entry in store.entries(session_id, after=last):
                     yield entry
                     last = entry.seq
                 continue
-            entry = Entry.model_validate_json(message["data"])
+            entry = Entry.model_validate_json(data)
             if entry.seq <= last:
                 continue
             if entry.seq == last + 1:
@@ -61,5 +55,3 @@ def watch(
             for missing in store.entries(session_id, after=last, until=entry.seq):
                 yield missing
                 last = missing.seq
-    finally:
-        pubsub.close()

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import pydantic
@@ -20,6 +20,8 @@ from chaz.settings import Settings, mask_url
 if TYPE_CHECKING:
     from chaz.client import Client
     from chaz.domain.entries import Entry
+
+_T = TypeVar("_T")
 
 
 def load_settings(home: str | None) -> Settings:
@@ -175,8 +177,9 @@ class Interrupts:
 
 
 @contextmanager
-def _watching(entries: Iterator[Entry]) -> Iterator[Iterator[Entry]]:
-    """Close a watch when the caller stops early, releasing its Redis subscription now."""
+def _watching(entries: Iterator[_T]) -> Iterator[Iterator[_T]]:
+    """Close a watch (or an event follow) when the caller stops early, releasing
+    its Redis subscription now."""
     try:
         yield entries
     finally:

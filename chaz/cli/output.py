@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from chaz.domain.entries import Entry, EntryType
+    from chaz.domain.events import Event
 
 # Re-exported: the commands import their exit codes from here.
 __all__ = [
@@ -237,6 +238,28 @@ class Output:
                 (summary, style if entry.type != "message" else ""),
             )
         )
+
+    def event(self, event: Event, *, jsonl: bool = False) -> None:
+        """One line for an event of a session's log: ``TIME #ID KIND DATA``, or a
+        JSON line (``jsonl``, or ``--json``)."""
+        if jsonl or self.json_mode:
+            self.json(event.model_dump(mode="json"), stream=True)
+            return
+        when = _local(event.created_at, "%H:%M:%S")
+        data = _cell(event.data)
+        if self.fancy:
+            from rich.text import Text
+
+            self.console.print(
+                Text.assemble(
+                    (f"{when} ", "dim"),
+                    (f"#{event.id:<6} ", "dim"),
+                    (f"{event.kind:<18} ", "bold"),
+                    data,
+                )
+            )
+            return
+        self._plain(f"{when} #{event.id:<6} {event.kind:<18} {data}")
 
     def table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         """Rows under a header: a rich table on a TTY, aligned columns in a pipe."""

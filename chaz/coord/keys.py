@@ -9,6 +9,8 @@ key                                     type        meaning
                                                     when the lease expires (ms, Redis clock):
                                                     the lease watch wakes the expired ones
 ``chaz:entries:{sid}``                  channel     every committed entry of ``sid``, as JSON
+``chaz:events:{sid}``                   channel     a committed event of ``sid``'s event log, as
+                                                    JSON (a nudge: followers re-read the table)
 ``chaz:q:{sid}``                        string      jobs admitted and waiting in ``sid``
 ``chaz:cum:{sid}``                      string      jobs ever admitted in ``sid`` (never refunded)
 ``chaz:live:{tree}``                    hash        job id -> session id of turns running in a
@@ -42,6 +44,11 @@ def leases() -> str:
 def entries_channel(session_id: str) -> str:
     """The pub/sub channel that carries a session's new entries."""
     return f"{PREFIX}:entries:{session_id}"
+
+
+def events_channel(session_id: str) -> str:
+    """The pub/sub channel that announces a session's new events."""
+    return f"{PREFIX}:events:{session_id}"
 
 
 def queued(session_id: str) -> str:

@@ -69,8 +69,9 @@ from chaz.store import deliveries as dl
 from chaz.store import statements as st
 from chaz.store.artifacts import ArtifactStore
 from chaz.store.db import make_engine
-from chaz.store.events import record
+from chaz.store.events import EventLog, record
 from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
+from chaz.store.todos import TodoStore
 
 _ACTIVE = [s.value for s in ACTIVE]
 
@@ -941,6 +942,20 @@ class Store:
     def artifacts(self) -> ArtifactStore:
         """Records of results longer than the cap, and their retention."""
         return ArtifactStore(self)
+
+    # -- event log ------------------------------------------------------------
+
+    @cached_property
+    def events(self) -> EventLog:
+        """Sessions' append-only event logs (chaz/store/events.py)."""
+        return EventLog(self)
+
+    # -- todos ----------------------------------------------------------------
+
+    @cached_property
+    def todos(self) -> TodoStore:
+        """Sessions' checklists, kept by the planning tools (chaz/store/todos.py)."""
+        return TodoStore(self)
 
 
 def _start_values(row: dict[str, Any], token: str) -> dict[str, Any]:

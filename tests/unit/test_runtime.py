@@ -288,6 +288,7 @@ def error_of(outcome: ToolOutcome) -> dict[str, Any]:
 
 
 ALL = {"echo", "word_count", "clock", "sleep", "refuses", "crashes"}
+ALL |= {"todo_create", "todo_update", "todo_list"}
 
 
 def test_a_valid_call_runs() -> None:
@@ -320,6 +321,13 @@ def test_a_valid_call_runs() -> None:
         ("", "{}", "tool.unknown"),
         ("crashes", '{"n": 1}', "tool.crashed"),
         ("refuses", "{}", "quota.queue_full"),
+        ("todo_create", '{"title": ""}', "tool.invalid_arguments"),
+        ("todo_create", '{"title": "%s"}' % ("x" * 501), "tool.invalid_arguments"),
+        ("todo_create", '{"title": "a\\u0000"}', "tool.invalid_arguments"),
+        ("todo_create", '{"title": "a", "note": "%s"}' % ("n" * 4001), "tool.invalid_arguments"),
+        ("todo_update", '{"todo_id": "a", "status": "bogus"}', "tool.invalid_arguments"),
+        ("todo_update", '{"status": "done"}', "tool.invalid_arguments"),
+        ("todo_list", '{"status": "later"}', "tool.invalid_arguments"),
     ],
 )
 def test_bad_calls_become_error_outcomes(name: str, arguments: str, code: str) -> None:

@@ -21,7 +21,17 @@ from chaz.store.migrate import upgrade
 #: Short leases and a fast reconciler, so recovery tests take seconds.
 FAST = {"lease_seconds": 3.0, "reconcile_seconds": 1.0}
 T = TypeVar("T")
-TABLES = ("todos", "artifacts", "events", "deliveries", "commands", "jobs", "entries", "sessions", "agents")
+TABLES = (
+    "todos",
+    "artifacts",
+    "events",
+    "deliveries",
+    "commands",
+    "jobs",
+    "entries",
+    "sessions",
+    "agents",
+)
 
 
 class Stack:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from chaz.runtime.registry import ToolRegistry
-from chaz.tools import builtin, collab
+from chaz.tools import branches, builtin, collab
 
 
 def default_registry() -> ToolRegistry:
     """A registry of every built-in tool."""
     registry = ToolRegistry()
-    for tool in [*builtin.TOOLS, *collab.TOOLS]:
+    for tool in [*builtin.TOOLS, *collab.TOOLS, *branches.TOOLS]:
         registry.register(tool)
     return registry

@@ -50,6 +50,8 @@ task_routes = {
     "chaz.turn": {"queue": "chaz.turns"},
     "chaz.reconcile": {"queue": "chaz.control"},
     "chaz.expire_artifacts": {"queue": "chaz.control"},
+    # Stage-2 session naming: a model call that must not take a turn thread.
+    "chaz.rename": {"queue": "chaz.control"},
 }
 
 #: Send task events so Flower shows what runs (chaz.turn with session and

@@ -19,14 +19,14 @@ import redis
 import sqlalchemy.exc
 from pydantic import BaseModel, ConfigDict
 
-from chaz import admission, event_log
+from chaz import admission, branches, event_log
 from chaz.control import cancel, job_output, wait_terminal
 from chaz.domain.agents import AgentSpec, Limits
 from chaz.domain.deliveries import Delivery
 from chaz.domain.entries import Entry, EntryType, KeyScope, agent_sender, parse_sender
 from chaz.domain.events import Event
 from chaz.domain.jobs import Job, JobStatus
-from chaz.domain.sessions import Origin, Session
+from chaz.domain.sessions import ArchivedBy, NameSource, Origin, Session
 from chaz.domain.validation import (
     MAX_SEQ,
     check_choice,
@@ -188,13 +188,53 @@ class Sessions:
         """A session by id or name."""
         return self._svc.store.get_session(check_ref("session", ref))
 
-    def list(self, agent_id: str | None = None, limit: int = 50) -> builtins.list[Session]:
-        """Sessions, newest first (``limit``: 1 to 10,000)."""
+    def list(
+        self,
+        agent_id: str | None = None,
+        limit: int = 50,
+        *,
+        tree: str | None = None,
+        archived: bool = False,
+    ) -> builtins.list[Session]:
+        """Sessions, newest first (``limit``: 1 to 10,000).
+
+        ``tree``: only the tree of this session (an id or name); ``archived``:
+        the archived sessions instead of the others (archived ones are hidden
+        from the normal listing).
+        """
         if agent_id is not None:
             check_ref("agent_id", agent_id)
+        tree_id = self.get(tree).tree_id if tree is not None else None
         return self._svc.store.list_sessions(
-            agent_id=agent_id, limit=check_limit("limit", limit)
+            agent_id=agent_id,
+            limit=check_limit("limit", limit),
+            tree_id=tree_id,
+            archived=bool(archived),
         )
+
+    def archive(self, ref: str, reason: str = "") -> Session:
+        """Archive a session (an id, ``SID:HEAD`` or name), for every reader.
+
+        Idempotent: the first ``archived_at`` stays, and a person's reason
+        outranks an automatic one (docs/collaboration.md#archive).
+        Running work continues; the session takes no new deliveries and
+        leaves the normal listings; its history stays.
+        """
+        session, _ = branches.archive(
+            self._svc, check_ref("session", ref), reason=reason, by=ArchivedBy.MANUAL
+        )
+        return session
+
+    def rename(self, ref: str, name: str) -> Session:
+        """Give a session a name of a person's choosing (``conflict.name_taken`` if used).
+
+        Automatic naming never overwrites it (docs/collaboration.md#names).
+        """
+        name = check_session_name(name)
+        session = self.get(ref)
+        done = self._svc.store.rename_session(session.id, name, source=NameSource.USER)
+        assert done is not None, "an unconditional rename always writes"
+        return done
 
     def post(
         self,

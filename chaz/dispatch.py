@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TURN_TASK = "chaz.turn"
+#: Stage-2 naming of a session (chaz.naming), on the housekeeping queue.
+RENAME_TASK = "chaz.rename"
 
 #: How long a patient wake-up keeps trying to reach the broker.
 PATIENT_SECONDS = 60.0
@@ -84,6 +86,20 @@ class Dispatcher:
             )
         except Exception:
             log.warning("could not send a wake-up for session %s", session_id, exc_info=True)
+            return False
+        return True
+
+    def rename(self, session_id: str) -> bool:
+        """Ask a worker to rename the session from its transcript (``chaz.rename``).
+
+        On ``chaz.control``, beside the reconciler: a slow model call there
+        never holds a turn thread. A lost request only leaves the stage-1
+        name (logged, not raised); returns whether it was sent.
+        """
+        try:
+            self.app.send_task(RENAME_TASK, kwargs={"session_id": session_id}, queue="chaz.control")
+        except Exception:
+            log.warning("could not send a rename for session %s", session_id, exc_info=True)
             return False
         return True
 

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from chaz import admission, control, deliveries
+from chaz import admission, control, deliveries, naming
 from chaz.coord.lanes import Lease
 from chaz.coord.signals import TurnEnd
 from chaz.domain.deliveries import Delivered, DeliveryKind, NewBranch, Reply, Sender
@@ -165,7 +165,7 @@ class TurnRunner:
                     svc, session_id, job, token, ran, lend_slot=lend_slot, keep_if_queued=keep
                 )
                 if ran.finished:
-                    after_job(svc, job, inbox=end.inbox)
+                    after_job(svc, job, inbox=end.inbox, session=setup.session)
                 if end.kept:
                     continue  # more jobs wait and the lane is still ours
                 held = False
@@ -263,10 +263,13 @@ def hand_off(
     return end
 
 
-def after_job(services: Services, job: Job, *, inbox: bool) -> None:
+def after_job(
+    services: Services, job: Job, *, inbox: bool, session: Session | None = None
+) -> None:
     """What follows a job's end outside its transaction: its follow-up is admitted
-    in the caller's session, and messages that waited in this session's inbox
-    are admitted (docs/collaboration.md#follow-ups, #inbox).
+    in the caller's session, messages that waited in this session's inbox are
+    admitted (docs/collaboration.md#follow-ups, #inbox), and the session is
+    renamed when it reached a rename point (#names).
 
     A failure here is logged, not raised: the job's end has committed, and
     the reconciler's sweep finishes what was left (chaz.deliveries.sweep).
@@ -276,6 +279,8 @@ def after_job(services: Services, job: Job, *, inbox: bool) -> None:
             deliveries.settle(services, job)
         if inbox:
             deliveries.drain(services, job.session_id)
+        if session is not None:
+            naming.after_turn(services, session, job)
     except Exception:
         log.warning("after job %s: deliveries left to the sweep", job.id, exc_info=True)
 

@@ -1,4 +1,5 @@
-"""Celery tasks: ``chaz.turn`` (run a session's next turn) and ``chaz.reconcile``."""
+"""Celery tasks: ``chaz.turn`` (run a session's next turn), ``chaz.reconcile`` and
+``chaz.rename`` (stage-2 session naming)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from celery.signals import worker_process_shutdown, worker_ready, worker_shutting_down
 
+from chaz import naming
 from chaz.coord import keys
 from chaz.lease_watch import LeaseWatch
 from chaz.reconcile import Reconciler
@@ -92,3 +94,10 @@ def reconcile() -> dict[str, Any]:
 def expire_artifacts() -> dict[str, Any]:
     """Remove the artifacts retention no longer keeps (CHAZ_ARTIFACT_RETENTION_DAYS)."""
     return {"expired": expire_artifacts_now(services())}
+
+
+@app.task(name="chaz.rename", ignore_result=True)
+def rename(session_id: str) -> dict[str, Any]:
+    """Rename a session from its transcript (stage 2 of docs/collaboration.md#names)."""
+    # naming.rename logs its own failures and returns None: a rename never fails a worker.
+    return {"session_id": session_id, "name": naming.rename(services(), session_id)}

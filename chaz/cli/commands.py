@@ -388,14 +388,40 @@ def _session_rows(sessions: Sequence[Session]) -> list[list[Any]]:
 
 
 def cmd_sessions_ls(ctx: Context) -> int:
-    """List sessions, newest first."""
-    sessions = ctx.client.sessions.list(agent_id=ctx.args.agent, limit=ctx.args.limit)
+    """List sessions, newest first (archived ones only with ``--archived``)."""
+    args = ctx.args
+    sessions = ctx.client.sessions.list(
+        agent_id=args.agent, limit=args.limit, tree=args.tree, archived=args.archived
+    )
     if ctx.out.json_mode:
         ctx.out.json([s.model_dump(mode="json") for s in sessions])
         return EXIT_OK
     ctx.out.table(
         "sessions", ["ID", "NAME", "AGENT", "ENTRIES", "CREATED"], _session_rows(sessions)
     )
+    return EXIT_OK
+
+
+def cmd_sessions_archive(ctx: Context) -> int:
+    """Archive a session (idempotent: the first archive's time stays)."""
+    session = ctx.client.sessions.archive(ctx.args.session, reason=ctx.args.reason)
+    out = ctx.out
+    if out.json_mode:
+        out.json(session.model_dump(mode="json"))
+        return EXIT_OK
+    reason = f" ({session.archive_reason})" if session.archive_reason else ""
+    out.line(f"session {session.id} archived at {session.archived_at}{reason}")
+    return EXIT_OK
+
+
+def cmd_sessions_rename(ctx: Context) -> int:
+    """Name a session; automatic naming never overwrites a person's name."""
+    session = ctx.client.sessions.rename(ctx.args.session, ctx.args.name)
+    out = ctx.out
+    if out.json_mode:
+        out.json(session.model_dump(mode="json"))
+    else:
+        out.line(f"session {session.id} is now named {session.name!r}")
     return EXIT_OK
 
 

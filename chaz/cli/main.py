@@ -181,6 +181,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = add(sessions_sub, "ls", _command("cmd_sessions_ls"), "list sessions, newest first")
     p.add_argument("--agent", help="only this agent's sessions")
     p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    p.add_argument("--tree", metavar="SESSION", help="only the tree of this session (id or name)")
+    p.add_argument("--archived", action="store_true", help="archived sessions (hidden otherwise)")
+    p = add(
+        sessions_sub,
+        "archive",
+        _command("cmd_sessions_archive"),
+        "archive a session: hidden from listings, no new deliveries; its work goes on",
+    )
+    p.add_argument("session", metavar="SESSION", help="session id, SID:HEAD or name")
+    p.add_argument("--reason", default="", help="why; kept with the archive")
+    p = add(
+        sessions_sub,
+        "rename",
+        _command("cmd_sessions_rename"),
+        "name a session (automatic naming never overwrites it)",
+    )
+    p.add_argument("session", metavar="SESSION", help="session id or name")
+    p.add_argument("name", metavar="NAME", help="the new unique name")
     p = add(sessions_sub, "new", _command("cmd_sessions_new"), "create a session")
     p.add_argument("agent", metavar="AGENT", help="the agent id")
     p.add_argument("--name", help="a unique label (addressable like the id)")

@@ -8,6 +8,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from chaz.domain.agents import Limits
+from chaz.errors import SessionNotFound
 
 
 class Origin(StrEnum):
@@ -71,3 +72,12 @@ class Session(BaseModel):
     def archived(self) -> bool:
         """Whether the session is archived (it then takes no new deliveries)."""
         return self.archived_at is not None
+
+
+def missing_session(ref: str) -> SessionNotFound:
+    """The one error for a session that does not exist *or* that the caller may not see.
+
+    Both answers are built here so they cannot drift apart (DESIGN invariant 9):
+    the same class, message and details, whatever the reason.
+    """
+    return SessionNotFound(f"no session {ref!r}", session=ref)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from chaz.runtime.registry import ToolRegistry
-from chaz.tools import agents, builtin, collab
+from chaz.tools import agents, branches, builtin, collab
 from chaz.tools import todos as planning
 
 
 def default_registry() -> ToolRegistry:
     """A registry of every built-in tool."""
     registry = ToolRegistry()
-    for tool in [*builtin.TOOLS, *agents.TOOLS, *collab.TOOLS, *planning.TOOLS]:
+    for tool in [*builtin.TOOLS, *agents.TOOLS, *collab.TOOLS, *branches.TOOLS, *planning.TOOLS]:
         registry.register(tool)
     return registry

@@ -10,25 +10,26 @@ a refused call writes nothing (DESIGN invariant 7).
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from chaz.domain.addresses import StartMode, parse_start_from, parse_to
+from chaz import branches, visibility
+from chaz.domain.addresses import StartMode, parse_start_from
 from chaz.domain.deliveries import Delivered, DeliveryKind, NewBranch, Reply, Sender
 from chaz.domain.entries import EntryType, agent_sender
 from chaz.domain.jobs import Job, JobStatus
+from chaz.domain.naming import candidates, stage1_label
 from chaz.domain.results import excerpt
-from chaz.domain.sessions import Session
 from chaz.domain.validation import SafeText, check_content, check_session_name
 from chaz.errors import (
     ConfigError,
     DepthExceeded,
     FanoutExceeded,
     MessagesExceeded,
-    SessionNotFound,
     ToolError,
     ValidationError,
 )
@@ -213,7 +214,7 @@ def _continue(args: AgentArgs, ctx: ToolContext, svc: Services) -> str:
             "archive_when_done applies to a session this call creates, not to one named by to",
             field="archive_when_done",
         )
-    target = _resolve(svc, args.to)
+    target = branches.resolve_target(svc, args.to, deliverable=True)
     if args.agent_id and args.agent_id != target.agent_id:
         raise ValidationError(
             f"session {target.name or target.id} runs agent {target.agent_id!r}, "
@@ -282,7 +283,7 @@ def send_message(args: SendMessageArgs, ctx: ToolContext) -> str:
     """Deliver a message to an existing session: a turn now, or its inbox while it is busy."""
     svc = _services(ctx)
     check_content(EntryType.DIRECTIVE, args.message, max_bytes=svc.settings.max_content_bytes)
-    target = _resolve(svc, args.to)
+    target = branches.resolve_target(svc, args.to, deliverable=True)
     if args.agent_id not in ("main", "", target.agent_id):
         raise ValidationError(
             f"session {target.name or target.id} runs agent {target.agent_id!r}, "
@@ -361,15 +362,13 @@ def _sender(svc: Services, ctx: ToolContext, kind: DeliveryKind) -> Sender:
     )
 
 
-def _resolve(svc: Services, to: str) -> Session:
-    ref = parse_to(to)
-    return svc.store.get_session(ref)
-
-
 def _fork_point(svc: Services, ctx: ToolContext, ref: str, seq: int | None) -> tuple[str, int]:
-    source = svc.store.get_session(ref)
-    if source.tree_id != ctx.tree_id:
-        raise SessionNotFound(f"no session {ref!r}", session=ref)
+    """The ``(session, seq)`` a fork starts at, once the caller may read that history.
+
+    A source the caller may not read is answered as a missing one
+    (docs/collaboration.md#visibility); an archived source may be forked.
+    """
+    source = visibility.check_read(svc, ctx.session_id, ref)
     at = source.last_seq if seq is None else seq
     if at < 1 or at > source.last_seq:
         raise ValidationError(
@@ -381,8 +380,8 @@ def _fork_point(svc: Services, ctx: ToolContext, ref: str, seq: int | None) -> t
 
 
 def _names(label: str, prompt: str) -> tuple[str, ...]:
-    base = " ".join((label or prompt).split())[:24].strip() or "agent"
-    return (base, *(f"{base}-{n}" for n in range(2, NAME_CANDIDATES + 1)))
+    """Stage-1 names to try in turn (docs/collaboration.md#names)."""
+    return tuple(itertools.islice(candidates(stage1_label(label, prompt)), NAME_CANDIDATES))
 
 
 TOOLS = [

@@ -93,7 +93,7 @@ def _rename(services: Services, session_id: str) -> str | None:
         if callable(close):
             close()
     title = title_from_reply(reply.text)
-    if title is None or title == session.name:
+    if title is None or _bears(session.name, title):
         return None
     taken = store.names_with_prefix(title) - {session.name}
     for _ in range(NAME_TRIES):
@@ -106,6 +106,15 @@ def _rename(services: Services, session_id: str) -> str | None:
         return done.name if done is not None else None
     log.warning("no free name for session %s near %r", session.id, title)
     return None
+
+
+def _bears(name: str | None, title: str) -> bool:
+    """Whether ``name`` is ``title`` already, or ``title`` with a uniqueness suffix:
+    a second rename to the same title (two rename points, a redelivered task)
+    must not walk the suffix up."""
+    if name is None:
+        return False
+    return name == title or (name.startswith(f"{title}-") and name[len(title) + 1 :].isdigit())
 
 
 def _transcript(services: Services, session: Session) -> str:

@@ -140,7 +140,15 @@ def test_c1_names_and_identity(st: Stack) -> None:
 
 
 def test_c2_fork_at_an_entry_and_run_in_one_call(st: Stack) -> None:
-    agent(st, "c2-reader", [{"steps": [{"say": "context: {context}"}]}])
+    agent(
+        st,
+        "c2-reader",
+        [
+            # Stage 2 naming asks the session's own model for a title.
+            {"match": "^Name this conversation", "steps": [{"say": "Fork Review Notes"}]},
+            {"steps": [{"say": "context: {context}"}]},
+        ],
+    )
     agent(
         st,
         "c2-caller",
@@ -181,8 +189,15 @@ def test_c2_fork_at_an_entry_and_run_in_one_call(st: Stack) -> None:
         "context: user: alpha | user: caller saw alpha | user: what do you know?"
     ), reply.content
     child = next(x for x in st.client.sessions.list(limit=500) if x.forked_from == f"{s.id}:3")
-    assert child.name == "review" and child.agent_id == "c2-reader"
+    assert child.agent_id == "c2-reader"
     assert child.tree_id == s.tree_id and child.call_depth == 1
+    # Named at once from the description (stage 1), renamed by its own model
+    # after its first turn (stage 2).
+    pointer = next(e for e in st.client.sessions.entries(s.id) if e.type is EntryType.ATTACH)
+    assert pointer.content == "fork: review"
+    st.wait_for(
+        lambda: st.client.sessions.get(child.id).name == "Fork Review Notes", WAIT, "the rename"
+    )
     # to= never creates what it names.
     before = counts(st)
     reply = ask(st, s.id, "missing target")

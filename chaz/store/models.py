@@ -155,6 +155,8 @@ class DeliveryRow(Base):
     __table_args__ = (
         Index("ix_deliveries_target_state", "target_session_id", "state", "created_at"),
         Index("ix_deliveries_sender", "sender_session_id", "created_at"),
+        # The reconciler's sweep: accepted deliveries, oldest first.
+        Index("ix_deliveries_state_created", "state", "created_at"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)

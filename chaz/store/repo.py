@@ -21,7 +21,6 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
-    delete,
     func,
     insert,
     or_,
@@ -420,14 +419,6 @@ class Store:
         )
         with self._write() as conn:
             return _session(_insert_session(conn, new))
-
-    def delete_empty_session(self, session_id: str) -> bool:
-        """Remove a session that never got an entry (undoing a refused spawn)."""
-        with self._write() as conn:
-            done = conn.execute(
-                delete(SessionRow).where(SessionRow.id == session_id, SessionRow.last_seq == 0)
-            ).rowcount
-        return bool(done)
 
     def get_session(self, ref: str) -> Session:
         """A session by id or, failing that, by its unique name."""

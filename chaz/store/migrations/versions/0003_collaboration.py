@@ -71,6 +71,7 @@ def upgrade() -> None:
     )
     op.create_index("ix_deliveries_sender", "deliveries", ["sender_session_id", "created_at"])
     op.create_index("ix_deliveries_job_id", "deliveries", ["job_id"])
+    op.create_index("ix_deliveries_state_created", "deliveries", ["state", "created_at"])
     op.create_table(
         "events",
         sa.Column(
@@ -116,6 +117,7 @@ def downgrade() -> None:
     op.drop_table("artifacts")
     op.drop_index("ix_events_session_id", table_name="events")
     op.drop_table("events")
+    op.drop_index("ix_deliveries_state_created", table_name="deliveries")
     op.drop_index("ix_deliveries_job_id", table_name="deliveries")
     op.drop_index("ix_deliveries_sender", table_name="deliveries")
     op.drop_index("ix_deliveries_target_state", table_name="deliveries")

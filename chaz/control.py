@@ -16,6 +16,7 @@ repeated ``command_id`` returns the first outcome.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -40,6 +41,8 @@ from chaz.errors import (
     VersionConflict,
 )
 from chaz.services import Services
+
+log = logging.getLogger(__name__)
 
 CANCEL_ACTION = "execution.cancel"
 #: A cancel's reason goes into the withdrawn job's Error entry and the cancel flag.
@@ -137,7 +140,12 @@ def _cancel_one(
                 )
                 services.quotas.dequeued(job.session_id)
                 _note(services, done, reason)
-                deliveries.settle(services, done)
+                try:
+                    deliveries.settle(services, done)
+                except Exception:
+                    # The cancel is done; the reconciler's sweep admits the
+                    # follow-up its end recorded.
+                    log.warning("job %s: follow-up left to the sweep", job.id, exc_info=True)
                 return _outcome(done, previous=job.status, changed=True)
             if job.status is JobStatus.RUNNING:
                 done = store.transition(

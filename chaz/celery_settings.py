@@ -50,6 +50,7 @@ task_routes = {
     "chaz.turn": {"queue": "chaz.turns"},
     "chaz.reconcile": {"queue": "chaz.control"},
     "chaz.expire_artifacts": {"queue": "chaz.control"},
+    "chaz.expire_events": {"queue": "chaz.control"},
     # Stage-2 session naming: a model call that must not take a turn thread.
     "chaz.rename": {"queue": "chaz.control"},
 }
@@ -80,6 +81,12 @@ beat_schedule = {
     # of long-finished jobs and cuts their results. Safe to run twice at once.
     "chaz-expire-artifacts": {
         "task": "chaz.expire_artifacts",
+        "schedule": _settings.artifact_sweep_seconds,
+        "options": {"expires": _settings.artifact_sweep_seconds},
+    },
+    # Event log retention (CHAZ_EVENT_RETENTION_DAYS).
+    "chaz-expire-events": {
+        "task": "chaz.expire_events",
         "schedule": _settings.artifact_sweep_seconds,
         "options": {"expires": _settings.artifact_sweep_seconds},
     },

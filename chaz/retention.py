@@ -1,6 +1,8 @@
 """Retention: what chaz stops keeping, and when.
 
-Today that is the full text of job results over the result cap
+Two things: the event log (``CHAZ_EVENT_RETENTION_DAYS``: events older than
+that are deleted by :func:`expire_events`, the ``chaz.expire_events`` task),
+and the full text of job results over the result cap
 (docs/contracts.md#result-cap): with ``CHAZ_ARTIFACT_RETENTION_DAYS`` set, a
 terminal job that finished longer ago than that loses its artifact, and its
 result is cut to the excerpt every reader was already shown. Beat runs
@@ -34,5 +36,22 @@ def expire_artifacts(services: Services, now: datetime | None = None) -> int:
         removed = services.store.artifacts.expire(cutoff, limit=BATCH)
         total += removed
         # A short batch is the last (or another sweep took part of it).
+        if removed < BATCH:
+            return total
+
+
+def expire_events(services: Services, now: datetime | None = None) -> int:
+    """Delete the event log's rows older than ``CHAZ_EVENT_RETENTION_DAYS`` as of ``now``.
+
+    With no retention set, nothing is deleted. How many were.
+    """
+    days = services.settings.event_retention_days
+    if days is None:
+        return 0
+    cutoff = (now or utcnow()) - timedelta(days=days)
+    total = 0
+    while True:
+        removed = services.store.events.expire(cutoff, limit=BATCH)
+        total += removed
         if removed < BATCH:
             return total

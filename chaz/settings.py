@@ -66,8 +66,16 @@ class Settings(BaseSettings):
         description="Days a finished job's full result over the cap is kept; then its artifact "
         "is removed and the result cut to its excerpt (null: kept forever).",
     )
+    event_retention_days: int | None = Field(
+        None,
+        gt=0,
+        description="Days the event log keeps a row (null: kept forever); every job writes "
+        "a few, so a busy fleet sets this.",
+    )
     artifact_sweep_seconds: float = Field(
-        3600.0, gt=0, description="How often beat runs the artifact retention sweep."
+        3600.0,
+        gt=0,
+        description="How often beat runs the retention sweeps (artifacts, events).",
     )
 
     @property

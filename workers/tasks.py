@@ -15,6 +15,7 @@ from chaz.coord import keys
 from chaz.lease_watch import LeaseWatch
 from chaz.reconcile import Reconciler
 from chaz.retention import expire_artifacts as expire_artifacts_now
+from chaz.retention import expire_events as expire_events_now
 from chaz.services import Services
 from chaz.settings import get_settings
 from chaz.tools import default_registry
@@ -94,6 +95,12 @@ def reconcile() -> dict[str, Any]:
 def expire_artifacts() -> dict[str, Any]:
     """Remove the artifacts retention no longer keeps (CHAZ_ARTIFACT_RETENTION_DAYS)."""
     return {"expired": expire_artifacts_now(services())}
+
+
+@app.task(name="chaz.expire_events", ignore_result=True)
+def expire_events() -> dict[str, Any]:
+    """Delete event log rows older than CHAZ_EVENT_RETENTION_DAYS."""
+    return {"expired": expire_events_now(services())}
 
 
 @app.task(name="chaz.rename", ignore_result=True)

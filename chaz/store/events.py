@@ -24,9 +24,10 @@ from __future__ import annotations
 import builtins
 import time
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import Connection, Table, insert, select, text
+from sqlalchemy import Connection, Table, delete, insert, select, text
 
 from chaz.domain.events import Event
 from chaz.domain.validation import check_json, check_text
@@ -88,6 +89,24 @@ class EventLog:
         data = check_json("data", data)
         with self._store._write() as conn:
             return record(conn, session_id, kind, data)
+
+    def expire(self, before: datetime, limit: int = 500) -> int:
+        """Delete the oldest events written before ``before``, at most ``limit``; how many.
+
+        It walks the primary key from the oldest id rather than an index on
+        ``created_at``: ids grow with time, and every turn writes events, so
+        one more index on the hot path would cost more than this sweep saves.
+        An event that commits late (a lower id, newer than its neighbours)
+        waits for a later sweep.
+        """
+        with self._store._write() as conn:
+            rows = conn.execute(
+                select(EVENTS.c.id, EVENTS.c.created_at).order_by(EVENTS.c.id).limit(limit)
+            ).all()
+            old = [r[0] for r in rows if as_utc(r[1]) < before]
+            if old:
+                conn.execute(delete(EVENTS).where(EVENTS.c.id.in_(old)))
+        return len(old)
 
     def list(
         self,

@@ -210,3 +210,32 @@ def test_beat_runs_the_sweep_on_the_control_queue() -> None:
     assert celery_settings.task_routes["chaz.expire_artifacts"] == {"queue": "chaz.control"}
     app.loader.import_default_modules()
     assert "chaz.expire_artifacts" in app.tasks
+
+
+def test_event_retention_deletes_only_old_events(stack: Stack) -> None:
+    from sqlalchemy import update
+
+    from chaz.store.models import EventRow
+
+    client = stack.client
+    client.agents.put(AGENT)
+    svc = client.services
+    s = client.sessions.create(agent_id="bot")
+    old = svc.store.events.add(s.id, "test.old", {})
+    new = svc.store.events.add(s.id, "test.new", {})
+    now = utcnow()
+    with svc.store.engine.begin() as conn:
+        conn.execute(
+            update(EventRow).where(EventRow.id == old.id).values(created_at=now - 10 * DAY)
+        )
+    assert retention.expire_events(svc, now=now) == 0  # no retention set: keep all
+    kept = Services(stack.settings.model_copy(update={"event_retention_days": 7}))
+    try:
+        assert retention.expire_events(kept, now=now) == 1
+        assert retention.expire_events(kept, now=now) == 0
+    finally:
+        kept.close()
+    assert [e.id for e in svc.store.events.list(s.id)] == [new.id]
+    from chaz import celery_settings
+
+    assert celery_settings.beat_schedule["chaz-expire-events"]["task"] == "chaz.expire_events"

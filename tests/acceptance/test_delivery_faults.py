@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import update
 
 import chaz
+from chaz.coord import keys
 from chaz.domain.deliveries import DeliveryState
 from chaz.domain.entries import Entry, EntryType
 from chaz.stack import WorkerProcess
@@ -210,3 +211,59 @@ def test_inbox_full_duplicates_and_a_kill_lose_nothing(stack: Stack) -> None:
     assert client.jobs.get(held.job_id or "").attempts == 2
     into = client.deliveries.list(target.id, direction="in", limit=200)
     assert sum(d.state is DeliveryState.ACCEPTED for d in into) == 0
+
+
+def test_a_lost_inbox_flag_delays_messages_and_the_reconciler_delivers_them(
+    stack: Stack,
+) -> None:
+    stack.housekeeper()  # beat: the reconciler every second (tests' settings)
+    stack.workers(1, concurrency=4, queues="chaz.turns")
+    _agent(
+        stack,
+        "target",
+        [
+            {"match": "^hold", "steps": [{"wait": "hold", "timeout": 120}, {"say": "held"}]},
+            {"steps": [{"say": "got it"}]},
+        ],
+    )
+    sends = [
+        {"call": "send_message", "args": {"to": "the-target", "message": f"m{i}"}}
+        for i in range(2)
+    ]
+    _agent(
+        stack,
+        "sender",
+        [
+            {"match": "^send", "steps": [{"calls": sends}, {"say": "sent"}]},
+            {"match": "finished|failed", "steps": [{"say": "ok"}]},
+        ],
+        "send_message",
+    )
+    client = stack.client
+    target = client.sessions.create("target", name="the-target")
+    sender = client.sessions.create("sender")
+    held = client.sessions.post(target.id, "hold", sender="user:tester")
+    stack.wait_for(
+        lambda: client.jobs.get(held.job_id or "").status is chaz.JobStatus.RUNNING,
+        WAIT,
+        "the target's held turn",
+    )
+    posted = client.sessions.post(sender.id, "send", sender="user:tester")
+    assert client.sessions.wait_for_reply(sender.id, after=posted.seq, timeout=WAIT).content == (
+        "sent"
+    )
+    # Redis loses the hint (a flush, a failover): the turn's end cannot see it.
+    client.services.redis.delete(keys.inbox(target.id))
+    stack.open_gate("hold")
+    client.jobs.wait(held.job_id or "", timeout=WAIT)
+
+    def delivered() -> list[str]:
+        return [
+            e.content.rsplit("\n", 1)[-1]
+            for e in client.sessions.entries(target.id)
+            if e.type is EntryType.DIRECTIVE
+        ]
+
+    # The database still holds them: the reconciler's sweep drains the idle target.
+    stack.wait_for(lambda: delivered() == ["m0", "m1"], WAIT, "the sweep to drain the inbox")
+    stack.wait_for(lambda: len(_followups(stack, sender.id)) == 2, WAIT, "two follow-ups")

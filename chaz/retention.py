@@ -12,6 +12,7 @@ result is cut to the excerpt every reader was already shown. Beat runs
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from chaz.ids import utcnow
@@ -27,17 +28,7 @@ def expire_artifacts(services: Services, now: datetime | None = None) -> int:
     Only artifacts of terminal jobs that finished before ``now`` minus the
     retention are eligible; with no retention set, nothing is.
     """
-    days = services.settings.artifact_retention_days
-    if days is None:
-        return 0
-    cutoff = (now or utcnow()) - timedelta(days=days)
-    total = 0
-    while True:
-        removed = services.store.artifacts.expire(cutoff, limit=BATCH)
-        total += removed
-        # A short batch is the last (or another sweep took part of it).
-        if removed < BATCH:
-            return total
+    return _sweep(services.settings.artifact_retention_days, now, services.store.artifacts.expire)
 
 
 def expire_events(services: Services, now: datetime | None = None) -> int:
@@ -45,13 +36,20 @@ def expire_events(services: Services, now: datetime | None = None) -> int:
 
     With no retention set, nothing is deleted. How many were.
     """
-    days = services.settings.event_retention_days
+    return _sweep(services.settings.event_retention_days, now, services.store.events.expire)
+
+
+def _sweep(
+    days: int | None, now: datetime | None, expire: Callable[..., int]
+) -> int:
+    """Run ``expire(cutoff, limit=BATCH)`` until a short batch; the total removed."""
     if days is None:
         return 0
     cutoff = (now or utcnow()) - timedelta(days=days)
     total = 0
     while True:
-        removed = services.store.events.expire(cutoff, limit=BATCH)
+        removed = expire(cutoff, limit=BATCH)
         total += removed
+        # A short batch is the last (or another sweep took part of it).
         if removed < BATCH:
             return total

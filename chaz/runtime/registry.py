@@ -29,7 +29,7 @@ from chaz.domain.validation import (
     sanitized,
     truncated,
 )
-from chaz.errors import ChazError
+from chaz.errors import ChazError, ConfigError
 from chaz.runtime.backends.base import ToolCallRequest, ToolSpec
 from chaz.services import Services
 from chaz.store.repo import Appended, JobFields
@@ -64,6 +64,19 @@ class ToolContext:
     #: (they are written on a background thread): call it before writing into
     #: the session, so the write lands after the call that caused it.
     flush: Callable[[], None] = _nothing
+
+    def need_services(self) -> Services:
+        """The runtime's services; :class:`~chaz.errors.ConfigError` when a tool
+        that needs them runs without them (a test calling it bare)."""
+        if self.services is None:
+            raise ConfigError("this tool needs the runtime's services")
+        return self.services
+
+    def need_delegation(self) -> Delegation:
+        """The delegation port; :class:`~chaz.errors.ConfigError` when absent."""
+        if self.delegation is None:
+            raise ConfigError("this tool needs the runtime's delegation port")
+        return self.delegation
 
 
 class Delegation(Protocol):

@@ -24,16 +24,16 @@ from chaz.domain.entries import EntryType, agent_sender
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.naming import candidates, stage1_label
 from chaz.domain.results import excerpt
+from chaz.domain.sessions import Session
 from chaz.domain.validation import SafeText, check_content, check_session_name
 from chaz.errors import (
-    ConfigError,
     DepthExceeded,
     FanoutExceeded,
     MessagesExceeded,
     ToolError,
     ValidationError,
 )
-from chaz.runtime.registry import Delegation, Tool, ToolContext
+from chaz.runtime.registry import Tool, ToolContext
 from chaz.services import Services
 
 #: Automatic names tried for a new session before it is left unnamed.
@@ -104,16 +104,6 @@ class SendMessageArgs(BaseModel):
     )
 
 
-def _services(ctx: ToolContext) -> Services:
-    if ctx.services is None:
-        raise ConfigError("this tool needs the runtime's services")
-    return ctx.services
-
-
-def _delegation(ctx: ToolContext) -> Delegation:
-    if ctx.delegation is None:
-        raise ConfigError("this tool needs the runtime's delegation port")
-    return ctx.delegation
 
 
 # -- agent ------------------------------------------------------------------------
@@ -121,7 +111,7 @@ def _delegation(ctx: ToolContext) -> Delegation:
 
 def agent(args: AgentArgs, ctx: ToolContext) -> str:
     """Create (or fork) a session and run ``prompt`` there, or continue one with ``to``."""
-    svc = _services(ctx)
+    svc = ctx.need_services()
     check_content(EntryType.DIRECTIVE, args.prompt, max_bytes=svc.settings.max_content_bytes)
     if args.to:
         return _continue(args, ctx, svc)
@@ -150,7 +140,7 @@ def agent(args: AgentArgs, ctx: ToolContext) -> str:
 
 def spawn_agent(args: SpawnArgs, ctx: ToolContext) -> str:
     """Run ``task`` in a new session of ``agent_id``: ``agent`` with a clean start."""
-    svc = _services(ctx)
+    svc = ctx.need_services()
     check_content(EntryType.DIRECTIVE, args.task, max_bytes=svc.settings.max_content_bytes)
     label = check_session_name(args.name) if args.name is not None else ""
     return _create(
@@ -196,7 +186,7 @@ def _create(
         reply=Reply.FOLLOWUP if background else Reply.NONE,
         archive_when_done=archive_when_done,
     )
-    done = _delegation(ctx).spawn(_sender(svc, ctx, kind), branch)
+    done = ctx.need_delegation().spawn(_sender(svc, ctx, kind), branch)
     return _answer(ctx, done, background, timeout)
 
 
@@ -215,14 +205,9 @@ def _continue(args: AgentArgs, ctx: ToolContext, svc: Services) -> str:
             field="archive_when_done",
         )
     target = branches.resolve_target(svc, args.to, deliverable=True)
-    if args.agent_id and args.agent_id != target.agent_id:
-        raise ValidationError(
-            f"session {target.name or target.id} runs agent {target.agent_id!r}, "
-            f"not {args.agent_id!r}",
-            field="agent_id",
-        )
+    _expect_agent(target, args.agent_id)
     _check_messages(ctx)
-    done = _delegation(ctx).deliver(
+    done = ctx.need_delegation().deliver(
         _sender(svc, ctx, DeliveryKind.AGENT),
         target,
         DeliveryKind.AGENT,
@@ -264,7 +249,7 @@ def _run_to_end(ctx: ToolContext, session_id: str, job: Job, timeout: float) -> 
     turn there, or parking it for tree capacity), try again until the job
     has finished, whoever ran it.
     """
-    svc, port = _services(ctx), _delegation(ctx)
+    svc, port = ctx.need_services(), ctx.need_delegation()
     deadline = time.monotonic() + timeout
     while True:
         port.run_inline(session_id, job.id)
@@ -281,17 +266,12 @@ def _run_to_end(ctx: ToolContext, session_id: str, job: Job, timeout: float) -> 
 
 def send_message(args: SendMessageArgs, ctx: ToolContext) -> str:
     """Deliver a message to an existing session: a turn now, or its inbox while it is busy."""
-    svc = _services(ctx)
+    svc = ctx.need_services()
     check_content(EntryType.DIRECTIVE, args.message, max_bytes=svc.settings.max_content_bytes)
     target = branches.resolve_target(svc, args.to, deliverable=True)
-    if args.agent_id not in ("main", "", target.agent_id):
-        raise ValidationError(
-            f"session {target.name or target.id} runs agent {target.agent_id!r}, "
-            f"not {args.agent_id!r}",
-            field="agent_id",
-        )
+    _expect_agent(target, "" if args.agent_id == "main" else args.agent_id)
     _check_messages(ctx)
-    done = _delegation(ctx).deliver(
+    done = ctx.need_delegation().deliver(
         _sender(svc, ctx, DeliveryKind.MESSAGE),
         target,
         DeliveryKind.MESSAGE,
@@ -333,6 +313,17 @@ def _check_creation(svc: Services, ctx: ToolContext) -> int:
             f"this turn has already created {limit} sessions", max_spawn_fanout=limit
         )
     return depth
+
+
+def _expect_agent(target: Session, agent_id: str) -> None:
+    """``agent_id`` (empty: any) must be the agent the existing target runs: a
+    delivery continues a session, it never changes its configuration."""
+    if agent_id and agent_id != target.agent_id:
+        raise ValidationError(
+            f"session {target.name or target.id} runs agent {target.agent_id!r}, "
+            f"not {agent_id!r}",
+            field="agent_id",
+        )
 
 
 def _check_messages(ctx: ToolContext) -> None:

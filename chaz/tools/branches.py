@@ -19,7 +19,7 @@ from chaz import branches, visibility
 from chaz.domain.entries import EntryType
 from chaz.domain.sessions import ArchivedBy, Session
 from chaz.domain.validation import SafeText
-from chaz.errors import ConfigError, ValidationError
+from chaz.errors import ValidationError
 from chaz.runtime.registry import Tool, ToolContext
 from chaz.services import Services
 from chaz.store.repo import Outline, SessionSummary
@@ -35,11 +35,6 @@ NOTE_CHARS = 300
 _NEVER_SHOWN = frozenset({EntryType.ACK.value})
 _TOOL_TYPES = frozenset({EntryType.TOOL_CALL.value, EntryType.TOOL_RESULT.value})
 
-
-def _services(ctx: ToolContext) -> Services:
-    if ctx.services is None:
-        raise ConfigError("this tool needs the runtime's services")
-    return ctx.services
 
 
 # -- list_agents -------------------------------------------------------------
@@ -97,7 +92,7 @@ def _line(item: SessionSummary, *, me: str, with_tip: bool) -> str:
 
 def list_agents(args: ListAgentsArgs, ctx: ToolContext) -> str:
     """The sessions this one can address, most recently active first."""
-    svc = _services(ctx)
+    svc = ctx.need_services()
     everywhere = args.scope == "all"
     items = branches.summaries(
         svc,
@@ -134,7 +129,7 @@ class ArchiveAgentArgs(BaseModel):
 def archive_agent(args: ArchiveAgentArgs, ctx: ToolContext) -> str:
     """Archive a session for everyone: hidden from listings, no new deliveries."""
     session, changed = branches.archive(
-        _services(ctx), args.to, reason=args.reason, by=ArchivedBy.MANUAL
+        ctx.need_services(), args.to, reason=args.reason, by=ArchivedBy.MANUAL
     )
     return json.dumps(
         {
@@ -227,7 +222,7 @@ def _turn_header(number: int, status: str) -> str:
 
 def read_conversation(args: ReadConversationArgs, ctx: ToolContext) -> str:
     """Turns of another session this one may read, cut at ``max_chars``."""
-    svc = _services(ctx)
+    svc = ctx.need_services()
     max_chars = min(max(args.max_chars, MIN_READ_CHARS), MAX_READ_CHARS)
     session = visibility.check_read(svc, ctx.session_id, args.to)
     turns = turns_of(svc.store.entry_outline(session.id))

@@ -14,11 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from chaz.domain.jobs import JobStatus
 from chaz.domain.validation import SafeText
-from chaz.errors import (
-    ConfigError,
-)
-from chaz.runtime.registry import Delegation, Tool, ToolContext
-from chaz.services import Services
+from chaz.runtime.registry import Tool, ToolContext
 
 
 class ListJobsArgs(BaseModel):
@@ -44,21 +40,11 @@ class JobOutputArgs(BaseModel):
     )
 
 
-def _services(ctx: ToolContext) -> Services:
-    if ctx.services is None:
-        raise ConfigError("this tool needs the runtime's services")
-    return ctx.services
-
-
-def _delegation(ctx: ToolContext) -> Delegation:
-    if ctx.delegation is None:
-        raise ConfigError("this tool needs the runtime's delegation port")
-    return ctx.delegation
 
 
 def list_jobs(args: ListJobsArgs, ctx: ToolContext) -> str:
     """Jobs that run in this session or that this session started."""
-    svc = _services(ctx)
+    svc = ctx.need_services()
     jobs = svc.store.list_jobs(
         related_to_session=ctx.session_id,
         statuses=[args.status] if args.status else None,
@@ -82,7 +68,7 @@ def list_jobs(args: ListJobsArgs, ctx: ToolContext) -> str:
 def job_output(args: JobOutputArgs, ctx: ToolContext) -> str:
     """A job's state and result, if this session may read it."""
     return json.dumps(
-        _delegation(ctx).output(
+        ctx.need_delegation().output(
             args.job_id, ctx.session_id, block=args.block, timeout=args.timeout, full=args.full
         )
     )

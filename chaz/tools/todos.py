@@ -14,9 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from chaz.domain.todos import MAX_NOTE_CHARS, MAX_TITLE_CHARS, Todo, TodoStatus
 from chaz.domain.validation import SafeText
-from chaz.errors import ConfigError
 from chaz.runtime.registry import Tool, ToolContext
-from chaz.services import Services
 
 
 class TodoCreateArgs(BaseModel):
@@ -53,11 +51,6 @@ class TodoListArgs(BaseModel):
     status: TodoStatus | None = Field(None, description="Only the todos in this status.")
 
 
-def _services(ctx: ToolContext) -> Services:
-    if ctx.services is None:
-        raise ConfigError("this tool needs the runtime's services")
-    return ctx.services
-
 
 def _shown(todo: Todo) -> dict[str, object]:
     return {
@@ -75,13 +68,14 @@ def todo_create(args: TodoCreateArgs, ctx: ToolContext) -> str:
     # the todo its first attempt created instead of a second one.
     key = f"{ctx.session_id}:{ctx.job_id}:{ctx.call_id}".encode()
     todo_id = hashlib.sha256(key).hexdigest()[:16]
-    todo = _services(ctx).store.todos.create(ctx.session_id, args.title, args.note, todo_id=todo_id)
+    todos = ctx.need_services().store.todos
+    todo = todos.create(ctx.session_id, args.title, args.note, todo_id=todo_id)
     return json.dumps(_shown(todo))
 
 
 def todo_update(args: TodoUpdateArgs, ctx: ToolContext) -> str:
     """Change a todo's status, title or note."""
-    todo = _services(ctx).store.todos.update(
+    todo = ctx.need_services().store.todos.update(
         ctx.session_id, args.todo_id, status=args.status, title=args.title, note=args.note
     )
     return json.dumps(_shown(todo))
@@ -89,7 +83,7 @@ def todo_update(args: TodoUpdateArgs, ctx: ToolContext) -> str:
 
 def todo_list(args: TodoListArgs, ctx: ToolContext) -> str:
     """This session's todos, in the order they were created."""
-    todos = _services(ctx).store.todos.list(ctx.session_id, status=args.status)
+    todos = ctx.need_services().store.todos.list(ctx.session_id, status=args.status)
     return json.dumps([_shown(t) for t in todos])
 
 

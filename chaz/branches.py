@@ -16,7 +16,7 @@ from chaz.domain.sessions import ArchivedBy, Session, missing_session
 from chaz.domain.validation import check_text
 from chaz.errors import AmbiguousName, SessionArchived
 from chaz.services import Services
-from chaz.store.repo import SessionSummary
+from chaz.store.directory import SessionSummary
 
 if TYPE_CHECKING:
     from chaz.visibility import ReadScope

@@ -1,4 +1,12 @@
-"""The repository: every read and write chaz makes to the database.
+"""The repository: ``Store``, through which chaz reads and writes the database.
+
+This module holds the write path of entries and jobs (admission, a turn's
+start and end, transitions) and the reads a turn needs. Beside it:
+:mod:`chaz.store.directory` (sessions as collaboration lists, archives and
+names them; a mixin of ``Store``), :mod:`chaz.store.completion` (what a job's
+end does beyond the job), :mod:`chaz.store.rows` (rows as models), and the
+tables with stores of their own (``deliveries``, ``events``, ``artifacts``,
+``todos``).
 
 Writes run in short transactions. Appending an entry bumps the session's
 ``last_seq`` first; that UPDATE takes the session row's lock (SQLite: the
@@ -16,10 +24,8 @@ from functools import cached_property
 from typing import Any, cast
 
 from sqlalchemy import (
-    ColumnElement,
     Connection,
     and_,
-    bindparam,
     case,
     func,
     insert,
@@ -34,11 +40,7 @@ from chaz.domain.agents import AgentSpec, Limits
 from chaz.domain.deliveries import (
     DUPLICATE_WINDOW,
     Delivery,
-    DeliveryKind,
     DeliveryState,
-    Reply,
-    followup,
-    followup_key,
 )
 from chaz.domain.entries import (
     Entry,
@@ -49,11 +51,9 @@ from chaz.domain.entries import (
     parse_sender,
     replay_differences,
 )
-from chaz.domain.events import SESSION_ARCHIVED, SESSION_RENAMED
 from chaz.domain.jobs import ACTIVE, Job, JobStatus, check_transition, missing_job
 from chaz.domain.processing import admits_turn
-from chaz.domain.results import excerpt
-from chaz.domain.sessions import ArchivedBy, NameSource, Origin, Session, missing_session
+from chaz.domain.sessions import NameSource, Origin, Session
 from chaz.domain.validation import check_session_name
 from chaz.errors import (
     AgentNotFound,
@@ -65,15 +65,16 @@ from chaz.errors import (
     SessionNotFound,
     VersionConflict,
 )
-from chaz.ids import as_utc, new_id, utcnow
-from chaz.store import artifacts
+from chaz.ids import new_id, utcnow
+from chaz.store import artifacts, completion
 from chaz.store import deliveries as dl
-from chaz.store import session_queries as sq
 from chaz.store import statements as st
 from chaz.store.artifacts import ArtifactStore
 from chaz.store.db import make_engine
+from chaz.store.directory import SessionDirectory
 from chaz.store.events import EventLog, record
 from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
+from chaz.store.rows import as_entry, as_job, as_said, as_session, session_row
 from chaz.store.todos import TodoStore
 
 _ACTIVE = [s.value for s in ACTIVE]
@@ -140,32 +141,6 @@ class TurnSetup:
     trigger: Said | None
 
 
-@dataclass(frozen=True)
-class SessionSummary:
-    """A session as ``list_agents`` shows it (:meth:`Store.session_summaries`)."""
-
-    session: Session
-    #: Finished turns: jobs that started and reached a terminal state.
-    turns: int
-    #: Characters of its context entries (Messages, Directives, Summaries).
-    size: int
-    #: The start of its latest Message or Directive (None before the first).
-    tip: str | None
-    #: Whether a job of it is queued, running or stopping.
-    busy: bool
-
-
-@dataclass(frozen=True)
-class Outline:
-    """One entry without its content (:meth:`Store.entry_outline`)."""
-
-    seq: int
-    type: str
-    sender: str
-    job_id: str | None
-    length: int
-
-
 class KeyTaken(Exception):
     """An insert met an earlier entry with the same idempotency key.
 
@@ -188,7 +163,7 @@ class Admitting:
         self._conn = conn
         self._row = row
         #: The session being written to, as locked.
-        self.session = _session(row)
+        self.session = as_session(row)
         #: Its agent.
         self.agent = agent
 
@@ -232,7 +207,7 @@ class Admitting:
             if key is None:
                 raise
             raise KeyTaken(key) from exc
-        return Appended(_entry(entry_values), _job(job_row), created=True)
+        return Appended(as_entry(entry_values), as_job(job_row), created=True)
 
     def take(
         self, delivery: Delivery, draft: NewEntry, *, job_fields: JobFields | None = None
@@ -274,7 +249,7 @@ class Admitting:
             admit=False,
             job_fields=None,
         )
-        return _entry(entry_values)
+        return as_entry(entry_values)
 
 
 class DeliveryGone(Exception):
@@ -293,7 +268,7 @@ class Fence:
     token: str
 
 
-class Store:
+class Store(SessionDirectory):
     """Typed access to the chaz database."""
 
     def __init__(self, url: str) -> None:
@@ -418,12 +393,12 @@ class Store:
             names=tuple(names),
         )
         with self._write() as conn:
-            return _session(_insert_session(conn, new))
+            return as_session(_insert_session(conn, new))
 
     def get_session(self, ref: str) -> Session:
         """A session by id or, failing that, by its unique name."""
         with self._read() as conn:
-            return _session(_session_row(conn, ref))
+            return as_session(session_row(conn, ref))
 
     def turn_setup(self, session_id: str, max_context: int) -> TurnSetup | None:
         """The session's head job, its session and agent, and the job's context.
@@ -437,22 +412,22 @@ class Store:
             head = conn.execute(st.HEAD, {"sid": session_id}).mappings().first()
             if head is None:
                 return None
-            job = _job(head)
+            job = as_job(head)
             row = conn.execute(st.SESSION_AND_AGENT, {"sid": session_id}).mappings().one()
             agent = self._parsed_agent(row["agent_id"], row["agent_spec"])
             tid = job.trigger_entry_id
             rows = conn.execute(st.CONTEXT, {"sid": session_id, "tid": tid, "lim": max_context})
-            history = [_said(r) for r in rows]
+            history = [as_said(r) for r in rows]
             trigger = history[0] if history and history[0].id == tid else None
             if trigger is None and tid is not None:
                 # A trigger that is not context (or is gone): read it alone.
                 found = conn.execute(st.SAID_BY_ID, {"tid": tid}).first()
                 if found is not None:
-                    trigger = _said(found)
+                    trigger = as_said(found)
             if row["fork_session_id"] is not None:
                 _read_through(conn, row, history, max_context)
         history.reverse()
-        return TurnSetup(job, _session(row), agent, history, trigger)
+        return TurnSetup(job, as_session(row), agent, history, trigger)
 
     def _agent(self, conn: Connection, agent_id: str) -> AgentSpec:
         data = conn.scalar(st.AGENT_SPEC, {"aid": agent_id})
@@ -468,237 +443,6 @@ class Store:
         with self._agents_lock:
             self._agents[agent_id] = (data, spec)
         return spec
-
-    def list_sessions(
-        self,
-        *,
-        agent_id: str | None = None,
-        limit: int = 50,
-        tree_id: str | None = None,
-        archived: bool | None = None,
-    ) -> list[Session]:
-        """Sessions, newest first. ``archived``: True only archived ones, False only
-        the others, None both."""
-        stmt = select(SessionRow).order_by(SessionRow.created_at.desc()).limit(limit)
-        if agent_id:
-            stmt = stmt.where(SessionRow.agent_id == agent_id)
-        if tree_id is not None:
-            stmt = stmt.where(SessionRow.tree_id == tree_id)
-        if archived is not None:
-            stmt = stmt.where(_archived(archived))
-        with self._read() as conn:
-            return [_session(r) for r in conn.execute(stmt).mappings()]
-
-    # -- sessions: addresses, lineage, archive, names, listings (issue 9) ------
-
-    def find_sessions(self, ref: str) -> list[Session]:
-        """The session whose id is ``ref``, then the one named ``ref`` (0, 1 or 2 of them)."""
-        with self._read() as conn:
-            rows = conn.execute(
-                select(SessionRow)
-                .where(or_(SessionRow.id == ref, SessionRow.name == ref))
-                .order_by(case((SessionRow.id == ref, 0), else_=1))
-            ).mappings()
-            return [_session(r) for r in rows]
-
-    def sessions_by_name_prefix(
-        self,
-        prefix: str,
-        *,
-        limit: int,
-        within_tree: str | None = None,
-        or_ids: Iterable[str] = (),
-    ) -> list[Session]:
-        """Non-archived sessions whose name starts with ``prefix`` (exactly, in every
-        dialect: no LIKE, whose case rules differ), by name; ``within_tree`` keeps
-        only that tree's and those in ``or_ids``."""
-        name = SessionRow.name
-        stmt = (
-            select(SessionRow)
-            .where(
-                name.is_not(None),
-                func.substr(name, 1, len(prefix)) == prefix,
-                SessionRow.archived_at.is_(None),
-            )
-            .order_by(name)
-            .limit(limit)
-        )
-        if within_tree is not None:
-            ids = list(or_ids)
-            stmt = stmt.where(
-                or_(SessionRow.tree_id == within_tree, SessionRow.id.in_(ids))
-                if ids
-                else SessionRow.tree_id == within_tree
-            )
-        with self._read() as conn:
-            return [_session(r) for r in conn.execute(stmt).mappings()]
-
-    def descendant_sessions(self, session_id: str, max_hops: int) -> dict[str, str]:
-        """Sessions made (through ``parent_job_id``) by a job of ``session_id``, or of
-        one of those, at most ``max_hops`` generations down, with their tree ids.
-
-        One recursive query, which the hop bound ends even on a corrupt cycle.
-        """
-        with self._read() as conn:
-            rows = conn.execute(sq.DESCENDANTS, {"sid": session_id, "hops": max_hops})
-            return {r[0]: r[1] for r in rows if r[0] != session_id}
-
-    def job_ancestor_sessions(self, job_id: str, max_hops: int) -> list[str]:
-        """The sessions of ``job_id``'s ancestor jobs (``parent_job_id`` upwards, the
-        nearest first, at most ``max_hops``): one recursive query, cycle-safe."""
-        with self._read() as conn:
-            rows = conn.execute(sq.JOB_ANCESTORS, {"jid": job_id, "hops": max_hops})
-            return [r[0] for r in rows]
-
-    def archive_session(
-        self, session_id: str, *, reason: str | None, by: ArchivedBy
-    ) -> tuple[Session, bool]:
-        """Archive a session; the session as it is now and whether anything changed.
-
-        One UPDATE, so concurrent archives cannot interleave a read and a write:
-        the first ``archived_at`` stays; a manual archive takes over an
-        automatic record (its reason replaces an automatic one); otherwise a
-        later request only fills a missing reason. A change writes a
-        ``session.archived`` event in the same transaction.
-        """
-        c = SessionRow
-        unarchived = c.archived_at.is_(None)
-        now = bindparam("now", utcnow(), type_=c.archived_at.type)
-        changes: list[ColumnElement[bool]] = [unarchived]
-        values: dict[str, Any] = {"archived_at": case((unarchived, now), else_=c.archived_at)}
-        if by is ArchivedBy.MANUAL:
-            automatic = c.archived_by.is_distinct_from(ArchivedBy.MANUAL.value)
-            changes.append(automatic)
-            values["archived_by"] = ArchivedBy.MANUAL.value
-            takes_reason = or_(unarchived, automatic, c.archive_reason.is_(None))
-        else:
-            values["archived_by"] = case((unarchived, ArchivedBy.AUTO.value), else_=c.archived_by)
-            takes_reason = or_(unarchived, c.archive_reason.is_(None))
-        if reason is not None:
-            changes.append(c.archive_reason.is_(None))
-            values["archive_reason"] = case((takes_reason, reason), else_=c.archive_reason)
-        stmt = (
-            update(SessionRow)
-            .where(c.id == session_id, or_(*changes))
-            .values(**values)
-            .returning(*st.SESSIONS.c)
-        )
-        with self._write() as conn:
-            row = conn.execute(stmt).mappings().first()
-            if row is None:
-                return _session(_session_row(conn, session_id)), False
-            session = _session(row)
-            record(
-                conn,
-                session_id,
-                SESSION_ARCHIVED,
-                {
-                    "archived_at": _iso(session.archived_at),
-                    "archived_by": row["archived_by"],
-                    "reason": session.archive_reason,
-                    "requested_by": by.value,
-                },
-            )
-            return session, True
-
-    def rename_session(
-        self, session_id: str, name: str, *, source: NameSource, only_if_auto: bool = False
-    ) -> Session | None:
-        """Set a session's name and who named it, with a ``session.renamed`` event.
-
-        ``only_if_auto`` is a compare-and-set in the same UPDATE: the name is
-        written only while ``name_source`` is still ``auto`` and the session
-        is not archived, so a person's concurrent rename (or archive) wins;
-        None when it was not written. A name in use is
-        :class:`~chaz.errors.NameTaken`.
-        """
-        name = check_session_name(name)
-        stmt = update(SessionRow).where(SessionRow.id == session_id)
-        if only_if_auto:
-            stmt = stmt.where(
-                SessionRow.name_source == NameSource.AUTO.value, SessionRow.archived_at.is_(None)
-            )
-        stmt = stmt.values(name=name, name_source=source.value).returning(*st.SESSIONS.c)
-        try:
-            with self._write() as conn:
-                row = conn.execute(stmt).mappings().first()
-                if row is None:
-                    if only_if_auto:
-                        return None
-                    raise missing_session(session_id)
-                record(conn, session_id, SESSION_RENAMED, {"name": name, "source": source.value})
-        except IntegrityError as exc:
-            raise NameTaken(f"a session is already named {name!r}", name=name) from exc
-        return _session(row)
-
-    def names_with_prefix(self, prefix: str, limit: int = 1000) -> set[str]:
-        """Names in use that start with ``prefix`` (to pick a free ``prefix-N``)."""
-        name = SessionRow.name
-        stmt = select(name).where(func.substr(name, 1, len(prefix)) == prefix).limit(limit)
-        with self._read() as conn:
-            return {n for n in conn.scalars(stmt) if n is not None}
-
-    def count_turns(self, session_id: str) -> int:
-        """The session's finished turns: jobs that started and reached a terminal state."""
-        with self._read() as conn:
-            return int(conn.scalar(sq.FINISHED_TURNS, {"sid": session_id}) or 0)
-
-    def session_summaries(
-        self,
-        *,
-        tree_id: str | None = None,
-        archived: bool = False,
-        agent_id: str | None = None,
-        limit: int = 20,
-    ) -> list[SessionSummary]:
-        """Sessions, most recently active first (``active_at``, else ``created_at``),
-        each with its finished turns, size, tip and whether it is busy.
-
-        Four reads in one transaction whatever the number of sessions: the
-        sessions, then the job counts, sizes and tips of all of them at once.
-        """
-        c = SessionRow
-        activity = func.coalesce(c.active_at, c.created_at)
-        stmt = (
-            select(SessionRow)
-            .where(_archived(archived))
-            .order_by(activity.desc(), c.id.desc())
-            .limit(limit)
-        )
-        if tree_id is not None:
-            stmt = stmt.where(c.tree_id == tree_id)
-        if agent_id is not None:
-            stmt = stmt.where(c.agent_id == agent_id)
-        with self._read() as conn:
-            sessions = [_session(r) for r in conn.execute(stmt).mappings()]
-            ids = [s.id for s in sessions]
-            if not ids:
-                return []
-            counts = {
-                r[0]: (int(r[1] or 0), int(r[2] or 0))
-                for r in conn.execute(sq.TURN_COUNTS.where(JobRow.session_id.in_(ids)))
-            }
-            sizes = {
-                r[0]: int(r[1] or 0)
-                for r in conn.execute(sq.CONTEXT_SIZES.where(EntryRow.session_id.in_(ids)))
-            }
-            tips = {r[0]: r[1] for r in conn.execute(sq.tips(ids))}
-        return [
-            SessionSummary(
-                session=s,
-                turns=counts.get(s.id, (0, 0))[0],
-                busy=counts.get(s.id, (0, 0))[1] > 0,
-                size=sizes.get(s.id, 0),
-                tip=tips.get(s.id),
-            )
-            for s in sessions
-        ]
-
-    def entry_outline(self, session_id: str) -> list[Outline]:
-        """Every entry of the session without its content (its length instead), in seq
-        order: enough to number turns and plan a bounded read."""
-        with self._read() as conn:
-            return [Outline(*r) for r in conn.execute(sq.OUTLINE, {"sid": session_id})]
 
     # -- entries --------------------------------------------------------------
 
@@ -744,7 +488,7 @@ class Store:
             if found is None:
                 raise
             return found
-        return Appended(entry=_entry(entry_values), job=None, created=True)
+        return Appended(entry=as_entry(entry_values), job=None, created=True)
 
     def end_turn(self, fence: Fence, finish: Finish, session_id: str, draft: NewEntry) -> Appended:
         """A turn's last entry (its reply or its Error) and its job's end, in one transaction.
@@ -762,7 +506,7 @@ class Store:
                 entry_values, _ = _insert_entry(
                     conn, _bump(conn, session_id, admit=False), draft, admit=False, job_fields=None
                 )
-                _ended(
+                completion.ended(
                     conn,
                     finish.job_id,
                     session_id,
@@ -776,7 +520,7 @@ class Store:
             if found is None:
                 raise
             return found
-        return Appended(entry=_entry(entry_values), job=None, created=True)
+        return Appended(entry=as_entry(entry_values), job=None, created=True)
 
     def admits(self, type: EntryType, sender: str) -> bool:
         """Whether an entry of this type from this sender admits a turn.
@@ -820,7 +564,7 @@ class Store:
                 .mappings()
                 .first()
             )
-        return Appended(entry=_entry(row), job=_job(job) if job else None, created=False)
+        return Appended(entry=as_entry(row), job=as_job(job) if job else None, created=False)
 
     def replay(self, session_id: str, draft: NewEntry) -> Appended | None:
         """The earlier append with this key, if it was the same request.
@@ -872,13 +616,13 @@ class Store:
         if limit is not None:
             stmt = stmt.limit(limit)
         with self._read() as conn:
-            return [_entry(r) for r in conn.execute(stmt).mappings()]
+            return [as_entry(r) for r in conn.execute(stmt).mappings()]
 
     def entry(self, entry_id: str) -> Entry | None:
         """One entry by id, if it exists."""
         with self._read() as conn:
             row = conn.execute(select(EntryRow).where(EntryRow.id == entry_id)).mappings().first()
-        return _entry(row) if row is not None else None
+        return as_entry(row) if row is not None else None
 
     # -- deliveries -----------------------------------------------------------
 
@@ -957,7 +701,7 @@ class Store:
             row = conn.execute(select(JobRow).where(JobRow.id == job_id)).mappings().first()
         if row is None:
             raise missing_job(job_id)
-        return _job(row)
+        return as_job(row)
 
     def get_jobs(self, job_ids: Iterable[str]) -> dict[str, Job]:
         """Several jobs by id (missing ids are left out)."""
@@ -966,7 +710,7 @@ class Store:
             return {}
         with self._read() as conn:
             rows = conn.execute(select(JobRow).where(JobRow.id.in_(ids))).mappings()
-            return {r["id"]: _job(r) for r in rows}
+            return {r["id"]: as_job(r) for r in rows}
 
     def checkpoint(self, job_id: str) -> dict[str, Any] | None:
         """The turn's last checkpoint (kept off :class:`Job` to keep listings small)."""
@@ -980,7 +724,7 @@ class Store:
         """The session's oldest job that is not finished: the one whose turn is next."""
         with self._read() as conn:
             row = conn.execute(st.HEAD, {"sid": session_id}).mappings().first()
-        return _job(row) if row else None
+        return as_job(row) if row else None
 
     def list_jobs(
         self,
@@ -1012,7 +756,7 @@ class Store:
         if parent_job_id is not None:
             stmt = stmt.where(JobRow.parent_job_id == parent_job_id)
         with self._read() as conn:
-            return [_job(r) for r in conn.execute(stmt).mappings()]
+            return [as_job(r) for r in conn.execute(stmt).mappings()]
 
     def count_created(self, job_id: str) -> int:
         """How many sessions ``job_id``'s turn created (its fan-out, docs/contracts.md#topology)."""
@@ -1076,8 +820,8 @@ class Store:
                     admit=False,
                     job_fields=None,
                 )
-                ack = _entry(entry_values)
-            return _job(row), ack
+                ack = as_entry(entry_values)
+            return as_job(row), ack
 
     def save_checkpoint(self, fence: Fence, checkpoint: dict[str, Any]) -> None:
         """Record the turn's progress; refused (LeaseLost) if another worker took over."""
@@ -1123,7 +867,7 @@ class Store:
             if not done:
                 raise VersionConflict(f"job {job_id} changed concurrently", job_id=job_id)
             if target.terminal:
-                _ended(
+                completion.ended(
                     conn,
                     job_id,
                     row["session_id"],
@@ -1134,7 +878,7 @@ class Store:
                 )
             else:
                 record(conn, row["session_id"], ev.job_event(target.value), {"job_id": job_id})
-            return _job({**row, **values})
+            return as_job({**row, **values})
 
     def active_jobs(self, tree_id: str | None = None) -> list[Job]:
         """Every job not yet finished (of one tree), in admission order per session."""
@@ -1146,7 +890,7 @@ class Store:
         if tree_id is not None:
             stmt = stmt.where(JobRow.tree_id == tree_id)
         with self._read() as conn:
-            return [_job(r) for r in conn.execute(stmt).mappings()]
+            return [as_job(r) for r in conn.execute(stmt).mappings()]
 
     # -- commands -------------------------------------------------------------
 
@@ -1263,7 +1007,7 @@ def _read_through(conn: Connection, session: Any, history: list[Said], limit: in
         rows = conn.execute(
             st.FORK_CONTEXT, {"sid": source, "upto": upto, "lim": limit - len(history)}
         )
-        history.extend(_said(r) for r in rows)
+        history.extend(as_said(r) for r in rows)
         found = conn.execute(st.FORK_OF, {"sid": source}).first()
         source, upto = (found[0], found[1]) if found is not None else (None, None)
 
@@ -1318,23 +1062,6 @@ def _insert_session(conn: Connection, new: NewSession) -> dict[str, Any]:
     raise AssertionError("an unnamed session cannot collide")  # pragma: no cover
 
 
-def _archived(archived: bool) -> ColumnElement[bool]:
-    return SessionRow.archived_at.is_not(None) if archived else SessionRow.archived_at.is_(None)
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
-
-
-def _session_row(conn: Connection, ref: str) -> Any:
-    row = conn.execute(st.SESSION_BY_ID, {"ref": ref}).mappings().first()
-    if row is None:
-        row = conn.execute(st.SESSION_BY_NAME, {"ref": ref}).mappings().first()
-    if row is None:
-        raise missing_session(ref)
-    return row
-
-
 def _check_fence(conn: Connection, fence: Fence) -> None:
     token = conn.scalar(st.FENCE, {"jid": fence.job_id})
     if token != fence.token:
@@ -1361,105 +1088,6 @@ def _fenced_finish(conn: Connection, fence: Fence, finish: Finish) -> str | None
     # Not applied: say why (the fence first), as the locking path would.
     _check_fence(conn, fence)
     return _finish(conn, finish).delivery_id
-
-
-def _ended(
-    conn: Connection,
-    job_id: str,
-    session_id: str,
-    status: JobStatus,
-    *,
-    result: str | None,
-    error: dict[str, Any] | None,
-    delivery_id: str | None,
-) -> None:
-    """What a job's end changes besides the job, in the same transaction: its
-    event, and for a delivered job its delivery's completion policy.
-
-    The policy (docs/collaboration.md#follow-ups): the delivery is ``done``;
-    an attach pointer in the caller's session gets the job's status and the
-    child's head; ``archive_when_done`` archives the session; a ``followup``
-    reply records one follow-up delivery back to the sender session (unique
-    per finished job, so a repeated end cannot make two). The follow-up is
-    admitted after the commit (:mod:`chaz.deliveries`); a crash in between
-    leaves it ``accepted``, and the reconciler admits it.
-    """
-    record(conn, session_id, ev.job_event(status.value), {"job_id": job_id})
-    if delivery_id is None:
-        return
-    delivery = dl.move(conn, delivery_id, DeliveryState.DONE, leaving=[DeliveryState.ADMITTED])
-    if delivery is None:
-        return
-    target = conn.execute(st.SESSION_BY_ID, {"ref": session_id}).mappings().one()
-    pointer = delivery.metadata.get("attach_entry_id")
-    if pointer:
-        _patch_attach(conn, pointer, status=status.value, head_seq=target["last_seq"])
-    if delivery.archive_when_done:
-        _archive_auto(conn, session_id, "archive_when_done")
-    if delivery.reply is not Reply.FOLLOWUP or delivery.sender_session_id is None:
-        return
-    label = f"{target['name'] or 'session'} ({session_id})"
-    said = followup(status.value, excerpt(result or "")[0], error, label=label)
-    if said is None:
-        return
-    text, is_error = said
-    caller_depth = conn.scalar(
-        select(SessionRow.call_depth).where(SessionRow.id == delivery.sender_session_id)
-    )
-    dl.insert_once(
-        conn,
-        dl.new_row(
-            kind=DeliveryKind.FOLLOWUP,
-            sender=f"agent:{target['agent_id']}",
-            sender_session_id=session_id,
-            sender_job_id=job_id,
-            target_session_id=delivery.sender_session_id,
-            body=text,
-            # The chain's counters travel back unchanged: reading a result
-            # spends no message and no generation (docs/contracts.md#topology).
-            message_count=delivery.message_count,
-            generation=int(caller_depth or 0),
-            state=DeliveryState.ACCEPTED,
-            answers_job_id=job_id,
-            metadata={
-                "is_error": is_error,
-                "status": status.value,
-                "session_id": session_id,
-                "execution_id": job_id,
-                "head_seq": target["last_seq"],
-            },
-            idempotency_key=followup_key(job_id),
-        ),
-    )
-
-
-def _patch_attach(conn: Connection, entry_id: str, **attach: Any) -> None:
-    """Record a child's end on the attach pointer that points to it.
-
-    The pointer is the one entry chaz updates in place: it is a card in the
-    caller's session, not conversation, and its update moves no seq.
-    """
-    meta = conn.scalar(select(EntryRow.meta).where(EntryRow.id == entry_id).with_for_update())
-    if meta is None:
-        return
-    patched = {**meta, "attach": {**meta.get("attach", {}), **attach}}
-    conn.execute(update(EntryRow).where(EntryRow.id == entry_id).values(meta=patched))
-
-
-def _archive_auto(conn: Connection, session_id: str, reason: str) -> None:
-    """Archive a session by completion policy, unless it is archived already
-    (then its first ``archived_at`` and any manual reason stand)."""
-    done = conn.execute(
-        update(SessionRow)
-        .where(SessionRow.id == session_id, SessionRow.archived_at.is_(None))
-        .values(
-            archived_at=utcnow(),
-            archived_by=ArchivedBy.AUTO.value,
-            archive_reason=func.coalesce(SessionRow.archive_reason, reason),
-        )
-    ).rowcount
-    if done:
-        record(conn, session_id, ev.SESSION_ARCHIVED, {"by": "auto", "reason": reason})
 
 
 def _bump(conn: Connection, session_id: str, admit: bool) -> Any:
@@ -1526,7 +1154,7 @@ def _finish(conn: Connection, finish: Finish) -> Job:
         "lease_token": None,
     }
     conn.execute(update(JobRow).where(JobRow.id == finish.job_id).values(**values))
-    return _job({**row, **values})
+    return as_job({**row, **values})
 
 
 def _lock_job(conn: Connection, job_id: str) -> dict[str, Any]:
@@ -1570,85 +1198,10 @@ def _new_job(
     }
 
 
-def _ts(value: datetime | None) -> datetime | None:
-    return as_utc(value) if value is not None else None
-
-
-def _said(row: Any) -> Said:
-    # A row of statements.SAID_COLUMNS: id, seq, type, sender, content.
-    return Said(row[0], row[1], EntryType(row[2]), row[3], row[4])
-
-
-def _entry(row: Any) -> Entry:
-    # Rows come from our own schema: skip validation, it dominated context reads.
-    return Entry.model_construct(
-        id=row["id"],
-        session_id=row["session_id"],
-        seq=row["seq"],
-        type=EntryType(row["type"]),
-        sender=row["sender"],
-        content=row["content"],
-        metadata=row["metadata"] or {},
-        job_id=row["job_id"],
-        # The runtime's keys are its own business; a producer sees its own.
-        idempotency_key=row["idempotency_key"] if row["key_scope"] == KeyScope.USER else None,
-        created_at=as_utc(row["created_at"]),
-    )
-
-
-def _job(row: Any) -> Job:
-    return Job(
-        id=row["id"],
-        session_id=row["session_id"],
-        tree_id=row["tree_id"],
-        ordinal=row["ordinal"],
-        trigger_entry_id=row["trigger_entry_id"],
-        status=JobStatus(row["status"]),
-        version=row["version"],
-        caller_session_id=row["caller_session_id"],
-        caller_entry_id=row["caller_entry_id"],
-        parent_job_id=row["parent_job_id"],
-        call_depth=row["call_depth"],
-        message_count=row["message_count"],
-        delivery_id=row.get("delivery_id"),
-        attempts=row["attempts"],
-        result=row["result"],
-        error=row["error"],
-        created_at=as_utc(row["created_at"]),
-        started_at=_ts(row["started_at"]),
-        finished_at=_ts(row["finished_at"]),
-    )
-
-
-def _session(row: Any) -> Session:
-    return Session(
-        id=row["id"],
-        agent_id=row["agent_id"],
-        name=row["name"],
-        tree_id=row["tree_id"],
-        parent_job_id=row["parent_job_id"],
-        call_depth=row["call_depth"],
-        last_seq=row["last_seq"],
-        limits=Limits.model_validate(row["limits"]) if row["limits"] else None,
-        tools=row["tools"],
-        created_at=as_utc(row["created_at"]),
-        fork_session_id=row.get("fork_session_id"),
-        fork_seq=row.get("fork_seq"),
-        origin=row.get("origin"),
-        name_source=row.get("name_source"),
-        archived_at=_ts(row.get("archived_at")),
-        archive_reason=row.get("archive_reason"),
-        archived_by=row.get("archived_by"),
-        active_at=_ts(row.get("active_at")),
-    )
-
-
 __all__ = [
     "Appended",
     "Fence",
     "Finish",
     "JobFields",
-    "Outline",
-    "SessionSummary",
     "Store",
 ]

@@ -22,7 +22,7 @@ from chaz.domain.validation import SafeText
 from chaz.errors import ValidationError
 from chaz.runtime.registry import Tool, ToolContext
 from chaz.services import Services
-from chaz.store.repo import Outline, SessionSummary
+from chaz.store.directory import Outline, SessionSummary
 
 #: Characters of a session's tip that ``list_agents`` shows.
 PREVIEW_CHARS = 70

@@ -1,0 +1,122 @@
+"""A job's end, beyond the job: its event, and its delivery's completion policy.
+
+Runs inside the transaction that ends the job (a turn's end, a transition
+to a terminal state), so the policy commits with the end or not at all
+(docs/collaboration.md#follow-ups).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, func, select, update
+
+from chaz.domain import events as ev
+from chaz.domain.deliveries import DeliveryKind, DeliveryState, Reply, followup, followup_key
+from chaz.domain.jobs import JobStatus
+from chaz.domain.results import excerpt
+from chaz.domain.sessions import ArchivedBy
+from chaz.ids import utcnow
+from chaz.store import deliveries as dl
+from chaz.store import statements as st
+from chaz.store.events import record
+from chaz.store.models import EntryRow, SessionRow
+
+
+def ended(
+    conn: Connection,
+    job_id: str,
+    session_id: str,
+    status: JobStatus,
+    *,
+    result: str | None,
+    error: dict[str, Any] | None,
+    delivery_id: str | None,
+) -> None:
+    """What a job's end changes besides the job, in the same transaction: its
+    event, and for a delivered job its delivery's completion policy.
+
+    The policy (docs/collaboration.md#follow-ups): the delivery is ``done``;
+    an attach pointer in the caller's session gets the job's status and the
+    child's head; ``archive_when_done`` archives the session; a ``followup``
+    reply records one follow-up delivery back to the sender session (unique
+    per finished job, so a repeated end cannot make two). The follow-up is
+    admitted after the commit (:mod:`chaz.deliveries`); a crash in between
+    leaves it ``accepted``, and the reconciler admits it.
+    """
+    record(conn, session_id, ev.job_event(status.value), {"job_id": job_id})
+    if delivery_id is None:
+        return
+    delivery = dl.move(conn, delivery_id, DeliveryState.DONE, leaving=[DeliveryState.ADMITTED])
+    if delivery is None:
+        return
+    target = conn.execute(st.SESSION_BY_ID, {"ref": session_id}).mappings().one()
+    pointer = delivery.metadata.get("attach_entry_id")
+    if pointer:
+        _patch_attach(conn, pointer, status=status.value, head_seq=target["last_seq"])
+    if delivery.archive_when_done:
+        _archive_auto(conn, session_id, "archive_when_done")
+    if delivery.reply is not Reply.FOLLOWUP or delivery.sender_session_id is None:
+        return
+    label = f"{target['name'] or 'session'} ({session_id})"
+    said = followup(status.value, excerpt(result or "")[0], error, label=label)
+    if said is None:
+        return
+    text, is_error = said
+    caller_depth = conn.scalar(
+        select(SessionRow.call_depth).where(SessionRow.id == delivery.sender_session_id)
+    )
+    dl.insert_once(
+        conn,
+        dl.new_row(
+            kind=DeliveryKind.FOLLOWUP,
+            sender=f"agent:{target['agent_id']}",
+            sender_session_id=session_id,
+            sender_job_id=job_id,
+            target_session_id=delivery.sender_session_id,
+            body=text,
+            # The chain's counters travel back unchanged: reading a result
+            # spends no message and no generation (docs/contracts.md#topology).
+            message_count=delivery.message_count,
+            generation=int(caller_depth or 0),
+            state=DeliveryState.ACCEPTED,
+            answers_job_id=job_id,
+            metadata={
+                "is_error": is_error,
+                "status": status.value,
+                "session_id": session_id,
+                "execution_id": job_id,
+                "head_seq": target["last_seq"],
+            },
+            idempotency_key=followup_key(job_id),
+        ),
+    )
+
+
+def _patch_attach(conn: Connection, entry_id: str, **attach: Any) -> None:
+    """Record a child's end on the attach pointer that points to it.
+
+    The pointer is the one entry chaz updates in place: it is a card in the
+    caller's session, not conversation, and its update moves no seq.
+    """
+    meta = conn.scalar(select(EntryRow.meta).where(EntryRow.id == entry_id).with_for_update())
+    if meta is None:
+        return
+    patched = {**meta, "attach": {**meta.get("attach", {}), **attach}}
+    conn.execute(update(EntryRow).where(EntryRow.id == entry_id).values(meta=patched))
+
+
+def _archive_auto(conn: Connection, session_id: str, reason: str) -> None:
+    """Archive a session by completion policy, unless it is archived already
+    (then its first ``archived_at`` and any manual reason stand)."""
+    done = conn.execute(
+        update(SessionRow)
+        .where(SessionRow.id == session_id, SessionRow.archived_at.is_(None))
+        .values(
+            archived_at=utcnow(),
+            archived_by=ArchivedBy.AUTO.value,
+            archive_reason=func.coalesce(SessionRow.archive_reason, reason),
+        )
+    ).rowcount
+    if done:
+        record(conn, session_id, ev.SESSION_ARCHIVED, {"by": "auto", "reason": reason})

@@ -266,14 +266,19 @@ def admit_accepted(services: Services, delivery: Delivery) -> Job | None:
     was not admitted (refused, failed, or admitted by someone else first).
     """
     draft = _delivered_entry(delivery)
-    fields = JobFields(
-        caller_session_id=delivery.sender_session_id,
-        caller_entry_id=delivery.sender_entry_id,
-        # A follow-up belongs to the session it runs in: its parent finished.
-        parent_job_id=None if delivery.kind is DeliveryKind.FOLLOWUP else delivery.sender_job_id,
-        call_depth=delivery.generation,
-        message_count=delivery.message_count,
-    )
+    if delivery.kind is DeliveryKind.FOLLOWUP:
+        # A follow-up is the caller's own turn: the child that answered is not
+        # its caller (a caller may read its callee's job, and a child in
+        # another tree must not read this one); the entry's metadata names it.
+        fields = JobFields(call_depth=delivery.generation, message_count=delivery.message_count)
+    else:
+        fields = JobFields(
+            caller_session_id=delivery.sender_session_id,
+            caller_entry_id=delivery.sender_entry_id,
+            parent_job_id=delivery.sender_job_id,
+            call_depth=delivery.generation,
+            message_count=delivery.message_count,
+        )
 
     def insert(tx: Admitting) -> Appended:
         if tx.session.archived:

@@ -1,5 +1,6 @@
-"""Celery tasks: ``chaz.turn`` (run a session's next turn), ``chaz.reconcile`` and
-``chaz.rename`` (stage-2 session naming)."""
+"""Celery tasks: ``chaz.turn`` (run a session's next turn), ``chaz.reconcile``,
+``chaz.rename`` (stage-2 session naming), and the retention sweeps
+``chaz.expire_artifacts`` and ``chaz.expire_events``."""
 
 from __future__ import annotations
 

@@ -34,7 +34,8 @@ class DeliveryKind(StrEnum):
 
     #: ``agent(start_from="clean"|"inherit")`` or ``spawn_agent``: a new session.
     SPAWN = "spawn"
-    #: ``agent(start_from="SID:SEQ")`` or ``client.sessions.fork``: a new session at an entry.
+    #: ``agent(start_from="SID:SEQ")``: a new session forked at an entry. (A person's
+    #: ``client.sessions.fork`` hands nothing off: it makes a session, no delivery.)
     FORK = "fork"
     #: ``agent(to=...)``: a tracked job in an existing session.
     AGENT = "agent"

@@ -109,14 +109,26 @@ def _patch_attach(conn: Connection, entry_id: str, **attach: Any) -> None:
 def _archive_auto(conn: Connection, session_id: str, reason: str) -> None:
     """Archive a session by completion policy, unless it is archived already
     (then its first ``archived_at`` and any manual reason stand)."""
+    now = utcnow()
     done = conn.execute(
         update(SessionRow)
         .where(SessionRow.id == session_id, SessionRow.archived_at.is_(None))
         .values(
-            archived_at=utcnow(),
+            archived_at=now,
             archived_by=ArchivedBy.AUTO.value,
             archive_reason=func.coalesce(SessionRow.archive_reason, reason),
         )
     ).rowcount
     if done:
-        record(conn, session_id, ev.SESSION_ARCHIVED, {"by": "auto", "reason": reason})
+        # The same shape as a manual archive's event (chaz.store.directory).
+        record(
+            conn,
+            session_id,
+            ev.SESSION_ARCHIVED,
+            {
+                "archived_at": now.isoformat(),
+                "archived_by": ArchivedBy.AUTO.value,
+                "reason": reason,
+                "requested_by": ArchivedBy.AUTO.value,
+            },
+        )

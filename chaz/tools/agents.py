@@ -229,7 +229,12 @@ def _answer(ctx: ToolContext, done: Delivered, background: bool, timeout: float)
                 "status": job.status.value,
             }
         )
-    final = _run_to_end(ctx, done.session.id, job, timeout)
+    if done.session.tree_id == ctx.tree_id:
+        final = _run_to_end(ctx, done.session.id, job, timeout)
+    else:
+        # Another tree's turn must take a live slot of its own tree: lending
+        # this turn's slot would let it run past that tree's limit. Wait.
+        final = _wait_for_end(ctx, job, timeout)
     if final.status is JobStatus.SUCCEEDED:
         return excerpt(final.result or "")[0]
     reason = (final.error or {}).get("message", final.status.value)
@@ -259,6 +264,11 @@ def _run_to_end(ctx: ToolContext, session_id: str, job: Job, timeout: float) -> 
         if time.monotonic() >= deadline:
             return port.wait(job.id, 0)  # raises Timeout with the state
         time.sleep(0.05)
+
+
+def _wait_for_end(ctx: ToolContext, job: Job, timeout: float) -> Job:
+    """Wait for a job another worker runs; ``timeout`` bounds the wait."""
+    return ctx.need_delegation().wait(job.id, timeout)
 
 
 # -- send_message ------------------------------------------------------------------

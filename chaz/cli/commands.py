@@ -499,18 +499,21 @@ def cmd_sessions_show(ctx: Context) -> int:
             }
         )
         return EXIT_OK
-    out.fields(
-        "session",
-        [
-            ("id", session.id),
-            ("name", session.name),
-            ("agent", session.agent_id),
-            ("tree", session.tree_id),
-            ("depth", session.call_depth),
-            ("entries", session.last_seq),
-            ("created", session.created_at),
-        ],
-    )
+    details: list[tuple[str, Any]] = [
+        ("id", session.id),
+        ("name", session.name),
+        ("agent", session.agent_id),
+        ("tree", session.tree_id),
+        ("depth", session.call_depth),
+        ("entries", session.last_seq),
+        ("created", session.created_at),
+    ]
+    if session.forked_from:
+        details.append(("forked from", session.forked_from))
+    if session.archived_at is not None:
+        why = f": {session.archive_reason}" if session.archive_reason else ""
+        details.append(("archived", f"{session.archived_at} ({session.archived_by}){why}"))
+    out.fields("session", details)
     out.line("")
     out.line(f"entries ({len(entries)} of {session.last_seq})", "bold underline")
     for entry in entries:

@@ -33,8 +33,9 @@ def ended(
     error: dict[str, Any] | None,
     delivery_id: str | None,
 ) -> None:
-    """What a job's end changes besides the job, in the same transaction: its
-    event, and for a delivered job its delivery's completion policy.
+    """What a delivered job's end changes besides the job, in the same
+    transaction: its event and its delivery's completion policy (a producer's
+    own job needs neither).
 
     The policy (docs/collaboration.md#follow-ups): the delivery is ``done``;
     an attach pointer in the caller's session gets the job's status and the
@@ -44,9 +45,9 @@ def ended(
     admitted after the commit (:mod:`chaz.deliveries`); a crash in between
     leaves it ``accepted``, and the reconciler admits it.
     """
-    record(conn, session_id, ev.job_event(status.value), {"job_id": job_id})
     if delivery_id is None:
         return
+    record(conn, session_id, ev.job_event(status.value), {"job_id": job_id})
     delivery = dl.move(conn, delivery_id, DeliveryState.DONE, leaving=[DeliveryState.ADMITTED])
     if delivery is None:
         return

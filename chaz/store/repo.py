@@ -801,7 +801,7 @@ class Store(SessionDirectory):
                     {"jid": job_id, "seen_version": row["version"], **_start_params(values)},
                 )
                 row |= values
-            if row["attempts"] == 1:
+            if row["attempts"] == 1 and row.get("delivery_id"):
                 record(conn, row["session_id"], ev.job_event("running"), {"job_id": job_id})
             ack: Entry | None = None
             if ack_sender is not None and row["attempts"] == 1:
@@ -876,7 +876,7 @@ class Store(SessionDirectory):
                     error=values.get("error", row["error"]),
                     delivery_id=row["delivery_id"],
                 )
-            else:
+            elif row["delivery_id"]:
                 record(conn, row["session_id"], ev.job_event(target.value), {"job_id": job_id})
             return as_job({**row, **values})
 
@@ -1138,7 +1138,11 @@ def _insert_entry(
     conn.execute(st.INSERT_ENTRY, entry_values)
     if job_row is not None:
         conn.execute(st.INSERT_JOB, job_row)
-        record(conn, session_id, ev.job_event("queued"), {"job_id": job_row["id"]})
+        if job_row["delivery_id"]:
+            # Only a delivered job's states are logged: a producer's own turns
+            # are in the jobs table, and three more rows per turn cost every
+            # turn a quarter more PostgreSQL time (docs/performance.md).
+            record(conn, session_id, ev.job_event("queued"), {"job_id": job_row["id"]})
     return entry_values, job_row
 
 

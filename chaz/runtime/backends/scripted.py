@@ -58,7 +58,9 @@ class ScriptedBackend:
                     self._delay(step, turn)
                 continue
             if responses_seen == turn.step:
-                return self._respond(step, turn, _context(messages))
+                # Joined only when asked for: a long session's context is large.
+                wanted = step.say is not None and "{context}" in step.say
+                return self._respond(step, turn, _context(messages) if wanted else "")
             responses_seen += 1
         # Out of steps without a `say`: the last tool result is the answer.
         return ModelResponse(text=turn.last_result or "")

@@ -216,6 +216,12 @@ class Sessions:
         check_ref("agent_id", agent_id)
         return self._svc.store.rooms.add_member(session.id, agent_id)
 
+    def rooms(self, limit: int = 50, *, archived: bool = False) -> builtins.list[Session]:
+        """Rooms (sessions with members), newest first (``limit``: 1 to 10,000)."""
+        return self._svc.store.rooms.list(
+            limit=check_limit("limit", limit), archived=bool(archived)
+        )
+
     def remove_member(self, ref: str, agent_id: str) -> Session:
         """Remove a member from a room (``room.member_removed``); the host cannot leave."""
         session = self.get(ref)

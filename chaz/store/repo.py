@@ -1194,10 +1194,11 @@ def _insert_session(conn: Connection, new: NewSession) -> dict[str, Any]:
         "fork_seq": new.fork[1] if new.fork else None,
         "origin": new.origin.value if new.origin else None,
         "name_source": NameSource.USER.value if new.name is not None else None,
-        "members": new.members,
-        "burst_budget": new.burst_budget,
         "room_burst": 0,
     }
+    if new.members is not None:
+        # Only a room sets them: SQL NULL (not JSON null) marks the others.
+        values |= {"members": new.members, "burst_budget": new.burst_budget}
     if new.name is not None or not new.names:
         try:
             with conn.begin_nested():

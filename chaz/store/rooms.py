@@ -8,9 +8,10 @@ or ``room.member_removed`` event in the same transaction.
 
 from __future__ import annotations
 
+import builtins
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, update
+from sqlalchemy import Connection, select, update
 
 from chaz.domain.events import ROOM_MEMBER_ADDED, ROOM_MEMBER_REMOVED
 from chaz.domain.rooms import check_members
@@ -18,6 +19,7 @@ from chaz.domain.sessions import Session
 from chaz.domain.validation import invalid
 from chaz.errors import AgentNotFound, SessionNotFound
 from chaz.store import statements as st
+from chaz.store.directory import archived_filter
 from chaz.store.events import record
 from chaz.store.models import SessionRow
 from chaz.store.rows import as_session
@@ -31,6 +33,17 @@ class RoomStore:
 
     def __init__(self, store: Store) -> None:
         self._store = store
+
+    def list(self, *, limit: int = 50, archived: bool = False) -> builtins.list[Session]:
+        """Rooms (sessions with members), newest first; archived ones only with ``archived``."""
+        stmt = (
+            select(SessionRow)
+            .where(SessionRow.members.is_not(None), archived_filter(archived))
+            .order_by(SessionRow.created_at.desc())
+            .limit(limit)
+        )
+        with self._store._read() as conn:
+            return [as_session(r) for r in conn.execute(stmt).mappings()]
 
     def add_member(self, session_id: str, agent_id: str) -> Session:
         """Add a saved agent to a room (a session that is not yet a room becomes one).

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 import chaz
 from chaz.domain.entries import Entry, EntryType
 from chaz.domain.jobs import Job
 from chaz.errors import ChazError
+from tests.acceptance.test_cli import chaz_cli, cli_env, ok
 from tests.support.stack import Stack
 
 
@@ -121,3 +125,21 @@ def test_room_membership_is_checked(stack: Stack) -> None:
             client.sessions.create(agent_id="host", members=members)
         assert caught.value.code == code, caught.value
     assert client.sessions.list() == []
+
+
+def test_rooms_cli(tmp_path: Path) -> None:
+    env = cli_env(home=tmp_path / "home")
+    specs = [s.model_dump(mode="json") for s in (HOST, relay("a", "b"), relay("b", "a"))]
+    ok(chaz_cli("agents", "put", "-", env=env, stdin=json.dumps(specs)))
+    rid = ok(
+        chaz_cli("rooms", "new", "host", "--member", "a", "--name", "duo", "--burst", "2", env=env)
+    ).strip()
+    ok(chaz_cli("rooms", "add", "duo", "b", env=env))
+    rooms = json.loads(ok(chaz_cli("rooms", "ls", "--json", env=env)))
+    assert [(r["id"], r["members"], r["burst_budget"]) for r in rooms] == [(rid, ["a", "b"], 2)]
+    assert "host (host)+b" in ok(chaz_cli("rooms", "rm", rid, "a", env=env))
+    r = chaz_cli("rooms", "add", "duo", "host", env=env)
+    assert r.returncode == 2 and "error [request.invalid]" in r.stderr, r.stderr
+    # A plain session is no room.
+    ok(chaz_cli("sessions", "new", "a", env=env))
+    assert len(json.loads(ok(chaz_cli("rooms", "ls", "--json", env=env)))) == 1

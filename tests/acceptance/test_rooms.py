@@ -11,6 +11,13 @@ import chaz
 from chaz.domain.entries import Entry, EntryType
 from chaz.domain.jobs import Job
 from chaz.errors import ChazError
+from chaz.runtime.registry import ToolContext
+from chaz.tools.branches import (
+    ListAgentsArgs,
+    ReadConversationArgs,
+    list_agents,
+    read_conversation,
+)
 from tests.acceptance.test_cli import chaz_cli, cli_env, ok
 from tests.support.stack import Stack
 
@@ -104,6 +111,22 @@ def test_room_routes_by_mention_within_the_burst_budget(stack: Stack) -> None:
     reply = client.sessions.wait_for_reply(room.id, after=asked.seq, timeout=60)
     assert reply.sender == "agent:host"
     assert [j.member_agent_id for j in jobs()[before:]] == ["host"]
+
+    # The collaboration tools show the room like any session, marked as a room.
+    ctx = ToolContext(
+        session_id=room.id,
+        job_id=first[0].id,
+        agent_id="a",
+        tree_id=room.tree_id,
+        call_depth=0,
+        allowed_tools=frozenset(),
+        services=client.services,
+    )
+    listed = list_agents(ListAgentsArgs(scope="session"), ctx)
+    assert f"- {room.id} " in listed and "room: host+a+b" in listed, listed
+    read = read_conversation(ReadConversationArgs(to=room.id), ctx)
+    assert f"Conversation of session {room.id} \"trio\" (room: host+a+b)" in read, read
+    assert "agent:c" in read  # past members' replies stay in the history
 
     # An ordinary session is as before: an agent's Message admits nothing.
     plain = client.sessions.create(agent_id="a")

@@ -125,8 +125,23 @@ def test_room_routes_by_mention_within_the_burst_budget(stack: Stack) -> None:
     listed = list_agents(ListAgentsArgs(scope="session"), ctx)
     assert f"- {room.id} " in listed and "room: host+a+b" in listed, listed
     read = read_conversation(ReadConversationArgs(to=room.id), ctx)
-    assert f"Conversation of session {room.id} \"trio\" (room: host+a+b)" in read, read
+    assert f'Conversation of session {room.id} "trio" (room: host+a+b)' in read, read
     assert "agent:c" in read  # past members' replies stay in the history
+
+    # A reply whose job the room's quota refuses is kept, and a notice says so.
+    capped = client.sessions.create(
+        agent_id="host", members=["a", "b", "c"], limits={"max_jobs_per_session": 2}
+    )
+    client.sessions.post(capped.id, "@a start", sender="user:alice")
+
+    def quota_notice() -> Entry | None:
+        notes = [e for e in client.sessions.entries(capped.id) if e.type is EntryType.NOTICE]
+        return notes[0] if notes else None
+
+    note = stack.wait_for(quota_notice, 60, "the quota notice")
+    assert note.metadata["code"] == "quota.jobs_exhausted" and note.metadata["member"] == "c"
+    capped_jobs = client.jobs.list(session_id=capped.id)
+    assert [j.member_agent_id for j in capped_jobs] == ["a", "b"]
 
     # An ordinary session is as before: an agent's Message admits nothing.
     plain = client.sessions.create(agent_id="a")

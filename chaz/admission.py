@@ -15,14 +15,25 @@ whole admission back. The Redis side lives in :mod:`chaz.coord`
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from chaz.coord.pubsub import publish
+from chaz.domain.agents import AgentSpec
 from chaz.domain.entries import EntryType, KeyScope, NewEntry
 from chaz.domain.limits import resolve_limits
+from chaz.domain.sessions import Session
 from chaz.services import Services
-from chaz.store.repo import Admitting, Appended, Fence, JobFields, KeyTaken, NewSession
+from chaz.store.repo import (
+    Admitting,
+    Appended,
+    Fence,
+    JobFields,
+    KeyTaken,
+    NewSession,
+    RoomRules,
+)
 
 #: How long a retry of an idempotent admission waits for the first caller's entry.
 CLAIM_WAIT_SECONDS = 10.0
@@ -51,8 +62,37 @@ def write(
 def append(
     services: Services, session_id: str, draft: NewEntry, fence: Fence | None = None
 ) -> Appended:
-    """Commit an entry that admits nothing, then publish it (see :meth:`Store.append`)."""
-    return announce(services, services.store.append(session_id, draft, fence))
+    """Commit an entry that admits nothing, then publish it (see :meth:`Store.append`).
+
+    In a room, an agent's Message may wake another member (docs/rooms.md):
+    routed in the same transaction, its job announced like any admission's.
+    """
+    if draft.type is not EntryType.MESSAGE:
+        return announce(services, services.store.append(session_id, draft, fence))
+    with room_rules(services, session_id) as room:
+        done = services.store.append(session_id, draft, fence, room)
+    return announce(services, done)
+
+
+@contextmanager
+def room_rules(services: Services, session_id: str) -> Iterator[RoomRules]:
+    """The rules a room's routing needs (its default burst budget, its quota
+    reservation), for one transaction; a reservation whose transaction does
+    not commit is refunded."""
+    reserved: list[str] = []
+
+    def reserve(session: Session, host: AgentSpec, counts: Callable[[], tuple[int, int]]) -> None:
+        services.quotas.reserve(
+            session.id, resolve_limits(services.settings, session, host), counts
+        )
+        reserved.append(session.id)
+
+    try:
+        yield RoomRules(services.settings.room_burst_budget, reserve)
+    except BaseException:
+        for sid in reserved:
+            services.quotas.refund(sid)
+        raise
 
 
 def admit(
@@ -105,9 +145,20 @@ def _admit_once(
     replay: Callable[[], Appended | None],
 ) -> Appended:
     """One admission transaction, with its quota reserved inside it."""
-    return transact(
-        services, session_id, lambda tx: tx.insert(draft, job_fields=job_fields), replay
-    )
+
+    def insert(tx: Admitting) -> Appended:
+        if tx.session.members is None:
+            return tx.insert(draft, job_fields=job_fields)
+        # A room: the entry wakes the member the room's rule picks (docs/rooms.md).
+        return tx.insert_in_room(
+            draft, job_fields=job_fields, default_budget=services.settings.room_burst_budget
+        )
+
+    done = transact(services, session_id, insert, replay)
+    if done.created and done.job is None:
+        # A room's agent Message that woke nobody: its reservation admitted nothing.
+        services.quotas.refund(done.entry.session_id)
+    return done
 
 
 def transact(
@@ -173,6 +224,8 @@ def announce(services: Services, done: Appended) -> Appended:
     """After a commit: publish a new entry, and wake a worker for a new job."""
     if done.created:
         publish(services.redis, done.entry)
+        for note in done.notices:
+            publish(services.redis, note)
         if done.job is not None:
             services.dispatcher.wake(done.entry.session_id, done.job.id)
     return done

@@ -26,6 +26,7 @@ from chaz.domain.deliveries import Delivery
 from chaz.domain.entries import Entry, EntryType, KeyScope, agent_sender, parse_sender
 from chaz.domain.events import Event
 from chaz.domain.jobs import Job, JobStatus
+from chaz.domain.rooms import MAX_BURST_BUDGET, check_members
 from chaz.domain.sessions import ArchivedBy, NameSource, Origin, Session
 from chaz.domain.validation import (
     MAX_SEQ,
@@ -175,14 +176,57 @@ class Sessions:
         agent_id: str,
         name: str | None = None,
         limits: Limits | Mapping[str, Any] | None = None,
+        *,
+        members: builtins.list[str] | None = None,
+        burst_budget: int | None = None,
     ) -> Session:
-        """A new session of ``agent_id`` (names are unique labels; ids are addresses)."""
+        """A new session of ``agent_id`` (names are unique labels; ids are addresses).
+
+        With ``members`` (saved agents besides the host ``agent_id``, unique,
+        at most 16) it is a room (docs/rooms.md); ``burst_budget`` is the
+        room's (default ``CHAZ_ROOM_BURST_BUDGET``, else 6).
+        """
         check_ref("agent_id", agent_id)
         if name is not None:
             name = check_session_name(name)
+        if members is not None:
+            members = _room_members(agent_id, members)
+        if burst_budget is not None:
+            if members is None:
+                raise ValidationError(
+                    "burst_budget is a room's setting: give members too", field="burst_budget"
+                )
+            burst_budget = check_int("burst_budget", burst_budget, low=0, high=MAX_BURST_BUDGET)
         return self._svc.store.create_session(
-            agent_id, name=name, limits=None if limits is None else Limits.parse(limits, "limits")
+            agent_id,
+            name=name,
+            limits=None if limits is None else Limits.parse(limits, "limits"),
+            members=members,
+            burst_budget=burst_budget,
         )
+
+    # -- rooms (docs/rooms.md) ------------------------------------------------
+
+    def add_member(self, ref: str, agent_id: str) -> Session:
+        """Add a saved agent to a room (an id or name); a plain session becomes a room.
+
+        Records a ``room.member_added`` event; adding a member twice changes nothing.
+        """
+        session = self.get(ref)
+        check_ref("agent_id", agent_id)
+        return self._svc.store.rooms.add_member(session.id, agent_id)
+
+    def rooms(self, limit: int = 50, *, archived: bool = False) -> builtins.list[Session]:
+        """Rooms (sessions with members), newest first (``limit``: 1 to 10,000)."""
+        return self._svc.store.rooms.list(
+            limit=check_limit("limit", limit), archived=bool(archived)
+        )
+
+    def remove_member(self, ref: str, agent_id: str) -> Session:
+        """Remove a member from a room (``room.member_removed``); the host cannot leave."""
+        session = self.get(ref)
+        check_ref("agent_id", agent_id)
+        return self._svc.store.rooms.remove_member(session.id, agent_id)
 
     def get(self, ref: str) -> Session:
         """A session by id or name."""
@@ -404,6 +448,17 @@ class Sessions:
 
 
 _TRIGGERS = (EntryType.MESSAGE, EntryType.DIRECTIVE)
+
+
+def _room_members(host: str, members: object) -> builtins.list[str]:
+    """A room's members as given, checked (strings; not the host; unique; at most 16)."""
+    if not isinstance(members, builtins.list | tuple):
+        raise ValidationError("members must be a list of agent ids", field="members")
+    checked = [check_ref("members", m) for m in members]
+    try:
+        return check_members(host, checked)
+    except ValueError as exc:
+        raise ValidationError(str(exc), field="members") from exc
 
 
 def _seq(field: str, value: object) -> int:

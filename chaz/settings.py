@@ -48,6 +48,13 @@ class Settings(BaseSettings):
     max_context_entries: int = Field(
         200, gt=0, description="Newest context entries (after the latest Summary) a turn reads."
     )
+    # -- rooms (docs/rooms.md)
+    room_burst_budget: int | None = Field(
+        None,
+        ge=0,
+        description="Agent messages in a row that may wake another agent in a room that sets "
+        "no budget of its own (null: 6).",
+    )
     max_content_bytes: int = Field(
         1 << 20,
         gt=0,

@@ -23,7 +23,9 @@ from typing import Any
 
 from chaz import admission, control, deliveries, naming
 from chaz.coord.lanes import Lease
+from chaz.coord.pubsub import publish
 from chaz.coord.signals import TurnEnd
+from chaz.domain import rooms
 from chaz.domain.deliveries import Delivered, DeliveryKind, NewBranch, Reply, Sender
 from chaz.domain.entries import Entry, EntryType, NewEntry, agent_sender
 from chaz.domain.jobs import Job, JobStatus
@@ -205,7 +207,7 @@ class TurnRunner:
             job, ack = svc.store.start_turn(
                 setup.job.id,
                 token,
-                ack_sender=agent_sender(setup.session.agent_id),
+                ack_sender=agent_sender(setup.job.member_agent_id or setup.session.agent_id),
                 # Which process runs the turn: for operators (and the crash tests).
                 ack_metadata={"host": socket.gethostname(), "pid": os.getpid()},
                 seen=setup.job,
@@ -339,8 +341,10 @@ class Turn:
         self.cancel_requested = cancel_requested
         #: Set while the turn runs (see :meth:`TurnRunner._run`).
         self.heartbeat: Lease | None = None
+        #: The agent the turn runs for: in a room, the member the job woke.
+        self.agent_id = job.member_agent_id or setup.session.agent_id
         #: The sender of everything the turn writes.
-        self.me = agent_sender(setup.session.agent_id)
+        self.me = agent_sender(self.agent_id)
 
     def run(self) -> Entry | None:
         """The turn itself; its last entry (reply or Error), committed with the job's end."""
@@ -376,7 +380,9 @@ class Turn:
         """Run the ReAct loop (from the checkpoint, on a resumed attempt): the answer."""
         svc, job = self.services, self.job
         session, spec, trigger = self.setup.session, self.setup.agent, self.setup.trigger
-        context = build_context(spec.system_prompt, self.setup.history, session.agent_id)
+        context = build_context(
+            spec.system_prompt, self.setup.history, self.agent_id, notes=self._room_notes()
+        )
         limits = spec.limits.narrowed(session.limits)
         resume = Checkpoint.from_json(svc.store.checkpoint(job.id)) if job.attempts > 1 else None
         turn = TurnContext(
@@ -387,10 +393,10 @@ class Turn:
         tool_ctx = ToolContext(
             session_id=job.session_id,
             job_id=job.id,
-            agent_id=session.agent_id,
+            agent_id=self.agent_id,
             tree_id=job.tree_id,
             call_depth=job.call_depth,
-            allowed_tools=frozenset(session.tools if session.tools is not None else spec.tools),
+            allowed_tools=self._allowed_tools(),
             services=svc,
             limits=limits,
             message_count=job.message_count,
@@ -409,6 +415,25 @@ class Turn:
             limits.max_turn_steps or svc.settings.max_turn_steps, svc.settings.max_turn_steps
         )
         return run_loop(ports, context, turn, tool_ctx, max_steps, resume)
+
+    # -- rooms (docs/rooms.md) ------------------------------------------------
+
+    def _room_notes(self) -> list[str]:
+        """A room member's roster note: who else is here, how to address them."""
+        session = self.setup.session
+        if session.members is None:
+            return []
+        return [rooms.roster(self.agent_id, session.agent_id, session.members)]
+
+    def _allowed_tools(self) -> frozenset[str]:
+        """The agent's tools; the session's ``tools`` replace them (a room narrows
+        each member's own tools by them instead)."""
+        session, spec = self.setup.session, self.setup.agent
+        if session.tools is None:
+            return frozenset(spec.tools)
+        if session.members is None:
+            return frozenset(session.tools)
+        return frozenset(spec.tools) & frozenset(session.tools)
 
     def write_event(self, event: RuntimeEvent) -> None:
         """Write a ToolCall or ToolResult entry (the event sink's writer)."""
@@ -441,12 +466,16 @@ class Turn:
     def reply(self, text: str) -> Entry | None:
         """End the job ``succeeded`` with its reply; the entry if this wrote it."""
         job = self.job
-        done = self.services.store.end_turn(
-            self.fence,
-            Finish(job.id, JobStatus.SUCCEEDED, result=text),
-            job.session_id,
-            NewEntry(EntryType.MESSAGE, self.me, text, idempotency_key=f"job:{job.id}:reply"),
-        )
+        draft = NewEntry(EntryType.MESSAGE, self.me, text, idempotency_key=f"job:{job.id}:reply")
+        finish = Finish(job.id, JobStatus.SUCCEEDED, result=text)
+        if self.setup.session.members is None:
+            done = self.services.store.end_turn(self.fence, finish, job.session_id, draft)
+            return done.entry if done.created else None
+        # A room: the reply may wake the member it mentions, in the same transaction.
+        with admission.room_rules(self.services, job.session_id) as room:
+            done = self.services.store.end_turn(self.fence, finish, job.session_id, draft, room)
+        for note in done.notices:
+            publish(self.services.redis, note)
         return done.entry if done.created else None
 
     def fail(self, status: JobStatus, exc: ChazError, *, code: str | None = None) -> Entry | None:

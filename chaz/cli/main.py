@@ -219,6 +219,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agent", help="the agent the fork runs (default: the source's)")
     p.add_argument("--name", help="a unique label (default: an automatic name)")
 
+    rooms_sub = group("rooms", "rooms: sessions of several agents, woken by @mention")
+    p = add(rooms_sub, "new", _command("cmd_rooms_new"), "create a room of HOST and its members")
+    p.add_argument("host", metavar="HOST", help="the host agent (wakes when nobody is mentioned)")
+    p.add_argument(
+        "--member", action="append", default=[], metavar="AGENT", help="a member (repeatable)"
+    )
+    p.add_argument("--name", help="a unique label (addressable like the id)")
+    p.add_argument(
+        "--burst", type=int, default=None, metavar="N", help="the room's burst budget (default 6)"
+    )
+    p = add(rooms_sub, "ls", _command("cmd_rooms_ls"), "list rooms, newest first")
+    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    p.add_argument("--archived", action="store_true", help="archived rooms (hidden otherwise)")
+    for verb, text in (("add", "add a member to a room"), ("rm", "remove a member from a room")):
+        p = add(rooms_sub, verb, _command(f"cmd_rooms_{verb}"), text)
+        p.add_argument("room", metavar="ROOM", help="room id or name")
+        p.add_argument("agent", metavar="AGENT", help="the agent id")
+
     p = add(
         sub,
         "deliveries",

@@ -16,6 +16,9 @@ DELIVERY_DROPPED = "delivery.dropped"
 DELIVERY_FAILED = "delivery.failed"
 SESSION_ARCHIVED = "session.archived"
 SESSION_RENAMED = "session.renamed"
+#: A room's roster changed (docs/rooms.md).
+ROOM_MEMBER_ADDED = "room.member_added"
+ROOM_MEMBER_REMOVED = "room.member_removed"
 
 
 def job_event(status: str) -> str:

@@ -91,6 +91,12 @@ class Job(BaseModel):
     message_count: int = 0
     #: The delivery that admitted it (a spawn, ``agent(to=)``, a message, a follow-up).
     delivery_id: str | None = None
+    #: A schedule fire's prompt: the turn's input, written into no entry.
+    input: str | None = None
+    #: The schedule fire that admitted it.
+    fire_id: str | None = None
+    #: In a room, the member the turn runs for (None: the session's agent).
+    member_agent_id: str | None = None
     attempts: int = 0
     result: str | None = None
     error: dict[str, Any] | None = None

@@ -59,6 +59,10 @@ class Session(BaseModel):
     archive_reason: str | None = None
     archived_by: ArchivedBy | None = None
     active_at: datetime | None = None
+    #: A room's other members (the host is ``agent_id``); None: not a room.
+    members: list[str] | None = None
+    #: A room's burst budget (None: the default).
+    burst_budget: int | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property

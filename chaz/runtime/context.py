@@ -14,15 +14,25 @@ from chaz.runtime.backends.base import ChatMessage
 
 
 def build_context(
-    system_prompt: str, entries: Sequence[Entry | Said], agent_id: str
+    system_prompt: str,
+    entries: Sequence[Entry | Said],
+    agent_id: str,
+    *,
+    notes: Sequence[str] = (),
 ) -> list[ChatMessage]:
-    """The chat messages for a turn, given the session's entries up to its trigger."""
+    """The chat messages for a turn, given the session's entries up to its trigger.
+
+    ``agent_id``'s own Messages are the assistant's; everyone else's are the
+    user's, with a name. ``notes`` follow the system prompt as system
+    messages (a room's roster, docs/rooms.md#roster).
+    """
     start = 0
     for i, entry in enumerate(entries):
         if entry.type is EntryType.SUMMARY:
             start = i
     me = agent_sender(agent_id)
     messages: list[ChatMessage] = [{"role": "system", "content": system_prompt}]
+    messages.extend({"role": "system", "content": note} for note in notes)
     for entry in entries[start:]:
         if entry.type is EntryType.SUMMARY:
             messages.append(

@@ -72,6 +72,12 @@ class SessionRow(Base):
     archived_by: Mapped[str | None] = mapped_column(String(8))
     #: When its last job was admitted (list_agents' "most recently active first").
     active_at: Mapped[datetime | None] = mapped_column(index=True)
+    #: A room's other members (agent ids; the host is ``agent_id``); None: not a room.
+    members: Mapped[list[str] | None] = mapped_column(JSON)
+    #: A room's burst budget: agent messages in a row that may wake a member.
+    burst_budget: Mapped[int | None] = mapped_column(Integer)
+    #: Agent messages in a row that woke a member since a person's or a Directive.
+    room_burst: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class EntryRow(Base):
@@ -134,6 +140,12 @@ class JobRow(Base):
     finished_at: Mapped[datetime | None]
     #: The delivery that admitted it, whose completion policy its end applies.
     delivery_id: Mapped[str | None] = mapped_column(String(32))
+    #: A schedule fire's prompt: the turn's triggering input, with no entry written.
+    input: Mapped[str | None] = mapped_column(Text)
+    #: The schedule fire that admitted it.
+    fire_id: Mapped[str | None] = mapped_column(String(32))
+    #: In a room, the member the turn runs for (None: the session's agent).
+    member_agent_id: Mapped[str | None] = mapped_column(String(64))
 
 
 class CommandRow(Base):
@@ -228,3 +240,63 @@ class TodoRow(Base):
     note: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+
+
+class ScheduleRow(Base):
+    """An agent-owned schedule (docs/schedules.md)."""
+
+    __tablename__ = "schedules"
+    __table_args__ = (Index("ix_schedules_enabled_next", "enabled", "next_slot"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    owner_agent_id: Mapped[str] = mapped_column(ForeignKey("agents.id"), index=True)
+    name: Mapped[str | None] = mapped_column(String(255))
+    #: "cron" (``cron`` in ``timezone``), "interval" (``interval_seconds``) or "once" (``run_at``).
+    kind: Mapped[str] = mapped_column(String(16))
+    cron: Mapped[str | None] = mapped_column(String(255))
+    timezone: Mapped[str | None] = mapped_column(String(64))
+    interval_seconds: Mapped[int | None] = mapped_column(Integer)
+    run_at: Mapped[datetime | None]
+    prompt: Mapped[str] = mapped_column(Text)
+    #: "pinned" (``session_id``) or "fresh" (a new session per fire).
+    target: Mapped[str] = mapped_column(String(16))
+    session_id: Mapped[str | None] = mapped_column(String(32))
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    expires_at: Mapped[datetime | None]
+    max_fires: Mapped[int | None] = mapped_column(Integer)
+    fires: Mapped[int] = mapped_column(Integer, default=0)
+    #: "skip" or "queue": what a slot does when a pinned session is busy.
+    overlap: Mapped[str] = mapped_column(String(8))
+    #: "skip" or "catch_up_once": what missed slots do after downtime.
+    missed: Mapped[str] = mapped_column(String(16))
+    max_failures: Mapped[int] = mapped_column(Integer, default=3)
+    #: Consecutive failed fires.
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[dict[str, Any] | None]
+    disabled_reason: Mapped[str | None] = mapped_column(Text)
+    #: The next slot due, and the last one fired (UTC).
+    next_slot: Mapped[datetime | None]
+    last_slot: Mapped[datetime | None]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class ScheduleFireRow(Base):
+    """One slot of a schedule: claimed once, whoever fires it (the agent's ledger)."""
+
+    __tablename__ = "schedule_fires"
+    __table_args__ = (
+        UniqueConstraint("schedule_id", "slot", name="uq_schedule_fires_schedule_slot"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    schedule_id: Mapped[str] = mapped_column(ForeignKey("schedules.id"))
+    slot: Mapped[datetime]
+    fired_at: Mapped[datetime]
+    session_id: Mapped[str | None] = mapped_column(String(32))
+    job_id: Mapped[str | None] = mapped_column(String(32))
+    #: "admitted", "succeeded", "failed", "skipped" (busy), "refused" (quota, archived).
+    outcome: Mapped[str] = mapped_column(String(16))
+    error: Mapped[dict[str, Any] | None]
+    duration_ms: Mapped[int | None] = mapped_column(Integer)
+    usage: Mapped[dict[str, Any] | None]

@@ -16,7 +16,7 @@ database write lock), so per session, commit order is seq order.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -36,6 +36,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 
 from chaz.domain import events as ev
+from chaz.domain import rooms
 from chaz.domain.agents import AgentSpec, Limits
 from chaz.domain.deliveries import (
     DUPLICATE_WINDOW,
@@ -61,6 +62,7 @@ from chaz.errors import (
     IdempotencyMismatch,
     LeaseLost,
     NameTaken,
+    QuotaError,
     SessionArchived,
     SessionNotFound,
     VersionConflict,
@@ -68,6 +70,7 @@ from chaz.errors import (
 from chaz.ids import new_id, utcnow
 from chaz.store import artifacts, completion
 from chaz.store import deliveries as dl
+from chaz.store import rooms as room_store
 from chaz.store import statements as st
 from chaz.store.artifacts import ArtifactStore
 from chaz.store.db import make_engine
@@ -91,6 +94,8 @@ class JobFields:
     message_count: int = 0
     #: The delivery admitting the job: marked ``admitted`` in the same transaction.
     delivery_id: str | None = None
+    #: In a room, the member whose turn it is (docs/rooms.md).
+    member_agent_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,9 @@ class NewSession:
     origin: Origin | None = None
     #: Automatic names to try in turn when ``name`` is None; the first free one wins.
     names: tuple[str, ...] = ()
+    #: A room's members (saved agents, checked here) and burst budget (docs/rooms.md).
+    members: list[str] | None = None
+    burst_budget: int | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,8 @@ class Appended:
     entry: Entry
     job: Job | None
     created: bool
+    #: Notices written with it (a room's spent burst): published after it.
+    notices: tuple[Entry, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -139,6 +149,25 @@ class TurnSetup:
     agent: AgentSpec
     history: list[Said]
     trigger: Said | None
+
+
+#: Reserves one admission's quota in a room's routing, or raises QueueFull /
+#: JobsExhausted: given the session, its host, and its job counts read in the
+#: open transaction (see :class:`RoomRules`).
+Reserve = Callable[[Session, AgentSpec, Callable[[], tuple[int, int]]], None]
+
+
+@dataclass(frozen=True)
+class RoomRules:
+    """What routing an entry of a room needs from above the store (docs/rooms.md).
+
+    ``default_budget`` is the configured burst budget; ``reserve`` counts the
+    quota of a job an agent's Message admits (QueueFull / JobsExhausted: the
+    Message wakes nobody, and a notice says why).
+    """
+
+    default_budget: int | None
+    reserve: Reserve
 
 
 class KeyTaken(Exception):
@@ -208,6 +237,47 @@ class Admitting:
                 raise
             raise KeyTaken(key) from exc
         return Appended(as_entry(entry_values), as_job(job_row), created=True)
+
+    # -- rooms (docs/rooms.md) ------------------------------------------------
+
+    def insert_in_room(
+        self, draft: NewEntry, *, job_fields: JobFields | None, default_budget: int | None
+    ) -> Appended:
+        """Insert an entry into this room, waking the member the room's rule picks.
+
+        A person's Message or a Directive wakes its first @mention, else the
+        host, and resets the burst; an agent's Message wakes only another
+        agent it mentions, within the burst budget. One that wakes nobody is
+        inserted without a job (``Appended.job`` is None; its reserved quota
+        is the caller's to refund).
+        """
+        row = self._row
+        budget = rooms.budget_of(row["burst_budget"], default_budget)
+        found = rooms.route(
+            row["agent_id"],
+            row["members"],
+            draft.type,
+            draft.sender,
+            draft.content,
+            row["room_burst"],
+            budget,
+        )
+        if found is not None and found.wake is not None:
+            fields = replace(job_fields or JobFields(), member_agent_id=found.wake)
+            done = self.insert(draft, job_fields=fields)
+            self._conn.execute(st.ROOM_BURST, {"sid": row["id"], "burst": found.burst})
+            return done
+        if found is None:
+            return self.insert(draft, job_fields=job_fields)
+        parse_sender(draft.sender)
+        try:
+            entry_values, _ = _insert_entry(self._conn, row, draft, admit=False, job_fields=None)
+        except IntegrityError as exc:
+            if draft.idempotency_key is None:
+                raise
+            raise KeyTaken(draft.idempotency_key) from exc
+        notices = _room_burst(self._conn, row, found, entry_values["id"], budget)
+        return Appended(as_entry(entry_values), None, created=True, notices=notices)
 
     def take(
         self, delivery: Delivery, draft: NewEntry, *, job_fields: JobFields | None = None
@@ -373,6 +443,8 @@ class Store(SessionDirectory):
         fork: tuple[str, int] | None = None,
         origin: Origin | None = None,
         names: Iterable[str] = (),
+        members: list[str] | None = None,
+        burst_budget: int | None = None,
     ) -> Session:
         """A new, empty session for ``agent_id``; a root of its own tree unless given one.
 
@@ -391,6 +463,8 @@ class Store(SessionDirectory):
             fork=fork,
             origin=origin,
             names=tuple(names),
+            members=members,
+            burst_budget=burst_budget,
         )
         with self._write() as conn:
             return as_session(_insert_session(conn, new))
@@ -415,6 +489,9 @@ class Store(SessionDirectory):
             job = as_job(head)
             row = conn.execute(st.SESSION_AND_AGENT, {"sid": session_id}).mappings().one()
             agent = self._parsed_agent(row["agent_id"], row["agent_spec"])
+            if job.member_agent_id not in (None, row["agent_id"]):
+                # A room's member: its turn runs with its own spec (docs/rooms.md).
+                agent = self._agent(conn, job.member_agent_id)
             tid = job.trigger_entry_id
             rows = conn.execute(st.CONTEXT, {"sid": session_id, "tid": tid, "lim": max_context})
             history = [as_said(r) for r in rows]
@@ -463,7 +540,13 @@ class Store(SessionDirectory):
             row = _bump(conn, session_id, admit=True)
             yield Admitting(conn, row, self._agent(conn, row["agent_id"]))
 
-    def append(self, session_id: str, draft: NewEntry, fence: Fence | None = None) -> Appended:
+    def append(
+        self,
+        session_id: str,
+        draft: NewEntry,
+        fence: Fence | None = None,
+        room: RoomRules | None = None,
+    ) -> Appended:
         """Append one entry that admits nothing (an Ack, a tool call, a note, ...).
 
         A repeated ``idempotency_key`` returns the first append unchanged
@@ -474,38 +557,54 @@ class Store(SessionDirectory):
         another worker holds the job, and committed without waiting for the
         disk, since a resumed turn repairs its loss in a database crash (see
         :meth:`_write`; the turn's last entry is :meth:`end_turn`, durable).
+
+        With ``room``, a Message into a room session is routed
+        (docs/rooms.md): it may admit a member's job, returned as ``job``.
         """
         parse_sender(draft.sender)
+        woke: tuple[Job | None, tuple[Entry, ...]] = (None, ())
         try:
             with self._write(durable=fence is None) as conn:
                 if fence is not None:
                     _check_fence(conn, fence)
-                entry_values, _ = _insert_entry(
-                    conn, _bump(conn, session_id, admit=False), draft, admit=False, job_fields=None
-                )
+                row = _bump(conn, session_id, admit=False)
+                entry_values, _ = _insert_entry(conn, row, draft, admit=False, job_fields=None)
+                if room is not None and row["members"] is not None:
+                    woke = self._route_room(conn, row, draft, entry_values["id"], room)
         except IntegrityError:
             found = self.replay(session_id, draft)
             if found is None:
                 raise
             return found
-        return Appended(entry=as_entry(entry_values), job=None, created=True)
+        return Appended(entry=as_entry(entry_values), job=woke[0], created=True, notices=woke[1])
 
-    def end_turn(self, fence: Fence, finish: Finish, session_id: str, draft: NewEntry) -> Appended:
+    def end_turn(
+        self,
+        fence: Fence,
+        finish: Finish,
+        session_id: str,
+        draft: NewEntry,
+        room: RoomRules | None = None,
+    ) -> Appended:
         """A turn's last entry (its reply or its Error) and its job's end, in one transaction.
 
         Whoever sees a turn's final entry sees its job finished. The job's
         end is also the fence check: a worker that lost the job writes
-        nothing (:class:`~chaz.errors.LeaseLost`).
+        nothing (:class:`~chaz.errors.LeaseLost`). With ``room``, a reply in
+        a room session is routed in the same transaction (docs/rooms.md):
+        the member it wakes is ``job`` of the result.
         """
         draft = replace(draft, job_id=finish.job_id)
+        woke: tuple[Job | None, tuple[Entry, ...]] = (None, ())
         try:
             with self._write() as conn:
                 delivery_id = _fenced_finish(conn, fence, finish)
                 if finish.result is not None:
                     artifacts.record(conn, finish.job_id, session_id, finish.result)
-                entry_values, _ = _insert_entry(
-                    conn, _bump(conn, session_id, admit=False), draft, admit=False, job_fields=None
-                )
+                row = _bump(conn, session_id, admit=False)
+                entry_values, _ = _insert_entry(conn, row, draft, admit=False, job_fields=None)
+                if room is not None and row["members"] is not None:
+                    woke = self._route_room(conn, row, draft, entry_values["id"], room)
                 completion.ended(
                     conn,
                     finish.job_id,
@@ -520,7 +619,54 @@ class Store(SessionDirectory):
             if found is None:
                 raise
             return found
-        return Appended(entry=as_entry(entry_values), job=None, created=True)
+        return Appended(entry=as_entry(entry_values), job=woke[0], created=True, notices=woke[1])
+
+    def _route_room(
+        self, conn: Connection, row: Any, draft: NewEntry, entry_id: str, room: RoomRules
+    ) -> tuple[Job | None, tuple[Entry, ...]]:
+        """Route an entry just inserted into a room (``row``: its session, locked).
+
+        The job it admits (if any), and the notices it wrote.
+        """
+        budget = rooms.budget_of(row["burst_budget"], room.default_budget)
+        found = rooms.route(
+            row["agent_id"],
+            row["members"],
+            draft.type,
+            draft.sender,
+            draft.content,
+            row["room_burst"],
+            budget,
+        )
+        if found is None or found.wake is None:
+            if found is None:
+                return None, ()
+            return None, _room_burst(conn, row, found, entry_id, budget)
+        sid = row["id"]
+        try:
+            room.reserve(
+                as_session(row), self._agent(conn, row["agent_id"]), lambda: _counts(conn, sid)
+            )
+        except QuotaError as exc:
+            note = NewEntry(
+                EntryType.NOTICE,
+                rooms.ROOM_SENDER,
+                f"@{found.wake} was not woken: {exc.message}",
+                metadata={"room": "quota", "code": exc.code, "member": found.wake},
+                idempotency_key=f"room:{entry_id}:quota",
+            )
+            values, _ = _insert_entry(
+                conn, _bump(conn, sid, admit=False), note, admit=False, job_fields=None
+            )
+            return None, (as_entry(values),)
+        now = utcnow()
+        ordinal = conn.scalar(st.ROOM_WAKE, {"sid": sid, "now": now, "burst": found.burst})
+        job_row = _new_job(
+            sid, row["tree_id"], ordinal, entry_id, JobFields(member_agent_id=found.wake), now
+        )
+        conn.execute(st.INSERT_JOB, job_row)
+        record(conn, sid, ev.job_event("queued"), {"job_id": job_row["id"]})
+        return as_job(job_row), ()
 
     def admits(self, type: EntryType, sender: str) -> bool:
         """Whether an entry of this type from this sender admits a turn.
@@ -938,6 +1084,13 @@ class Store(SessionDirectory):
         """Sessions' append-only event logs (chaz/store/events.py)."""
         return EventLog(self)
 
+    # -- rooms ----------------------------------------------------------------
+
+    @cached_property
+    def rooms(self) -> room_store.RoomStore:
+        """Rooms' members (chaz/store/rooms.py, docs/rooms.md)."""
+        return room_store.RoomStore(self)
+
     # -- todos ----------------------------------------------------------------
 
     @cached_property
@@ -1022,6 +1175,8 @@ def _insert_session(conn: Connection, new: NewSession) -> dict[str, Any]:
     """
     if conn.scalar(st.AGENT_SPEC, {"aid": new.agent_id}) is None:
         raise AgentNotFound(f"no agent {new.agent_id!r}", agent_id=new.agent_id)
+    if new.members is not None:
+        room_store.check_saved(conn, new.members)
     sid = new_id()
     values: dict[str, Any] = {
         "id": sid,
@@ -1039,7 +1194,11 @@ def _insert_session(conn: Connection, new: NewSession) -> dict[str, Any]:
         "fork_seq": new.fork[1] if new.fork else None,
         "origin": new.origin.value if new.origin else None,
         "name_source": NameSource.USER.value if new.name is not None else None,
+        "room_burst": 0,
     }
+    if new.members is not None:
+        # Only a room sets them: SQL NULL (not JSON null) marks the others.
+        values |= {"members": new.members, "burst_budget": new.burst_budget}
     if new.name is not None or not new.names:
         try:
             with conn.begin_nested():
@@ -1146,6 +1305,28 @@ def _insert_entry(
     return entry_values, job_row
 
 
+def _room_burst(
+    conn: Connection, row: Any, found: rooms.Route, entry_id: str, budget: int
+) -> tuple[Entry, ...]:
+    """Keep a room's burst counter for an entry that woke nobody; the spent
+    notice, the first time a burst runs out (docs/rooms.md#burst)."""
+    if found.burst != row["room_burst"]:
+        conn.execute(st.ROOM_BURST, {"sid": row["id"], "burst": found.burst})
+    if not found.spent:
+        return ()
+    note = NewEntry(
+        EntryType.NOTICE,
+        rooms.ROOM_SENDER,
+        rooms.spent_notice(budget),
+        metadata={"room": "burst_spent", "budget": budget},
+        idempotency_key=f"room:{entry_id}:spent",
+    )
+    values, _ = _insert_entry(
+        conn, _bump(conn, row["id"], admit=False), note, admit=False, job_fields=None
+    )
+    return (as_entry(values),)
+
+
 def _finish(conn: Connection, finish: Finish) -> Job:
     row = _lock_job(conn, finish.job_id)
     check_transition(JobStatus(row["status"]), finish.status)
@@ -1191,6 +1372,7 @@ def _new_job(
         "call_depth": f.call_depth,
         "message_count": f.message_count,
         "delivery_id": f.delivery_id,
+        "member_agent_id": f.member_agent_id,
         "attempts": 0,
         "lease_token": None,
         "checkpoint": None,
@@ -1207,5 +1389,6 @@ __all__ = [
     "Fence",
     "Finish",
     "JobFields",
+    "RoomRules",
     "Store",
 ]

@@ -66,6 +66,9 @@ def as_job(row: Any) -> Job:
         call_depth=row["call_depth"],
         message_count=row["message_count"],
         delivery_id=row.get("delivery_id"),
+        input=row.get("input"),
+        fire_id=row.get("fire_id"),
+        member_agent_id=row.get("member_agent_id"),
         attempts=row["attempts"],
         result=row["result"],
         error=row["error"],
@@ -95,4 +98,6 @@ def as_session(row: Any) -> Session:
         archive_reason=row.get("archive_reason"),
         archived_by=row.get("archived_by"),
         active_at=as_ts(row.get("active_at")),
+        members=row.get("members"),
+        burst_budget=row.get("burst_budget"),
     )

@@ -135,6 +135,22 @@ BUMP_ADMIT = (
     )
     .returning(*SESSIONS.c)
 )
+#: A room's entry wakes a member: the next job ordinal, and the burst counter
+#: (the row is already locked by the entry's BUMP).
+ROOM_WAKE = (
+    update(SESSIONS)
+    .where(SESSIONS.c.id == bindparam("sid"))
+    .values(
+        last_ordinal=SESSIONS.c.last_ordinal + 1,
+        active_at=bindparam("now"),
+        room_burst=bindparam("burst"),
+    )
+    .returning(SESSIONS.c.last_ordinal)
+)
+#: A room's burst counter alone.
+ROOM_BURST = (
+    update(SESSIONS).where(SESSIONS.c.id == bindparam("sid")).values(room_burst=bindparam("burst"))
+)
 #: Inserts, executed with a dict of every column.
 INSERT_ENTRY = insert(ENTRIES)
 INSERT_JOB = insert(JOBS)

@@ -78,6 +78,8 @@ def _line(item: SessionSummary, *, me: str, with_tip: bool) -> str:
         f'to="{branches.address(s)}"',
         f"{turns}, {size_label(item.size)}",
     ]
+    if s.members is not None:
+        parts.append(room_marker(s))
     if s.id == me:
         parts.append("(this session)")
     if s.archived_at is not None:
@@ -88,6 +90,11 @@ def _line(item: SessionSummary, *, me: str, with_tip: bool) -> str:
         tip = json.dumps(preview(item.tip), ensure_ascii=False) if item.tip else "(empty)"
         line += f" tip: {tip}"
     return line
+
+
+def room_marker(session: Session) -> str:
+    """``room: host+member+...`` for a room (docs/rooms.md): who may be @mentioned there."""
+    return "room: " + "+".join([session.agent_id, *(session.members or [])])
 
 
 def list_agents(args: ListAgentsArgs, ctx: ToolContext) -> str:
@@ -298,7 +305,8 @@ def read_conversation(args: ReadConversationArgs, ctx: ToolContext) -> str:
 def _header(session: Session, first: int, last: int, total: int) -> str:
     name = f" {json.dumps(session.name, ensure_ascii=False)}" if session.name else ""
     span = f"turns {first}-{last} of {total}" if total else "no turns"
-    head = f"Conversation of session {session.id}{name} (agent {session.agent_id}), {span}:"
+    who = room_marker(session) if session.members is not None else f"agent {session.agent_id}"
+    head = f"Conversation of session {session.id}{name} ({who}), {span}:"
     if session.forked_from:
         head += (
             f"\n(forked from {session.forked_from}: its history before the fork "

@@ -35,6 +35,8 @@ TABLES = {
     "events",
     "artifacts",
     "todos",
+    "schedules",
+    "schedule_fires",
     "alembic_version",
 }
 

@@ -263,9 +263,7 @@ def hand_off(
     return end
 
 
-def after_job(
-    services: Services, job: Job, *, inbox: bool, session: Session | None = None
-) -> None:
+def after_job(services: Services, job: Job, *, inbox: bool, session: Session | None = None) -> None:
     """What follows a job's end outside its transaction: its follow-up is admitted
     in the caller's session, messages that waited in this session's inbox are
     admitted (docs/collaboration.md#follow-ups, #inbox), and the session is
@@ -441,13 +439,16 @@ class Turn:
     def reply(self, text: str) -> Entry | None:
         """End the job ``succeeded`` with its reply; the entry if this wrote it."""
         job = self.job
-        done = self.services.store.end_turn(
-            self.fence,
-            Finish(job.id, JobStatus.SUCCEEDED, result=text),
-            job.session_id,
-            NewEntry(EntryType.MESSAGE, self.me, text, idempotency_key=f"job:{job.id}:reply"),
+        draft: NewEntry | None = NewEntry(
+            EntryType.MESSAGE, self.me, text, idempotency_key=f"job:{job.id}:reply"
         )
-        return done.entry if done.created else None
+        if job.fire_id is not None and not text.strip():
+            # A schedule fire's empty reply writes nothing (docs/schedules.md).
+            draft = None
+        done = self.services.store.end_turn(
+            self.fence, Finish(job.id, JobStatus.SUCCEEDED, result=text), job.session_id, draft
+        )
+        return done.entry if done is not None and done.created else None
 
     def fail(self, status: JobStatus, exc: ChazError, *, code: str | None = None) -> Entry | None:
         """End the job in ``status`` with an Error entry; the entry if this wrote it."""
@@ -467,7 +468,7 @@ class Turn:
                 idempotency_key=f"job:{job.id}:error",
             ),
         )
-        return done.entry if done.created else None
+        return done.entry if done is not None and done.created else None
 
 
 class RunnerDelegation:

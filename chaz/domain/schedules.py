@@ -213,7 +213,10 @@ def check_fields(values: dict[str, Any]) -> dict[str, Any]:
         out["run_at"] = check_instant("run_at", v["run_at"])
     elif kind is ScheduleKind.CRON and v["run_at"] is not None:
         raise invalid("run_at", "run_at is not for cron schedules")
-    target = check_choice("target", v.get("target"), Target, "schedule target")
+    if v.get("target") is None:
+        # Left out: a session named means that session, none means fresh ones.
+        v["target"] = Target.PINNED.value if v["session_id"] is not None else Target.FRESH.value
+    target = check_choice("target", v["target"], Target, "schedule target")
     out["target"] = target.value
     if target is Target.PINNED:
         if v["session_id"] is None:

@@ -1,0 +1,92 @@
+"""Issue 10: agent-owned schedules fired by two real beat processes.
+
+The issue's "60 seconds of one-second schedules" is 8 one-second slots here
+(``max_fires=8``): the test ends when the outcome is in, not at a wall time.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import chaz
+from chaz.domain.entries import EntryType
+from chaz.domain.jobs import JobStatus
+from chaz.domain.schedules import FireOutcome, ScheduleFire
+from chaz.domain.sessions import Origin
+from tests.support.stack import Stack
+
+SLOTS = 8
+
+TICKER = chaz.AgentSpec(
+    id="ticker",
+    script=[
+        {"match": "^quiet", "steps": [{"say": " "}]},
+        {"match": "^boom", "steps": [{"fail": "boom at {input}"}]},
+        {"steps": [{"say": "tock: {input}"}]},
+    ],
+)
+
+
+def test_two_beats_fire_each_slot_once_through_the_standalone_path(stack: Stack) -> None:
+    client = stack.client
+    client.agents.put(TICKER)
+    stack.workers(1, concurrency=4)
+    # Two beat processes at once, each reading the schedules table.
+    stack.housekeeper()
+    stack.housekeeper()
+    every = {"kind": "interval", "interval_seconds": 1}
+
+    ticks = client.schedules.add("ticker", **every, prompt="tick", max_fires=SLOTS)
+    quiet_session = client.sessions.create("ticker")
+    quiet = client.schedules.add(
+        "ticker", **every, prompt="quiet", target="pinned", session_id=quiet_session.id, max_fires=1
+    )
+    boom_session = client.sessions.create("ticker")
+    boom = client.schedules.add(
+        "ticker", **every, prompt="boom", target="pinned", session_id=boom_session.id
+    )
+
+    def settled(schedule_id: str, count: int) -> list[ScheduleFire] | None:
+        fires = client.schedules.fires(schedule_id)
+        done = [f for f in fires if f.outcome is not FireOutcome.ADMITTED]
+        return fires if len(fires) >= count and len(done) == len(fires) else None
+
+    # Exactly one fire per slot, each with one job, all through to the end.
+    fires = stack.wait_for(lambda: settled(ticks.id, SLOTS), 90, "8 settled fires")
+    assert len(fires) == SLOTS
+    assert len({f.slot for f in fires}) == SLOTS
+    assert Counter(f.outcome for f in fires) == {FireOutcome.SUCCEEDED: SLOTS}, fires
+    jobs = [client.jobs.get(f.job_id or "") for f in fires]
+    assert len({j.id for j in jobs}) == SLOTS
+    assert {j.status for j in jobs} == {JobStatus.SUCCEEDED}
+    assert all(j.fire_id in {f.id for f in fires} for j in jobs)
+    assert all(f.duration_ms is not None for f in fires)
+    # The fires' turns are all there is: one job per fire, in fresh sessions.
+    fired_sessions = {j.session_id for j in jobs}
+    assert len(fired_sessions) == SLOTS
+    for sid in fired_sessions:
+        entries = client.sessions.entries(sid)
+        # No Directive: the prompt was the turn's input; the reply is there.
+        assert [e.type for e in entries] == [EntryType.ACK, EntryType.MESSAGE], entries
+        assert entries[-1].content == "tock: tick"
+        assert client.sessions.get(sid).origin is Origin.SCHEDULE
+    assert client.schedules.get(ticks.id).fires == SLOTS
+
+    # An empty reply writes nothing: the job succeeded, and only its Ack is there.
+    (q,) = stack.wait_for(lambda: settled(quiet.id, 1), 60, "the quiet fire")
+    assert q.outcome is FireOutcome.SUCCEEDED
+    assert client.jobs.get(q.job_id or "").status is JobStatus.SUCCEEDED
+    assert [e.type for e in client.sessions.entries(quiet_session.id)] == [EntryType.ACK]
+
+    # Three failing fires in a row disable the schedule, keeping the last error.
+    off = stack.wait_for(
+        lambda: (s := client.schedules.get(boom.id)) and not s.enabled and s, 90, "boom disabled"
+    )
+    assert off.failures == 3 and off.disabled_reason
+    failed = [f for f in client.schedules.fires(boom.id) if f.outcome is FireOutcome.FAILED]
+    assert len(failed) == 3
+    assert off.last_error is not None and off.last_error["code"] == "model.error"
+    assert "boom at boom" in off.last_error["message"]
+    entries = client.sessions.entries(boom_session.id)
+    assert [e.type for e in entries].count(EntryType.ERROR) == 3
+    assert EntryType.DIRECTIVE not in {e.type for e in entries}

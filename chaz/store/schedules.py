@@ -72,19 +72,38 @@ class ScheduleStore:
 
     # -- definitions ----------------------------------------------------------
 
-    def add(self, owner: str, fields: dict[str, Any], *, now: datetime | None = None) -> Schedule:
-        """Create a schedule owned by ``owner``; its first slot is computed from ``now``."""
+    def add(
+        self,
+        owner: str,
+        fields: dict[str, Any],
+        *,
+        now: datetime | None = None,
+        schedule_id: str | None = None,
+    ) -> Schedule:
+        """Create a schedule owned by ``owner``; its first slot is computed from ``now``.
+
+        ``schedule_id`` makes the call repeatable (a resumed turn's tool
+        call): a schedule of that id and owner is returned as it is.
+        """
         owner = check_owner(owner)
         values = check_fields(fields)
         now = now or utcnow()
         with self._store._write() as conn:
+            if schedule_id is not None:
+                found = (
+                    conn.execute(select(SCHEDULES).where(SCHEDULES.c.id == schedule_id))
+                    .mappings()
+                    .first()
+                )
+                if found is not None and found["owner_agent_id"] == owner:
+                    return as_schedule(found)
             if conn.scalar(select(AgentRow.id).where(AgentRow.id == owner)) is None:
                 raise AgentNotFound(f"no agent {owner!r}", agent_id=owner)
             if values["session_id"] is not None:
                 values["session_id"] = _session_id(conn, values["session_id"])
             row = {
                 **values,
-                "id": new_id(),
+                "id": schedule_id or new_id(),
                 "owner_agent_id": owner,
                 "fires": 0,
                 "failures": 0,

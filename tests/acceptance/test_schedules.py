@@ -6,6 +6,7 @@ The issue's "60 seconds of one-second schedules" is 8 one-second slots here
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import chaz
@@ -16,6 +17,29 @@ from chaz.domain.sessions import Origin
 from tests.support.stack import Stack
 
 SLOTS = 8
+
+PLANNER = chaz.AgentSpec(
+    id="planner",
+    tools=["schedule_once", "schedule_list", "schedule_update", "schedule_remove"],
+    script=[
+        {
+            "match": "^plan",
+            "steps": [
+                {"call": "schedule_once", "args": {"prompt": "later", "in_seconds": 0}},
+                {"say": "{last_result}"},
+            ],
+        },
+        {"match": "^list", "steps": [{"call": "schedule_list"}, {"say": "{last_result}"}]},
+        {
+            "match": "^[0-9a-f]{16}$",
+            "steps": [
+                {"call": "schedule_remove", "args": {"schedule_id": "{input}"}},
+                {"say": "{last_result}"},
+            ],
+        },
+        {"steps": [{"say": "done: {input}"}]},
+    ],
+)
 
 TICKER = chaz.AgentSpec(
     id="ticker",
@@ -30,6 +54,7 @@ TICKER = chaz.AgentSpec(
 def test_two_beats_fire_each_slot_once_through_the_standalone_path(stack: Stack) -> None:
     client = stack.client
     client.agents.put(TICKER)
+    client.agents.put(PLANNER)
     stack.workers(1, concurrency=4)
     # Two beat processes at once, each reading the schedules table.
     stack.housekeeper()
@@ -90,3 +115,35 @@ def test_two_beats_fire_each_slot_once_through_the_standalone_path(stack: Stack)
     entries = client.sessions.entries(boom_session.id)
     assert [e.type for e in entries].count(EntryType.ERROR) == 3
     assert EntryType.DIRECTIVE not in {e.type for e in entries}
+
+
+def test_an_agent_schedules_itself_and_sees_only_its_own(stack: Stack) -> None:
+    client = stack.client
+    client.agents.put(PLANNER)
+    client.agents.put(PLANNER.model_copy(update={"id": "rival"}))
+    stack.workers(1, concurrency=2)
+    stack.housekeeper()
+    s = client.sessions.create("planner")
+    e = client.sessions.post(s.id, "plan", sender="user:ann")
+    made = json.loads(client.sessions.wait_for_reply(s.id, after=e.seq, timeout=60).content)
+    assert made["kind"] == "once" and made["session_id"] == s.id
+    assert [x.id for x in client.schedules.list("planner")] == [made["id"]]
+    # The once schedule fires in this session: its turn's input is the prompt.
+    fire = stack.wait_for(
+        lambda: [f for f in client.schedules.fires(made["id"]) if f.outcome.value == "succeeded"],
+        60,
+        "the once fire",
+    )[0]
+    assert client.jobs.get(fire.job_id or "").session_id == s.id
+    last = client.sessions.entries(s.id)[-1]
+    assert last.type is EntryType.MESSAGE and last.content == "done: later"
+    assert EntryType.DIRECTIVE not in {x.type for x in client.sessions.entries(s.id)}
+    # Another agent sees none of it and cannot remove it.
+    r = client.sessions.create("rival")
+    e = client.sessions.post(r.id, "list", sender="user:ann")
+    assert client.sessions.wait_for_reply(r.id, after=e.seq, timeout=60).content == "[]"
+    e = client.sessions.post(r.id, made["id"], sender="user:ann")
+    client.sessions.wait_for_reply(r.id, after=e.seq, timeout=60)
+    results = [x for x in client.sessions.entries(r.id) if x.type is EntryType.TOOL_RESULT]
+    assert "schedule.not_found" in results[-1].content
+    assert client.schedules.get(made["id"]).owner_agent_id == "planner"

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from datetime import timedelta
 
 import chaz
 from chaz.domain.entries import EntryType
 from chaz.domain.jobs import JobStatus
 from chaz.domain.schedules import FireOutcome, ScheduleFire
 from chaz.domain.sessions import Origin
+from chaz.ids import utcnow
 from tests.support.stack import Stack
 
 SLOTS = 8
@@ -71,6 +73,19 @@ def test_two_beats_fire_each_slot_once_through_the_standalone_path(stack: Stack)
         "ticker", **every, prompt="boom", target="pinned", session_id=boom_session.id
     )
 
+    # Downtime, as data: slots every 10 s from 55.5 s ago, so five slots were
+    # missed before any beat looked (the latest 5.5 s late, not on time).
+    start = utcnow()
+    past = {
+        "kind": "interval",
+        "interval_seconds": 10,
+        "run_at": (start - timedelta(seconds=55.5)).isoformat(),
+        "prompt": "tick",
+    }
+    catch_up = client.schedules.add("ticker", **past, missed="catch_up_once")
+    skipping = client.schedules.add("ticker", **past, missed="skip")
+    assert catch_up.next_slot is not None and catch_up.next_slot < start
+
     def settled(schedule_id: str, count: int) -> list[ScheduleFire] | None:
         fires = client.schedules.fires(schedule_id)
         done = [f for f in fires if f.outcome is not FireOutcome.ADMITTED]
@@ -96,6 +111,17 @@ def test_two_beats_fire_each_slot_once_through_the_standalone_path(stack: Stack)
         assert entries[-1].content == "tock: tick"
         assert client.sessions.get(sid).origin is Origin.SCHEDULE
     assert client.schedules.get(ticks.id).fires == SLOTS
+
+    # After the downtime: one catch-up fire (at the first missed slot), or none.
+    stack.wait_for(
+        lambda: (n := client.schedules.get(skipping.id).next_slot) and n > start, 30, "skip looked"
+    )
+    missed = [f for f in client.schedules.fires(skipping.id) if f.slot < start]
+    assert missed == []
+    caught = stack.wait_for(
+        lambda: [f for f in client.schedules.fires(catch_up.id) if f.slot < start], 30, "catch-up"
+    )
+    assert [f.slot for f in caught] == [catch_up.next_slot]
 
     # An empty reply writes nothing: the job succeeded, and only its Ack is there.
     (q,) = stack.wait_for(lambda: settled(quiet.id, 1), 60, "the quiet fire")

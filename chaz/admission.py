@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from chaz.coord.pubsub import publish
 from chaz.domain.agents import AgentSpec
@@ -34,6 +34,8 @@ from chaz.store.repo import (
     NewSession,
     RoomRules,
 )
+
+T = TypeVar("T")
 
 #: How long a retry of an idempotent admission waits for the first caller's entry.
 CLAIM_WAIT_SECONDS = 10.0
@@ -164,11 +166,12 @@ def _admit_once(
 def transact(
     services: Services,
     session_id: str,
-    insert: Callable[[Admitting], Appended],
-    replay: Callable[[], Appended | None],
+    insert: Callable[[Admitting], T],
+    replay: Callable[[], T | None],
     *,
     create: NewSession | None = None,
-) -> Appended:
+    entry: bool = True,
+) -> T:
     """Run ``insert`` in one admission transaction, the session's quota reserved first.
 
     The shape every admission shares (a post, a spawn, a delivery): the
@@ -176,12 +179,13 @@ def transact(
     a refusal or error anywhere rolls it all back and refunds the quota.
     :class:`KeyTaken` (an idempotency key already used) returns ``replay()``,
     the first request's result. ``create`` makes the session in the same
-    transaction (then ``session_id`` is ignored).
+    transaction (then ``session_id`` is ignored). ``entry=False`` admits a
+    job with no entry (a schedule fire: ``Admitting.insert_job``).
     """
     reserved = False
     target = session_id
     try:
-        with services.store.admitting(session_id, create=create) as tx:
+        with services.store.admitting(session_id, create=create, entry=entry) as tx:
             # The session row is locked: its limits cannot change under the
             # check, and a refusal rolls the whole admission back.
             target = tx.session.id

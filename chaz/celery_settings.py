@@ -53,6 +53,9 @@ task_routes = {
     "chaz.expire_events": {"queue": "chaz.control"},
     # Stage-2 session naming: a model call that must not take a turn thread.
     "chaz.rename": {"queue": "chaz.control"},
+    # Schedule fires (docs/schedules.md): a burst of due slots waits neither
+    # behind wake-ups nor in front of the reconciler.
+    "chaz.fire": {"queue": "chaz.schedules"},
 }
 
 #: Send task events so Flower shows what runs (chaz.turn with session and
@@ -91,6 +94,10 @@ beat_schedule = {
         "options": {"expires": _settings.artifact_sweep_seconds},
     },
 }
+
+#: chaz's beat scheduler: the beat_schedule above, plus agent-owned schedules
+#: read from the database (docs/schedules.md#beat).
+beat_scheduler = "chaz.beat:ChazScheduler"
 
 timezone = "UTC"
 enable_utc = True

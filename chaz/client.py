@@ -27,6 +27,7 @@ from chaz.domain.entries import Entry, EntryType, KeyScope, agent_sender, parse_
 from chaz.domain.events import Event
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.rooms import MAX_BURST_BUDGET, check_members
+from chaz.domain.schedules import Schedule, ScheduleFire
 from chaz.domain.sessions import ArchivedBy, NameSource, Origin, Session
 from chaz.domain.validation import (
     MAX_SEQ,
@@ -108,6 +109,7 @@ class Client:
         self.jobs = Jobs(self.services)
         self.deliveries = Deliveries(self.services)
         self.events = Events(self.services)
+        self.schedules = Schedules(self.services)
 
     def close(self) -> None:
         """Release connections."""
@@ -610,6 +612,57 @@ class Events:
             timeout = check_seconds("timeout", timeout)
         session = self._svc.store.get_session(check_ref("session", session_id))
         return _iterating(event_log.follow(self._svc, session.id, after=after, timeout=timeout))
+
+
+@_translating
+class Schedules:
+    """Agent-owned schedules and their ledgers (docs/schedules.md).
+
+    A person manages any agent's schedules here; an agent manages its own
+    with the ``schedule_*`` tools. Fields are those of
+    :class:`chaz.domain.schedules.Schedule` that a caller sets (``kind``,
+    ``prompt``, ``target``, ``cron``/``timezone``, ``interval_seconds``,
+    ``run_at``, ``session_id``, ``name``, ``enabled``, ``expires_at``,
+    ``max_fires``, ``overlap``, ``missed``, ``max_failures``); each is
+    checked, and a refused one is ``request.invalid`` naming it.
+    """
+
+    def __init__(self, services: Services) -> None:
+        self._svc = services
+
+    def add(self, agent_id: str, **fields: Any) -> Schedule:
+        """A new schedule owned by ``agent_id``; it waits for its first slot."""
+        return self._svc.store.schedules.add(agent_id, fields)
+
+    def update(self, schedule_id: str, **changes: Any) -> Schedule:
+        """Change fields of a schedule (``enabled=True`` resumes a disabled one afresh)."""
+        return self._svc.store.schedules.update(check_ref("schedule", schedule_id), changes)
+
+    def pause(self, schedule_id: str) -> Schedule:
+        """Stop a schedule firing (``enabled=False``)."""
+        return self.update(schedule_id, enabled=False)
+
+    def resume(self, schedule_id: str) -> Schedule:
+        """Fire again from the next slot, with its failure count cleared."""
+        return self.update(schedule_id, enabled=True)
+
+    def remove(self, schedule_id: str) -> Schedule:
+        """Delete a schedule and its ledger; the schedule as it was."""
+        return self._svc.store.schedules.remove(check_ref("schedule", schedule_id))
+
+    def get(self, schedule_id: str) -> Schedule:
+        """One schedule, or ``schedule.not_found``."""
+        return self._svc.store.schedules.get(check_ref("schedule", schedule_id))
+
+    def list(self, agent_id: str | None = None) -> builtins.list[Schedule]:
+        """Every schedule (of one agent), oldest first."""
+        return self._svc.store.schedules.list(agent_id)
+
+    def fires(self, schedule_id: str, limit: int = 100) -> builtins.list[ScheduleFire]:
+        """A schedule's ledger, newest slot first: slot, fired at, session, job, outcome."""
+        sid = check_ref("schedule", schedule_id)
+        self._svc.store.schedules.get(sid)
+        return self._svc.store.schedules.fires(sid, limit=check_limit("limit", limit))
 
 
 def _iterating(items: Iterator[R]) -> Iterator[R]:

@@ -107,6 +107,12 @@ class TodoNotFound(NotFound):
     code = "todo.not_found"
 
 
+class ScheduleNotFound(NotFound):
+    """No such schedule, or not one of the asking agent's (docs/schedules.md)."""
+
+    code = "schedule.not_found"
+
+
 class AgentNotFound(NotFound):
     """No saved AgentSpec has that id."""
 

@@ -102,7 +102,7 @@ def embedded_redis_pid(settings: Settings) -> int | None:
 
 
 #: Every queue chaz's tasks are routed to (see chaz.celery_settings.task_routes).
-QUEUES = "chaz.turns,chaz.control"
+QUEUES = "chaz.turns,chaz.control,chaz.schedules"
 
 
 def worker_command(
@@ -145,7 +145,7 @@ class WorkerProcess:
         name: str | None = None,
         loglevel: str = "WARNING",
         log_file: Path | None = None,
-        queues: str = "chaz.turns,chaz.control",
+        queues: str = QUEUES,
     ) -> None:
         self.settings = settings
         self.concurrency = concurrency

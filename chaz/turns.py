@@ -265,9 +265,7 @@ def hand_off(
     return end
 
 
-def after_job(
-    services: Services, job: Job, *, inbox: bool, session: Session | None = None
-) -> None:
+def after_job(services: Services, job: Job, *, inbox: bool, session: Session | None = None) -> None:
     """What follows a job's end outside its transaction: its follow-up is admitted
     in the caller's session, messages that waited in this session's inbox are
     admitted (docs/collaboration.md#follow-ups, #inbox), and the session is
@@ -466,17 +464,23 @@ class Turn:
     def reply(self, text: str) -> Entry | None:
         """End the job ``succeeded`` with its reply; the entry if this wrote it."""
         job = self.job
-        draft = NewEntry(EntryType.MESSAGE, self.me, text, idempotency_key=f"job:{job.id}:reply")
+        draft: NewEntry | None = NewEntry(
+            EntryType.MESSAGE, self.me, text, idempotency_key=f"job:{job.id}:reply"
+        )
+        if job.fire_id is not None and not text.strip():
+            # A schedule fire's empty reply writes nothing (docs/schedules.md).
+            draft = None
         finish = Finish(job.id, JobStatus.SUCCEEDED, result=text)
-        if self.setup.session.members is None:
+        if self.setup.session.members is None or draft is None:
             done = self.services.store.end_turn(self.fence, finish, job.session_id, draft)
-            return done.entry if done.created else None
+            return done.entry if done is not None and done.created else None
         # A room: the reply may wake the member it mentions, in the same transaction.
         with admission.room_rules(self.services, job.session_id) as room:
-            done = self.services.store.end_turn(self.fence, finish, job.session_id, draft, room)
-        for note in done.notices:
+            ended = self.services.store.end_turn(self.fence, finish, job.session_id, draft, room)
+        assert ended is not None, "a reply with an entry returns it"
+        for note in ended.notices:
             publish(self.services.redis, note)
-        return done.entry if done.created else None
+        return ended.entry if ended.created else None
 
     def fail(self, status: JobStatus, exc: ChazError, *, code: str | None = None) -> Entry | None:
         """End the job in ``status`` with an Error entry; the entry if this wrote it."""
@@ -496,7 +500,7 @@ class Turn:
                 idempotency_key=f"job:{job.id}:error",
             ),
         )
-        return done.entry if done.created else None
+        return done.entry if done is not None and done.created else None
 
 
 class RunnerDelegation:

@@ -1,17 +1,20 @@
 """Celery tasks: ``chaz.turn`` (run a session's next turn), ``chaz.reconcile``,
-``chaz.rename`` (stage-2 session naming), and the retention sweeps
-``chaz.expire_artifacts`` and ``chaz.expire_events``."""
+``chaz.rename`` (stage-2 session naming), the retention sweeps
+``chaz.expire_artifacts`` and ``chaz.expire_events``, and ``chaz.fire`` (a
+schedule's slot)."""
 
 from __future__ import annotations
 
 import logging
 import os
 import threading
+from datetime import datetime
 from typing import Any
 
 from celery.signals import worker_process_shutdown, worker_ready, worker_shutting_down
 
 from chaz import naming
+from chaz import schedules as schedule_fires
 from chaz.coord import keys
 from chaz.lease_watch import LeaseWatch
 from chaz.reconcile import Reconciler
@@ -109,3 +112,18 @@ def rename(session_id: str) -> dict[str, Any]:
     """Rename a session from its transcript (stage 2 of docs/collaboration.md#names)."""
     # naming.rename logs its own failures and returns None: a rename never fails a worker.
     return {"session_id": session_id, "name": naming.rename(services(), session_id)}
+
+
+@app.task(name="chaz.fire", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def fire(schedule_id: str, slot: str) -> dict[str, Any]:
+    """Fire one slot of a schedule (sent by chaz.beat; docs/schedules.md).
+
+    Redelivered or sent twice, it fires once: the slot's claim is unique.
+    """
+    done = schedule_fires.fire(services(), schedule_id, datetime.fromisoformat(slot))
+    return {
+        "schedule_id": schedule_id,
+        "slot": slot,
+        "outcome": done.outcome,
+        "job_id": done.job.id if done.job else None,
+    }

@@ -18,6 +18,8 @@ class Origin(StrEnum):
     AGENT = "agent"
     #: By a person's ``client.sessions.fork``.
     FORK = "fork"
+    #: By a ``fresh`` schedule's fire (docs/schedules.md).
+    SCHEDULE = "schedule"
 
 
 class NameSource(StrEnum):

@@ -18,6 +18,7 @@ from chaz.domain.results import excerpt
 from chaz.domain.sessions import ArchivedBy
 from chaz.ids import utcnow
 from chaz.store import deliveries as dl
+from chaz.store import schedules
 from chaz.store import statements as st
 from chaz.store.events import record
 from chaz.store.models import EntryRow, SessionRow
@@ -32,10 +33,12 @@ def ended(
     result: str | None,
     error: dict[str, Any] | None,
     delivery_id: str | None,
+    fire_id: str | None = None,
 ) -> None:
-    """What a delivered job's end changes besides the job, in the same
-    transaction: its event and its delivery's completion policy (a producer's
-    own job needs neither).
+    """What a job's end changes besides the job, in the same transaction: for a
+    schedule fire's job the fire's outcome (docs/schedules.md), and for a
+    delivered job its event and its delivery's completion policy (a
+    producer's own job needs neither).
 
     The policy (docs/collaboration.md#follow-ups): the delivery is ``done``;
     an attach pointer in the caller's session gets the job's status and the
@@ -45,6 +48,10 @@ def ended(
     admitted after the commit (:mod:`chaz.deliveries`); a crash in between
     leaves it ``accepted``, and the reconciler admits it.
     """
+    if fire_id is not None:
+        # A schedule fire's job: its end is the fire's outcome in the ledger.
+        schedules.job_ended(conn, fire_id, status, error)
+        record(conn, session_id, ev.job_event(status.value), {"job_id": job_id})
     if delivery_id is None:
         return
     record(conn, session_id, ev.job_event(status.value), {"job_id": job_id})

@@ -68,7 +68,7 @@ from chaz.errors import (
     VersionConflict,
 )
 from chaz.ids import new_id, utcnow
-from chaz.store import artifacts, completion
+from chaz.store import artifacts, completion, schedules
 from chaz.store import deliveries as dl
 from chaz.store import rooms as room_store
 from chaz.store import statements as st
@@ -78,6 +78,7 @@ from chaz.store.directory import SessionDirectory
 from chaz.store.events import EventLog, record
 from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
 from chaz.store.rows import as_entry, as_job, as_said, as_session, session_row
+from chaz.store.schedules import ScheduleStore
 from chaz.store.todos import TodoStore
 
 _ACTIVE = [s.value for s in ACTIVE]
@@ -279,6 +280,34 @@ class Admitting:
         notices = _room_burst(self._conn, row, found, entry_values["id"], budget)
         return Appended(as_entry(entry_values), None, created=True, notices=notices)
 
+    # -- schedule fires (docs/schedules.md) ------------------------------------
+
+    def insert_job(self, *, input: str, fire_id: str, only_if_idle: bool = False) -> Job:
+        """Insert a job with no entry: a schedule fire's, its prompt as ``input``.
+
+        Opened with ``Store.admitting(..., entry=False)``: the job takes the
+        session's next ordinal and no seq, and no Directive is written; the
+        turn reads ``input`` as its trigger. ``only_if_idle`` refuses with
+        :class:`SessionBusy` when the session has an unfinished job, checked
+        under the session's lock. The fire's ledger row gets the job.
+        """
+        if only_if_idle:
+            busy = self._conn.scalar(
+                select(func.count())
+                .select_from(st.JOBS)
+                .where(st.JOBS.c.session_id == self.session.id, st.JOBS.c.status.in_(_ACTIVE))
+            )
+            if busy:
+                raise SessionBusy(self.session.id)
+        row = _new_job(
+            self.session.id, self._row["tree_id"], self._row["last_ordinal"], None, None, utcnow()
+        )
+        row |= {"input": input, "fire_id": fire_id}
+        self._conn.execute(st.INSERT_JOB, row)
+        record(self._conn, self.session.id, ev.job_event("queued"), {"job_id": row["id"]})
+        schedules.fire_admitted(self._conn, fire_id, self.session.id, row["id"])
+        return as_job(row)
+
     def take(
         self, delivery: Delivery, draft: NewEntry, *, job_fields: JobFields | None = None
     ) -> Appended:
@@ -320,6 +349,14 @@ class Admitting:
             job_fields=None,
         )
         return as_entry(entry_values)
+
+
+class SessionBusy(Exception):
+    """A schedule fire met its pinned session busy (``overlap="skip"``).
+
+    Internal to the fire path: the admission rolls back, and the slot is
+    recorded ``skipped``.
+    """
 
 
 class DeliveryGone(Exception):
@@ -504,6 +541,17 @@ class Store(SessionDirectory):
             if row["fork_session_id"] is not None:
                 _read_through(conn, row, history, max_context)
         history.reverse()
+        if job.input is not None and tid is None:
+            # A schedule fire (docs/schedules.md): its prompt is this turn's
+            # input, in no entry; the model reads it last, as a Directive.
+            trigger = Said(
+                f"job:{job.id}:input",
+                row["last_seq"],
+                EntryType.DIRECTIVE,
+                "system:schedule",
+                job.input,
+            )
+            history.append(trigger)
         return TurnSetup(job, as_session(row), agent, history, trigger)
 
     def _agent(self, conn: Connection, agent_id: str) -> AgentSpec:
@@ -525,7 +573,7 @@ class Store(SessionDirectory):
 
     @contextmanager
     def admitting(
-        self, session_id: str, *, create: NewSession | None = None
+        self, session_id: str, *, create: NewSession | None = None, entry: bool = True
     ) -> Iterator[Admitting]:
         """The unit of work of one admission (see :class:`Admitting`).
 
@@ -533,11 +581,19 @@ class Store(SessionDirectory):
         whole admission back and leaves the session as it was. With
         ``create``, the session is made in the same transaction (its id
         replaces ``session_id``): a refused spawn leaves no empty session.
+        ``entry=False`` takes a job ordinal and no seq: the admission writes a
+        job with no entry (:meth:`Admitting.insert_job`).
         """
         with self._write() as conn:
             if create is not None:
                 session_id = _insert_session(conn, create)["id"]
-            row = _bump(conn, session_id, admit=True)
+            if entry:
+                row = _bump(conn, session_id, admit=True)
+            else:
+                row = conn.execute(st.BUMP_JOB, {"sid": session_id, "now": utcnow()}).mappings()
+                row = row.first()
+                if row is None:
+                    raise SessionNotFound(f"no session {session_id!r}", session=session_id)
             yield Admitting(conn, row, self._agent(conn, row["agent_id"]))
 
     def append(
@@ -583,28 +639,33 @@ class Store(SessionDirectory):
         fence: Fence,
         finish: Finish,
         session_id: str,
-        draft: NewEntry,
+        draft: NewEntry | None,
         room: RoomRules | None = None,
-    ) -> Appended:
+    ) -> Appended | None:
         """A turn's last entry (its reply or its Error) and its job's end, in one transaction.
 
         Whoever sees a turn's final entry sees its job finished. The job's
         end is also the fence check: a worker that lost the job writes
         nothing (:class:`~chaz.errors.LeaseLost`). With ``room``, a reply in
         a room session is routed in the same transaction (docs/rooms.md):
-        the member it wakes is ``job`` of the result.
+        the member it wakes is ``job`` of the result. ``draft`` None ends the
+        job with no entry (a schedule fire's empty reply, docs/schedules.md);
+        then None is returned.
         """
-        draft = replace(draft, job_id=finish.job_id)
+        if draft is not None:
+            draft = replace(draft, job_id=finish.job_id)
         woke: tuple[Job | None, tuple[Entry, ...]] = (None, ())
         try:
             with self._write() as conn:
-                delivery_id = _fenced_finish(conn, fence, finish)
+                delivery_id, fire_id = _fenced_finish(conn, fence, finish)
                 if finish.result is not None:
                     artifacts.record(conn, finish.job_id, session_id, finish.result)
-                row = _bump(conn, session_id, admit=False)
-                entry_values, _ = _insert_entry(conn, row, draft, admit=False, job_fields=None)
-                if room is not None and row["members"] is not None:
-                    woke = self._route_room(conn, row, draft, entry_values["id"], room)
+                entry_values = None
+                if draft is not None:
+                    row = _bump(conn, session_id, admit=False)
+                    entry_values, _ = _insert_entry(conn, row, draft, admit=False, job_fields=None)
+                    if room is not None and row["members"] is not None:
+                        woke = self._route_room(conn, row, draft, entry_values["id"], room)
                 completion.ended(
                     conn,
                     finish.job_id,
@@ -613,12 +674,15 @@ class Store(SessionDirectory):
                     result=finish.result,
                     error=finish.error,
                     delivery_id=delivery_id,
+                    fire_id=fire_id,
                 )
         except IntegrityError:
-            found = self.replay(session_id, draft)
+            found = self.replay(session_id, draft) if draft is not None else None
             if found is None:
                 raise
             return found
+        if entry_values is None:
+            return None
         return Appended(entry=as_entry(entry_values), job=woke[0], created=True, notices=woke[1])
 
     def _route_room(
@@ -665,7 +729,6 @@ class Store(SessionDirectory):
             sid, row["tree_id"], ordinal, entry_id, JobFields(member_agent_id=found.wake), now
         )
         conn.execute(st.INSERT_JOB, job_row)
-        record(conn, sid, ev.job_event("queued"), {"job_id": job_row["id"]})
         return as_job(job_row), ()
 
     def admits(self, type: EntryType, sender: str) -> bool:
@@ -947,7 +1010,7 @@ class Store(SessionDirectory):
                     {"jid": job_id, "seen_version": row["version"], **_start_params(values)},
                 )
                 row |= values
-            if row["attempts"] == 1 and row.get("delivery_id"):
+            if row["attempts"] == 1 and (row.get("delivery_id") or row.get("fire_id")):
                 record(conn, row["session_id"], ev.job_event("running"), {"job_id": job_id})
             ack: Entry | None = None
             if ack_sender is not None and row["attempts"] == 1:
@@ -1021,8 +1084,9 @@ class Store(SessionDirectory):
                     result=row["result"],
                     error=values.get("error", row["error"]),
                     delivery_id=row["delivery_id"],
+                    fire_id=row.get("fire_id"),
                 )
-            elif row["delivery_id"]:
+            elif row["delivery_id"] or row.get("fire_id"):
                 record(conn, row["session_id"], ev.job_event(target.value), {"job_id": job_id})
             return as_job({**row, **values})
 
@@ -1097,6 +1161,13 @@ class Store(SessionDirectory):
     def todos(self) -> TodoStore:
         """Sessions' checklists, kept by the planning tools (chaz/store/todos.py)."""
         return TodoStore(self)
+
+    # -- schedules ------------------------------------------------------------
+
+    @cached_property
+    def schedules(self) -> ScheduleStore:
+        """Agent-owned schedules and their fires' ledger (chaz/store/schedules.py)."""
+        return ScheduleStore(self)
 
 
 def _start_values(row: dict[str, Any], token: str) -> dict[str, Any]:
@@ -1227,10 +1298,11 @@ def _check_fence(conn: Connection, fence: Fence) -> None:
         raise LeaseLost(f"job {fence.job_id} is no longer held by this worker", job_id=fence.job_id)
 
 
-def _fenced_finish(conn: Connection, fence: Fence, finish: Finish) -> str | None:
+def _fenced_finish(conn: Connection, fence: Fence, finish: Finish) -> tuple[str | None, str | None]:
     """End a job held under ``fence``: one compare-and-set when all is as expected.
 
-    Returns the id of the delivery that admitted the job, if one did.
+    Returns the ids of the delivery and of the schedule fire that admitted
+    the job, where one did.
     """
     done = conn.execute(
         st.FENCED_FINISH[finish.status],
@@ -1243,10 +1315,11 @@ def _fenced_finish(conn: Connection, fence: Fence, finish: Finish) -> str | None
         },
     ).first()
     if done is not None:
-        return cast("str | None", done[0])
+        return cast("str | None", done[0]), cast("str | None", done[1])
     # Not applied: say why (the fence first), as the locking path would.
     _check_fence(conn, fence)
-    return _finish(conn, finish).delivery_id
+    job = _finish(conn, finish)
+    return job.delivery_id, job.fire_id
 
 
 def _bump(conn: Connection, session_id: str, admit: bool) -> Any:

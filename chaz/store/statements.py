@@ -151,6 +151,14 @@ ROOM_WAKE = (
 ROOM_BURST = (
     update(SESSIONS).where(SESSIONS.c.id == bindparam("sid")).values(room_burst=bindparam("burst"))
 )
+#: The next job ordinal alone (no seq): a job admitted with no entry, a
+#: schedule fire's (docs/schedules.md), locking the session row like BUMP.
+BUMP_JOB = (
+    update(SESSIONS)
+    .where(SESSIONS.c.id == bindparam("sid"))
+    .values(last_ordinal=SESSIONS.c.last_ordinal + 1, active_at=bindparam("now"))
+    .returning(*SESSIONS.c)
+)
 #: Inserts, executed with a dict of every column.
 INSERT_ENTRY = insert(ENTRIES)
 INSERT_JOB = insert(JOBS)
@@ -189,8 +197,9 @@ def _fenced_finish_stmt(target: JobStatus) -> Update:
             finished_at=bindparam("v_finished_at"),
             lease_token=None,
         )
-        # Which delivery admitted the job: its end applies that delivery's policy.
-        .returning(JOBS.c.delivery_id)
+        # Which delivery admitted the job: its end applies that delivery's policy;
+        # which schedule fire: its end is the fire's outcome (docs/schedules.md).
+        .returning(JOBS.c.delivery_id, JOBS.c.fire_id)
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from chaz.runtime.registry import ToolRegistry
 from chaz.tools import agents, branches, builtin, collab
+from chaz.tools import schedules as scheduling
 from chaz.tools import todos as planning
 
 
@@ -11,5 +12,7 @@ def default_registry() -> ToolRegistry:
     """A registry of every built-in tool."""
     registry = ToolRegistry()
     for tool in [*builtin.TOOLS, *agents.TOOLS, *collab.TOOLS, *branches.TOOLS, *planning.TOOLS]:
+        registry.register(tool)
+    for tool in scheduling.TOOLS:
         registry.register(tool)
     return registry

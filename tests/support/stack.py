@@ -90,7 +90,7 @@ class Stack:
         *,
         concurrency: int = 4,
         beat: bool = False,
-        queues: str = "chaz.turns,chaz.control",
+        queues: str = "chaz.turns,chaz.control,chaz.schedules",
     ) -> list[WorkerProcess]:
         """Start ``n`` real ``celery worker`` processes and wait until they consume."""
         client = self.client

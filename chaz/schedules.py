@@ -1,0 +1,155 @@
+"""Schedules' use cases: defining them, and the standalone fire path (docs/schedules.md).
+
+A fire claims its slot (one row per ``(schedule_id, slot)``: whoever
+inserts it fires, every other beat or redelivery gets nothing), finds its
+target session, and admits a job *directly* in it through the same
+admission, quotas and lane as any turn, carrying the prompt as the job's
+``input``: the turn reads it as its trigger, and no Directive entry is
+written (seed 000's status update). The job's end records the fire's
+outcome (chaz.store.completion); a fire that admits nothing records why.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from chaz import admission
+from chaz.domain.jobs import Job
+from chaz.domain.schedules import (
+    FireOutcome,
+    Overlap,
+    Schedule,
+    ScheduleFire,
+    Target,
+    fresh_session_name,
+    plan,
+)
+from chaz.domain.sessions import Origin
+from chaz.errors import ChazError, ScheduleNotFound, SessionNotFound
+from chaz.ids import utcnow
+from chaz.services import Services
+from chaz.store.repo import NewSession, SessionBusy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Fired:
+    """What one ``fire`` did: ``outcome`` is a :class:`FireOutcome` value, or
+    ``"unclaimed"`` when the slot was claimed before (or the schedule is off)."""
+
+    outcome: str
+    fire: ScheduleFire | None = None
+    job: Job | None = None
+    session_id: str | None = None
+
+
+def fire(services: Services, schedule_id: str, slot: datetime) -> Fired:
+    """Fire one slot of a schedule, at most once whoever calls (the ``chaz.fire`` task)."""
+    slot = slot.astimezone(UTC)
+    book = services.store.schedules
+    claimed = book.claim(schedule_id, slot)
+    if claimed is None:
+        return Fired("unclaimed")
+    try:
+        schedule = book.get(schedule_id)
+    except ScheduleNotFound:
+        return Fired("unclaimed", claimed)  # removed between the claim and now
+    if schedule.target is Target.PINNED:
+        return _fire_pinned(services, schedule, claimed)
+    return _fire_fresh(services, schedule, claimed, slot)
+
+
+def _fire_pinned(services: Services, schedule: Schedule, claimed: ScheduleFire) -> Fired:
+    book = services.store.schedules
+    assert schedule.session_id is not None
+    try:
+        session = services.store.get_session(schedule.session_id)
+    except SessionNotFound:
+        session = None
+    if session is None or session.archived:
+        what = "deleted" if session is None else "archived"
+        reason = f"its pinned session {schedule.session_id} was {what}"
+        error = {"code": "schedule.target_gone", "message": reason, "retryable": False}
+        book.disable(schedule.id, reason, error=error)
+        book.settle(claimed.id, FireOutcome.REFUSED, error=error)
+        return Fired(FireOutcome.REFUSED.value, claimed)
+    sid = session.id
+    idle_only = schedule.overlap is Overlap.SKIP
+    try:
+        job = admission.transact(
+            services,
+            sid,
+            lambda tx: tx.insert_job(
+                input=schedule.prompt, fire_id=claimed.id, only_if_idle=idle_only
+            ),
+            lambda: None,
+            entry=False,
+        )
+    except SessionBusy:
+        book.settle(claimed.id, FireOutcome.SKIPPED, session_id=sid)
+        return Fired(FireOutcome.SKIPPED.value, claimed, session_id=sid)
+    except ChazError as exc:
+        book.settle(claimed.id, FireOutcome.REFUSED, error=exc.to_dict(), session_id=sid)
+        return Fired(FireOutcome.REFUSED.value, claimed, session_id=sid)
+    services.dispatcher.wake(sid, job.id)
+    return Fired(FireOutcome.ADMITTED.value, claimed, job, sid)
+
+
+def _fire_fresh(
+    services: Services, schedule: Schedule, claimed: ScheduleFire, slot: datetime
+) -> Fired:
+    book = services.store.schedules
+    create = NewSession(
+        schedule.owner_agent_id,
+        origin=Origin.SCHEDULE,
+        # An automatic name: a taken one leaves the session unnamed, not refused.
+        names=(fresh_session_name(schedule, slot),),
+    )
+    try:
+        job = admission.transact(
+            services,
+            "",
+            lambda tx: tx.insert_job(input=schedule.prompt, fire_id=claimed.id),
+            lambda: None,
+            create=create,
+            entry=False,
+        )
+    except ChazError as exc:
+        book.settle(claimed.id, FireOutcome.REFUSED, error=exc.to_dict())
+        return Fired(FireOutcome.REFUSED.value, claimed)
+    services.dispatcher.wake(job.session_id, job.id)
+    return Fired(FireOutcome.ADMITTED.value, claimed, job, job.session_id)
+
+
+def send_due(
+    services: Services, send: Callable[[str, datetime], None], now: datetime | None = None
+) -> list[tuple[str, datetime]]:
+    """Send a fire for each slot due at ``now``, then move each schedule to its next slot.
+
+    The beat's look at the database (chaz.beat): for each due schedule, the
+    slots its missed-run policy fires (:func:`chaz.domain.schedules.plan`).
+    Sent first, moved second: a beat that dies in between sends the slots
+    again on its next look, and the claim keeps one fire of each; of two
+    beats looking at once, both may send, with the same outcome.
+    """
+    now = now or utcnow()
+    sent: list[tuple[str, datetime]] = []
+    book = services.store.schedules
+    for schedule in book.due(now):
+        p = plan(schedule, now)
+        for slot in p.fire:
+            send(schedule.id, slot)
+            sent.append((schedule.id, slot))
+        assert schedule.next_slot is not None
+        book.advance(schedule.id, schedule.next_slot, p.next_slot)
+    return sent
+
+
+def describe(schedule: Schedule) -> dict[str, Any]:
+    """A schedule as JSON for tools and the CLI."""
+    return schedule.model_dump(mode="json")

@@ -1,9 +1,10 @@
 """chaz's Celery beat scheduler: the static entries, and schedules from the database.
 
 ``beat_scheduler = "chaz.beat:ChazScheduler"`` (chaz.celery_settings). Like
-django-celery-beat's and redbeat's schedulers, it subclasses
-:class:`celery.beat.Scheduler` and keeps the configured ``beat_schedule``
-(the reconciler, retention) in memory as the base class does; on each tick it
+django-celery-beat's and redbeat's schedulers, it subclasses a Celery
+scheduler (:class:`celery.beat.PersistentScheduler`, whose schedule file
+keeps the configured ``beat_schedule`` entries' last runs: the reconciler,
+retention); on each tick it
 also looks at the ``schedules`` table and sends one ``chaz.fire`` task per due
 slot, on the ``chaz.schedules`` queue (docs/schedules.md#beat).
 
@@ -20,7 +21,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from celery.beat import Scheduler
+from celery.beat import PersistentScheduler
 
 from chaz import schedules
 from chaz.ids import utcnow
@@ -36,8 +37,14 @@ FIRE_TASK = "chaz.fire"
 FIRE_QUEUE = "chaz.schedules"
 
 
-class ChazScheduler(Scheduler):  # type: ignore[misc]
-    """Celery beat's scheduler for chaz: static entries plus agent-owned schedules."""
+class ChazScheduler(PersistentScheduler):  # type: ignore[misc]
+    """Celery beat's scheduler for chaz: static entries plus agent-owned schedules.
+
+    The static entries keep their last-run times in beat's schedule file
+    (``-s``), as Celery's default scheduler does: a beat restarted more often
+    than an entry's period (the hourly retention sweeps) must still run it.
+    Agent-owned schedules keep theirs in the database.
+    """
 
     #: Base-class knob: the longest sleep between two ticks.
     max_interval = POLL_SECONDS

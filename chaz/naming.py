@@ -18,7 +18,7 @@ import logging
 from chaz.domain.entries import EntryType
 from chaz.domain.jobs import Job
 from chaz.domain.naming import first_free, is_rename_point, rename_prompt, title_from_reply
-from chaz.domain.sessions import NameSource, Session
+from chaz.domain.sessions import NameSource, Origin, Session
 from chaz.errors import NameTaken
 from chaz.runtime.backends import make_backend
 from chaz.runtime.backends.base import ChatMessage, TurnContext
@@ -38,10 +38,12 @@ SYSTEM_PROMPT = "You give conversations short, specific titles. You answer with 
 def after_turn(services: Services, session: Session, job: Job) -> None:
     """Called after each job's end: send a rename when the session reached a rename point.
 
-    Free for a producer's session (``origin`` None): it returns before any
-    read. Never raises: a failure to count or to send is logged.
+    Free for a producer's session (``origin`` None) and a schedule's fresh
+    session (named for its schedule and slot, which says what it is better
+    than a model call per fire would): it returns before any read. Never
+    raises: a failure to count or to send is logged.
     """
-    if session.origin is None:
+    if session.origin is None or session.origin is Origin.SCHEDULE:
         return
     try:
         if session.name_source is NameSource.USER or session.archived_at is not None:

@@ -15,6 +15,7 @@ from datetime import timedelta
 from chaz.deliveries import SweepReport, sweep
 from chaz.domain.jobs import Job, JobStatus
 from chaz.ids import utcnow
+from chaz.schedules import resume_stranded
 from chaz.services import Services
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,8 @@ class ReconcileReport:
     counters_rebuilt: int = 0
     #: Follow-ups a crash left unadmitted, and inbox messages of idle targets, admitted now.
     deliveries: SweepReport = field(default_factory=SweepReport)
+    #: Claimed schedule fires that never got their job, admitted now.
+    fires: int = 0
 
 
 class Reconciler:
@@ -72,6 +75,8 @@ class Reconciler:
         # admitting them; messages queued for a target that went idle while
         # its inbox flag was lost.
         report.deliveries = sweep(svc, self.grace)
+        # Schedule fires whose process died between the claim and the job.
+        report.fires = resume_stranded(svc, self.grace)
         # A cancel requested before a flush must still stop its turn.
         for job in active:
             if job.status is JobStatus.STOPPING:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from chaz import admission
@@ -33,6 +33,7 @@ from chaz.errors import ChazError, ScheduleNotFound, SessionNotFound
 from chaz.ids import utcnow
 from chaz.services import Services
 from chaz.store.repo import NewSession, SessionBusy
+from chaz.store.schedules import FireTaken
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,8 @@ def _fire_pinned(services: Services, schedule: Schedule, claimed: ScheduleFire) 
     except SessionBusy:
         book.settle(claimed.id, FireOutcome.SKIPPED, session_id=sid)
         return Fired(FireOutcome.SKIPPED.value, claimed, session_id=sid)
+    except FireTaken:
+        return Fired("unclaimed", claimed)
     except ChazError as exc:
         book.settle(claimed.id, FireOutcome.REFUSED, error=exc.to_dict(), session_id=sid)
         return Fired(FireOutcome.REFUSED.value, claimed, session_id=sid)
@@ -119,11 +122,38 @@ def _fire_fresh(
             create=create,
             entry=False,
         )
+    except FireTaken:
+        return Fired("unclaimed", claimed)
     except ChazError as exc:
         book.settle(claimed.id, FireOutcome.REFUSED, error=exc.to_dict())
         return Fired(FireOutcome.REFUSED.value, claimed)
     services.dispatcher.wake(job.session_id, job.id)
     return Fired(FireOutcome.ADMITTED.value, claimed, job, job.session_id)
+
+
+def resume_stranded(services: Services, grace: timedelta) -> int:
+    """Admit the job of every fire claimed more than ``grace`` ago that never got
+    one: its process died, or failed, between the claim and the admission.
+
+    The claim stands, so nothing else would ever fire that slot. Retrying is
+    safe: the admission records the job on the fire with a compare-and-set,
+    so a slow first attempt and this retry admit one job between them.
+    Returns how many were admitted.
+    """
+    book = services.store.schedules
+    admitted = 0
+    for stranded in book.stranded(utcnow() - grace):
+        try:
+            schedule = book.get(stranded.schedule_id)
+        except ScheduleNotFound:
+            continue
+        if schedule.target is Target.PINNED:
+            done = _fire_pinned(services, schedule, stranded)
+        else:
+            done = _fire_fresh(services, schedule, stranded, stranded.slot)
+        if done.job is not None:
+            admitted += 1
+    return admitted
 
 
 def send_due(

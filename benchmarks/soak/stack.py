@@ -270,7 +270,7 @@ class Exit:
 class Supervisor:
     """Keeps ``turn_workers`` worker processes and one beat process running.
 
-    The workers consume both of chaz's queues (turns and reconciler passes),
+    The workers consume chaz's queues (turns, control tasks, schedule fires),
     as ``chaz worker`` does in production; beat is a process of its own.
 
     Like systemd or Kubernetes would, it starts a new process ``restart_delay``

@@ -145,7 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="turn threads per worker (default CHAZ_WORKER_CONCURRENCY)",
     )
-    p.add_argument("--no-beat", action="store_true", help="do not run the periodic reconciler")
+    p.add_argument(
+        "--no-beat",
+        action="store_true",
+        help="do not run beat (the reconciler, retention, schedules)",
+    )
     p.add_argument("--loglevel", default="INFO", help="worker log level (logs go to files)")
 
     p = add(

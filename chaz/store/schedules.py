@@ -233,6 +233,22 @@ class ScheduleStore:
 
     # -- fires ------------------------------------------------------------------
 
+    def stranded(self, older_than: datetime, limit: int = 100) -> builtins.list[ScheduleFire]:
+        """Claimed fires that never got their job: their process died (or failed)
+        between the claim and the admission. The reconciler admits them."""
+        stmt = (
+            select(FIRES)
+            .where(
+                FIRES.c.outcome == FireOutcome.ADMITTED.value,
+                FIRES.c.job_id.is_(None),
+                FIRES.c.fired_at < older_than,
+            )
+            .order_by(FIRES.c.fired_at)
+            .limit(limit)
+        )
+        with self._store._read() as conn:
+            return [as_fire(r) for r in conn.execute(stmt).mappings()]
+
     def claim(
         self, schedule_id: str, slot: datetime, *, now: datetime | None = None
     ) -> ScheduleFire | None:
@@ -307,13 +323,22 @@ class ScheduleStore:
         session_id: str | None = None,
         now: datetime | None = None,
     ) -> None:
-        """End a fire that admitted no job (``skipped``, ``refused``, ``failed``)."""
+        """End a fire that admitted no job (``skipped``, ``refused``, ``failed``).
+
+        Only while it is still ``admitted`` with no job: a retry of a fire
+        (the reconciler's) that lost the race to its first attempt must not
+        overwrite the outcome of the job that attempt admitted.
+        """
+        jobless = update(FIRES).where(
+            FIRES.c.id == fire_id,
+            FIRES.c.job_id.is_(None),
+            FIRES.c.outcome == FireOutcome.ADMITTED.value,
+        )
+        # The session, if any, in the same compare-and-set that checks the fire.
+        claim = jobless.values(session_id=session_id or FIRES.c.session_id)
         with self._store._write() as conn:
-            if session_id is not None:
-                conn.execute(
-                    update(FIRES).where(FIRES.c.id == fire_id).values(session_id=session_id)
-                )
-            fire_ended(conn, fire_id, outcome, error=error, now=now)
+            if conn.execute(claim).rowcount:
+                fire_ended(conn, fire_id, outcome, error=error, now=now)
 
     def disable(
         self, schedule_id: str, reason: str, *, error: dict[str, Any] | None = None
@@ -410,11 +435,30 @@ def _session_id(conn: Connection, ref: str) -> str:
     return str(row[0])
 
 
+class FireTaken(Exception):
+    """The fire already has its job (a slow first attempt and the sweep's retry
+    raced). Internal: the admission rolls back, and the second job never exists."""
+
+
 def fire_admitted(conn: Connection, fire_id: str, session_id: str, job_id: str) -> None:
-    """Record, in the admission's transaction, the session and job a fire admitted."""
-    conn.execute(
-        update(FIRES).where(FIRES.c.id == fire_id).values(session_id=session_id, job_id=job_id)
-    )
+    """Record, in the admission's transaction, the session and job a fire admitted.
+
+    A compare-and-set on a fire that has no job yet: of two admissions of one
+    fire (its first attempt, and the reconciler's retry of a fire whose
+    process died after its claim), one commits; the other raises
+    :class:`FireTaken` and rolls back.
+    """
+    done = conn.execute(
+        update(FIRES)
+        .where(
+            FIRES.c.id == fire_id,
+            FIRES.c.job_id.is_(None),
+            FIRES.c.outcome == FireOutcome.ADMITTED.value,
+        )
+        .values(session_id=session_id, job_id=job_id)
+    ).rowcount
+    if not done:
+        raise FireTaken(fire_id)
 
 
 def job_ended(

@@ -1,4 +1,4 @@
-"""Schedule tools: an agent's own schedules (docs/schedules.md#tools).
+"""Schedule tools: an agent's own schedules (docs/schedules.md#interfaces).
 
 ``schedule_add``, ``schedule_once``, ``schedule_update``, ``schedule_remove``
 and ``schedule_list`` act for the calling turn's agent: its schedules are

@@ -104,3 +104,35 @@ def test_a_slot_is_claimed_once_and_policies_are_kept(stack: Stack) -> None:
     assert not book.get(skip.id).enabled
     assert "archived" in (book.get(skip.id).disabled_reason or "")
     assert EntryType.DIRECTIVE not in {e.type for e in client.sessions.entries(s.id)}
+
+
+def test_a_fire_that_died_after_its_claim_is_admitted_once_by_the_reconciler(
+    stack: Stack,
+) -> None:
+    from chaz.reconcile import Reconciler
+
+    client = stack.client
+    svc = client.services
+    book = svc.store.schedules
+    client.agents.put(chaz.AgentSpec(id="bot", script=[{"steps": [{"say": "ok"}]}]))
+    s = client.sessions.create("bot")
+    every = book.add(
+        "bot",
+        {"kind": "interval", "interval_seconds": 60, "prompt": "tick", "session_id": s.id},
+    )
+    # The fire task claimed the slot, then its worker died: no job.
+    claimed = book.claim(every.id, SLOT)
+    assert claimed is not None and claimed.job_id is None
+    assert schedules.fire(svc, every.id, SLOT).outcome == "unclaimed"  # a redelivery: nothing
+    report = Reconciler(svc, grace_seconds=0).run()
+    assert report.fires == 1
+    fire = next(f for f in book.fires(every.id) if f.slot == SLOT)
+    assert fire.job_id is not None and fire.session_id == s.id
+    job = client.jobs.get(fire.job_id)
+    assert job.input == "tick" and job.fire_id == fire.id
+    # Once: a second pass (or a slow first attempt racing it) admits nothing more.
+    assert Reconciler(svc, grace_seconds=0).run().fires == 0
+    schedules._fire_pinned(svc, book.get(every.id), claimed)  # the slow first attempt
+    assert [j.id for j in client.sessions.queue(s.id)] == [job.id]
+    again = next(f for f in book.fires(every.id) if f.slot == SLOT)
+    assert (again.job_id, again.outcome) == (job.id, FireOutcome.ADMITTED)

@@ -17,6 +17,7 @@ happening twice.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -35,7 +36,7 @@ from chaz.domain.deliveries import (
 from chaz.domain.entries import Entry, EntryType, NewEntry
 from chaz.domain.jobs import Job
 from chaz.domain.sessions import Origin, Session
-from chaz.errors import ChazError, QuotaError, SelfDelivery, SessionArchived
+from chaz.errors import ChazError, QueueFull, QuotaError, SelfDelivery, SessionArchived
 from chaz.ids import utcnow
 from chaz.services import Services
 from chaz.store import deliveries as dl
@@ -231,7 +232,9 @@ def settle(services: Services, job: Job) -> None:
         return
     found = services.store.deliveries.by_key(f"followup:{job.id}")
     if found is not None and found.state is DeliveryState.ACCEPTED:
-        admit_accepted(services, found)
+        with contextlib.suppress(QueueFull):
+            # The caller's queue is full for now: the sweep admits it later.
+            admit_accepted(services, found)
 
 
 def drain(services: Services, session_id: str) -> int:
@@ -253,7 +256,13 @@ def drain(services: Services, session_id: str) -> int:
             if services.store.deliveries.has_inbox(session_id):
                 continue
             return admitted
-        if admit_accepted(services, waiting[0]) is not None:
+        try:
+            job = admit_accepted(services, waiting[0])
+        except QueueFull:
+            # The target's queue is full for now: the rest wait, flag and
+            # all, for the next turn's end (or the reconciler's sweep).
+            return admitted
+        if job is not None:
             admitted += 1
 
 
@@ -262,8 +271,11 @@ def admit_accepted(services: Services, delivery: Delivery) -> Job | None:
 
     The target's archive state is checked again with its row locked: an
     archived target refuses the delivery (``refused``, and its sender is
-    told). A quota refusal fails it the same way (``failed``). None when it
-    was not admitted (refused, failed, or admitted by someone else first).
+    told); a spent cumulative allowance fails it the same way (``failed``).
+    A full queue (:class:`~chaz.errors.QueueFull`, retryable) is raised and
+    leaves the delivery ``accepted``, to be admitted when the queue has room.
+    None when it was not admitted (refused, failed, or admitted by someone
+    else first).
     """
     draft = _delivered_entry(delivery)
     if delivery.kind is DeliveryKind.FOLLOWUP:
@@ -292,6 +304,8 @@ def admit_accepted(services: Services, delivery: Delivery) -> Job | None:
         done = admission.transact(services, delivery.target_session_id, insert, replay)
     except DeliveryGone:
         return None
+    except QueueFull:
+        raise
     except (SessionArchived, QuotaError) as exc:
         _close(services, delivery, exc)
         return None
@@ -345,8 +359,9 @@ def sweep(services: Services, grace: timedelta) -> SweepReport:
     idle_targets: set[str] = set()
     for delivery in services.store.deliveries.stranded(utcnow() - grace):
         if delivery.kind is DeliveryKind.FOLLOWUP:
-            if admit_accepted(services, delivery) is not None:
-                report.followups += 1
+            with contextlib.suppress(QueueFull):
+                if admit_accepted(services, delivery) is not None:
+                    report.followups += 1
         elif services.store.head_job(delivery.target_session_id) is None:
             idle_targets.add(delivery.target_session_id)
     for session_id in idle_targets:

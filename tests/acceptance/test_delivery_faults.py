@@ -267,3 +267,62 @@ def test_a_lost_inbox_flag_delays_messages_and_the_reconciler_delivers_them(
     # The database still holds them: the reconciler's sweep drains the idle target.
     stack.wait_for(lambda: delivered() == ["m0", "m1"], WAIT, "the sweep to drain the inbox")
     stack.wait_for(lambda: len(_followups(stack, sender.id)) == 2, WAIT, "two follow-ups")
+
+
+def test_an_inbox_message_waits_out_a_full_queue_instead_of_failing(stack: Stack) -> None:
+    stack.workers(1, concurrency=2, queues="chaz.turns")
+    _agent(
+        stack,
+        "target",
+        [
+            {"match": "^hold", "steps": [{"wait": "hold", "timeout": 120}, {"say": "held"}]},
+            {"match": "^queued", "steps": [{"wait": "queued", "timeout": 120}, {"say": "q"}]},
+            {"steps": [{"say": "got it"}]},
+        ],
+    )
+    _agent(
+        stack,
+        "sender",
+        [
+            {
+                "match": "^send",
+                "steps": [
+                    {"call": "send_message", "args": {"to": "the-target", "message": "hi"}},
+                    {"say": "{last_result}"},
+                ],
+            },
+            {"match": "finished|failed", "steps": [{"say": "ok"}]},
+        ],
+        "send_message",
+    )
+    client = stack.client
+    target = client.sessions.create(
+        "target", name="the-target", limits={"max_queued_per_session": 1}
+    )
+    sender = client.sessions.create("sender")
+    held = client.sessions.post(target.id, "hold", sender="user:tester")
+    stack.wait_for(
+        lambda: client.jobs.get(held.job_id or "").status is chaz.JobStatus.RUNNING,
+        WAIT,
+        "the held turn",
+    )
+    queued = client.sessions.post(target.id, "queued", sender="user:tester")  # queue: full
+    posted = client.sessions.post(sender.id, "send", sender="user:tester")
+    reply = client.sessions.wait_for_reply(sender.id, after=posted.seq, timeout=WAIT)
+    delivery_id = json.loads(reply.content)["delivery_id"]
+    # The held turn ends while the queued job still fills the queue: the
+    # message cannot be admitted yet, and it is not failed for that.
+    stack.open_gate("hold")
+    stack.wait_for(
+        lambda: client.jobs.get(queued.job_id or "").status is chaz.JobStatus.RUNNING,
+        WAIT,
+        "the queued job to start",
+    )
+    assert client.deliveries.get(delivery_id).state is DeliveryState.ACCEPTED
+    stack.open_gate("queued")
+    stack.wait_for(
+        lambda: client.deliveries.get(delivery_id).state is DeliveryState.DONE,
+        WAIT,
+        "the message to be admitted and answered",
+    )
+    assert not [e for e in client.sessions.entries(sender.id) if e.type is EntryType.NOTICE]

@@ -570,6 +570,8 @@ def cmd_sessions_show(ctx: Context) -> int:
         ("entries", session.last_seq),
         ("created", session.created_at),
     ]
+    if session.members is not None:
+        details.append(("room members", ", ".join(session.members) or "(none yet)"))
     if session.forked_from:
         details.append(("forked from", session.forked_from))
     if session.archived_at is not None:

@@ -125,6 +125,12 @@ class SessionNotFound(NotFound):
     code = "session.not_found"
 
 
+class ApprovalNotFound(NotFound):
+    """No approval request has that id (or the caller may not see it)."""
+
+    code = "approval.not_found"
+
+
 class JobNotFound(NotFound):
     """No job (execution) has that id."""
 
@@ -135,6 +141,12 @@ class Conflict(ChazError):
     """The request conflicts with the current state (a stale version, a taken name)."""
 
     code = "conflict"
+
+
+class ApprovalClosed(Conflict):
+    """The approval request was already decided or expired; the decision changed nothing."""
+
+    code = "approval.closed"
 
 
 class VersionConflict(Conflict):

@@ -143,12 +143,6 @@ class Conflict(ChazError):
     code = "conflict"
 
 
-class ApprovalClosed(Conflict):
-    """The approval request was already decided or expired; the decision changed nothing."""
-
-    code = "approval.closed"
-
-
 class VersionConflict(Conflict):
     """``expected_version`` did not match the job's current version."""
 

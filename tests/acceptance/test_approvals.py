@@ -7,12 +7,14 @@ worker, and resumes on a new one after the decision, the tool called once.
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 
 import chaz
 from chaz.domain.approvals import Approval, ApprovalState
 from chaz.domain.entries import EntryType
+from tests.acceptance.test_cli import chaz_cli, cli_env, ok
 from tests.support.stack import Stack
 
 ECHO_AFTER = [
@@ -136,7 +138,15 @@ def test_denied_expired_and_cancelled_requests(stack: Stack) -> None:
     s = client.sessions.create(agent_id="careful")
     posted = client.sessions.post(s.id, "drop tables", sender="user:alice")
     request = _waiting(stack, posted.job_id or "")
-    assert client.approvals.decide(request.request_id, "deny").effective
+    env = cli_env(settings=stack.settings)
+    listed = json.loads(ok(chaz_cli("approvals", "ls", "--json", env=env)))
+    assert [(r["request_id"], r["arguments"]) for r in listed] == [
+        (request.request_id, {"text": "drop tables"})
+    ]
+    decided = json.loads(
+        ok(chaz_cli("approvals", "decide", request.request_id, "deny", "--json", env=env))
+    )
+    assert decided["effective"] and decided["state"] == "denied"
     reply = client.sessions.wait_for_reply(s.id, after=posted.seq, timeout=30)
     assert reply.type is EntryType.MESSAGE and "approval.denied" in reply.content
     assert "denied by a person" in reply.content

@@ -448,7 +448,12 @@ class Sessions:
         session = self._svc.store.get_session(check_ref("session", session_id))
         return self._svc.store.list_jobs(
             session_id=session.id,
-            statuses=[JobStatus.RUNNING, JobStatus.STOPPING, JobStatus.QUEUED],
+            statuses=[
+                JobStatus.RUNNING,
+                JobStatus.STOPPING,
+                JobStatus.WAITING_APPROVAL,
+                JobStatus.QUEUED,
+            ],
         )
 
 

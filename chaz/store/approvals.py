@@ -168,6 +168,7 @@ class ApprovalStore:
             if row is None:
                 raise ApprovalNotFound(f"no approval request {request_id!r}", request_id=request_id)
             current = as_approval(row)
+            asked = target
             if target is not ApprovalState.CANCELLED and current.expires_at <= now:
                 target = ApprovalState.EXPIRED
                 by = "system:timeout"
@@ -186,11 +187,18 @@ class ApprovalStore:
                 if won and target is not ApprovalState.CANCELLED
                 else None
             )
+            final = as_approval(
+                conn.execute(select(ApprovalRow).where(ApprovalRow.request_id == request_id))
+                .mappings()
+                .one()
+            )
             entry: Entry | None = None
             if draft is not None:
                 meta = dict(draft.metadata or {})
-                meta["effective"] = won
-                meta["state"] = target.value if won else current.state.value
+                # A late decision that closed the request as expired did not
+                # take effect itself: its entry says so.
+                meta["effective"] = won and target is asked
+                meta["state"] = final.state.value
                 draft = NewEntry(
                     draft.type, draft.sender, draft.content, meta, job_id=current.job_id
                 )
@@ -202,12 +210,7 @@ class ApprovalStore:
                     job_fields=None,
                 )
                 entry = as_entry(values)
-            final = (
-                conn.execute(select(ApprovalRow).where(ApprovalRow.request_id == request_id))
-                .mappings()
-                .one()
-            )
-        return Closed(as_approval(final), won, job, entry)
+        return Closed(final, won, job, entry)
 
     def cancel_for_job(self, job_id: str) -> None:
         """Close the job's pending requests ``cancelled`` (its job was cancelled)."""

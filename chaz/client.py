@@ -20,8 +20,10 @@ import sqlalchemy.exc
 from pydantic import BaseModel, ConfigDict
 
 from chaz import admission, branches, event_log
+from chaz import approvals as approval_cases
 from chaz.control import cancel, job_output, wait_terminal
 from chaz.domain.agents import AgentSpec, Limits
+from chaz.domain.approvals import Approval
 from chaz.domain.deliveries import Delivery
 from chaz.domain.entries import Entry, EntryType, KeyScope, agent_sender, parse_sender
 from chaz.domain.events import Event
@@ -110,6 +112,7 @@ class Client:
         self.deliveries = Deliveries(self.services)
         self.events = Events(self.services)
         self.schedules = Schedules(self.services)
+        self.approvals = Approvals(self.services)
 
     def close(self) -> None:
         """Release connections."""
@@ -445,7 +448,12 @@ class Sessions:
         session = self._svc.store.get_session(check_ref("session", session_id))
         return self._svc.store.list_jobs(
             session_id=session.id,
-            statuses=[JobStatus.RUNNING, JobStatus.STOPPING, JobStatus.QUEUED],
+            statuses=[
+                JobStatus.RUNNING,
+                JobStatus.STOPPING,
+                JobStatus.WAITING_APPROVAL,
+                JobStatus.QUEUED,
+            ],
         )
 
 
@@ -663,6 +671,30 @@ class Schedules:
         sid = check_ref("schedule", schedule_id)
         self._svc.store.schedules.get(sid)
         return self._svc.store.schedules.fires(sid, limit=check_limit("limit", limit))
+
+
+@_translating
+class Approvals:
+    """Tool calls waiting for a person's decision (docs/approvals.md)."""
+
+    def __init__(self, services: Services) -> None:
+        self._svc = services
+
+    def decide(
+        self, request_id: str, decision: str, *, by: str = approval_cases.DEFAULT_DECIDER
+    ) -> approval_cases.Decided:
+        """``approve`` or ``deny`` a request: the first decision takes effect and
+        resumes the turn; a later one (or one after the timeout) is recorded
+        and changes nothing (``effective`` False)."""
+        return approval_cases.decide(self._svc, request_id, decision, by=by)
+
+    def pending(self, session_id: str | None = None) -> builtins.list[Approval]:
+        """Requests waiting for a decision (of one session), oldest first."""
+        return approval_cases.pending(self._svc, session_id)
+
+    def get(self, request_id: str) -> Approval:
+        """One request, or ``approval.not_found``."""
+        return approval_cases.get(self._svc, request_id)
 
 
 def _iterating(items: Iterator[R]) -> Iterator[R]:

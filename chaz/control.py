@@ -134,12 +134,18 @@ def _cancel_one(
     store = services.store
     for _ in range(5):
         try:
-            if job.status is JobStatus.QUEUED:
+            if job.status in (JobStatus.QUEUED, JobStatus.WAITING_APPROVAL):
+                # Neither has a running turn to stop: it ends here, at once.
                 done = store.transition(
                     job.id, JobStatus.CANCELLED, expected_version=expected_version or job.version
                 )
-                services.quotas.dequeued(job.session_id)
-                _note(services, done, reason)
+                if job.status is JobStatus.WAITING_APPROVAL:
+                    store.approvals.cancel_for_job(job.id)
+                elif job.attempts == 0:
+                    # Only a job that never started still counts in the queue
+                    # (one queued again by an approval decision left it).
+                    services.quotas.dequeued(job.session_id)
+                _note(services, done, reason, waiting=job.status is JobStatus.WAITING_APPROVAL)
                 try:
                     deliveries.settle(services, done)
                 except Exception:
@@ -165,13 +171,15 @@ def _cancel_one(
     raise VersionConflict(f"job {job.id} kept changing; try again", job_id=job.id)
 
 
-def _note(services: Services, job: Job, reason: str) -> None:
-    """Leave an explicit outcome in the session for a job withdrawn before it ran."""
+def _note(services: Services, job: Job, reason: str, *, waiting: bool = False) -> None:
+    """Leave an explicit outcome in the session for a job withdrawn before it
+    ran (or while it ``waiting`` for approval)."""
     session = services.store.get_session(job.session_id)
+    when = "while it waited for approval" if waiting else "before it ran"
     note = NewEntry(
         EntryType.ERROR,
-        f"agent:{session.agent_id}",
-        f"job.cancelled: cancelled before it ran{': ' + reason if reason else ''}",
+        f"agent:{job.member_agent_id or session.agent_id}",
+        f"job.cancelled: cancelled {when}{': ' + reason if reason else ''}",
         metadata={"code": "job.cancelled", "retryable": False},
         idempotency_key=f"job:{job.id}:error",
         job_id=job.id,

@@ -125,6 +125,12 @@ class SessionNotFound(NotFound):
     code = "session.not_found"
 
 
+class ApprovalNotFound(NotFound):
+    """No approval request has that id (or the caller may not see it)."""
+
+    code = "approval.not_found"
+
+
 class JobNotFound(NotFound):
     """No job (execution) has that id."""
 

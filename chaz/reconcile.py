@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from chaz import approvals
 from chaz.deliveries import SweepReport, sweep
 from chaz.domain.jobs import Job, JobStatus
 from chaz.ids import utcnow
@@ -32,6 +33,8 @@ class ReconcileReport:
     deliveries: SweepReport = field(default_factory=SweepReport)
     #: Claimed schedule fires that never got their job, admitted now.
     fires: int = 0
+    #: Approval requests closed ``expired`` by their timeout (docs/approvals.md).
+    approvals_expired: list[str] = field(default_factory=list)
 
 
 class Reconciler:
@@ -57,7 +60,9 @@ class Reconciler:
         held = svc.lanes.held(list(heads))
         now = utcnow()
         for session_id, head in heads.items():
-            if session_id in held:
+            if session_id in held or head.status is JobStatus.WAITING_APPROVAL:
+                # A turn waiting for a person is woken by the decision (or by
+                # its timeout, below), not by a sweep.
                 continue
             if head.status in (JobStatus.RUNNING, JobStatus.STOPPING):
                 report.orphaned.append(head.id)
@@ -65,6 +70,8 @@ class Reconciler:
                 continue
             svc.dispatcher.wake(session_id, head.id)
             report.woken.append(session_id)
+        # Approval requests past their timeout close as denied; their turns resume.
+        report.approvals_expired = approvals.expire_due(svc)
         report.counters_rebuilt = self.rebuild_counters(active)
         for session_id in svc.capacity.prune():
             waiting = svc.store.head_job(session_id)

@@ -19,6 +19,7 @@ import secrets
 import socket
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from chaz import admission, control, deliveries, naming
@@ -26,6 +27,7 @@ from chaz.coord.lanes import Lease
 from chaz.coord.pubsub import publish
 from chaz.coord.signals import TurnEnd
 from chaz.domain import rooms
+from chaz.domain.approvals import REFUSALS, Approval, ApprovalState, request_id
 from chaz.domain.deliveries import Delivered, DeliveryKind, NewBranch, Reply, Sender
 from chaz.domain.entries import Entry, EntryType, NewEntry, agent_sender
 from chaz.domain.jobs import Job, JobStatus
@@ -33,11 +35,12 @@ from chaz.domain.limits import resolve_limits
 from chaz.domain.sessions import Session
 from chaz.errors import Cancelled, ChazError, IllegalTransition, LeaseLost
 from chaz.faults import is_transient
+from chaz.ids import utcnow
 from chaz.runtime.backends import make_backend
-from chaz.runtime.backends.base import TurnContext
+from chaz.runtime.backends.base import ToolCallRequest, TurnContext
 from chaz.runtime.context import build_context
 from chaz.runtime.events import EventSink, RuntimeEvent, ToolCallEvent
-from chaz.runtime.loop import Checkpoint, LoopPorts, run_loop
+from chaz.runtime.loop import RUN, Checkpoint, LoopPorts, Suspend, Verdict, run_loop
 from chaz.runtime.registry import ToolContext, ToolRegistry
 from chaz.services import Services
 from chaz.store.repo import Appended, Fence, Finish, JobFields, TurnSetup
@@ -65,7 +68,8 @@ KEEP_LANE_SECONDS = 0.5
 @dataclass(frozen=True)
 class WakeOutcome:
     """What a wake-up did: ``ran`` jobs, found the lane ``busy``, the session
-    ``idle``, or its head job ``waiting`` for tree capacity."""
+    ``idle``, its head job ``waiting`` for tree capacity, or its head job
+    waiting for a person's decision (``approval``)."""
 
     status: str
     job_id: str | None = None
@@ -87,6 +91,9 @@ class _Ran:
     finished: bool
     #: Its last entry, committed and not yet published.
     last: Entry | None = None
+    #: The turn suspended for approval (docs/approvals.md): the job is not
+    #: finished, but its lane and live slot are given back.
+    suspended: bool = False
 
 
 class TurnRunner:
@@ -144,6 +151,12 @@ class TurnRunner:
                 if setup is None:
                     break
                 job = setup.job
+                if job.status is JobStatus.WAITING_APPROVAL:
+                    # Nothing runs until a decision queues it again and wakes
+                    # the session; later jobs wait behind it.
+                    look = False
+                    outcome = WakeOutcome("approval", job.id, outcome.ran)
+                    break
                 if job.delivery_id and setup.session.archived and job.status is JobStatus.QUEUED:
                     # A delivery accepted before the archive: it never starts.
                     refuse_archived(svc, job, setup.session)
@@ -168,6 +181,8 @@ class TurnRunner:
                 )
                 if ran.finished:
                     after_job(svc, job, inbox=end.inbox, session=setup.session)
+                if ran.suspended:
+                    look = False  # the head now waits for a decision, which wakes it
                 if end.kept:
                     continue  # more jobs wait and the lane is still ours
                 held = False
@@ -218,7 +233,7 @@ class TurnRunner:
         # It left the queue on its first start (a resumed turn left it then).
         cancel_requested = svc.signals.started(job, ack, dequeued=job.attempts == 1)
         turn = Turn(self, job, Fence(job.id, token), setup, cancel_requested)
-        if job.attempts > MAX_ATTEMPTS:
+        if job.attempts > MAX_ATTEMPTS and not _resumed_by_decisions(svc, job):
             last = turn.fail(
                 JobStatus.INTERRUPTED,
                 ChazError(f"the turn was interrupted {MAX_ATTEMPTS} times; giving up"),
@@ -229,13 +244,21 @@ class TurnRunner:
             turn.announce_resume()
         turn.heartbeat = svc.lease_keeper.hold(job.session_id, token)
         try:
-            return _Ran(True, turn.run())
+            last = turn.run()
+            return _Ran(not turn.suspended, last, suspended=turn.suspended)
         except LeaseLost:
             # Another worker took this job over; it owns the session now.
             log.warning("lost the lease of job %s; leaving it to its new holder", job.id)
             return _Ran(finished=False)
         finally:
             svc.lease_keeper.drop(turn.heartbeat)
+
+
+def _resumed_by_decisions(services: Services, job: Job) -> bool:
+    """Whether the job's attempts past the limit are resumes after approval
+    decisions (docs/approvals.md), which are not failed attempts."""
+    cp = Checkpoint.from_json(services.store.checkpoint(job.id))
+    return job.attempts - cp.suspensions <= MAX_ATTEMPTS
 
 
 def hand_off(
@@ -256,7 +279,7 @@ def hand_off(
         token,
         ran.last,
         finished=ran.finished,
-        free_slot=ran.finished and not lend_slot,
+        free_slot=(ran.finished or ran.suspended) and not lend_slot,
         keep_if_queued=keep_if_queued,
     )
     if end.woken and end.woken != session_id:
@@ -343,6 +366,8 @@ class Turn:
         self.agent_id = job.member_agent_id or setup.session.agent_id
         #: The sender of everything the turn writes.
         self.me = agent_sender(self.agent_id)
+        #: Set when the turn suspended for approval instead of ending.
+        self.suspended = False
 
     def run(self) -> Entry | None:
         """The turn itself; its last entry (reply or Error), committed with the job's end."""
@@ -353,6 +378,9 @@ class Turn:
         except LeaseLost:
             _close_quietly(sink)
             raise
+        except Suspend as held:
+            sink.close()  # its ToolCall/ToolResult entries so far come first
+            return self.suspend(held.call)
         except Cancelled as exc:
             _close_quietly(sink)
             return self.fail(JobStatus.CANCELLED, exc)
@@ -408,11 +436,66 @@ class Turn:
             sink=sink,
             save=lambda cp: svc.store.save_checkpoint(self.fence, cp.to_json()),
             stop_check=_StopCheck(svc, job.id, self.heartbeat, self.cancel_requested),
+            approve=self.approve,
         )
         max_steps = min(
             limits.max_turn_steps or svc.settings.max_turn_steps, svc.settings.max_turn_steps
         )
         return run_loop(ports, context, turn, tool_ctx, max_steps, resume)
+
+    # -- approvals (docs/approvals.md) ----------------------------------------
+
+    def approve(self, call: ToolCallRequest) -> Verdict:
+        """The loop's approval gate: run a call its policy does not hold; for
+        one it holds, the decision if there is one, else :class:`Suspend`."""
+        policy = self.setup.agent.tool_policies.get(call.name)
+        if policy is None or policy.approval == "never":
+            return RUN
+        found = self.services.store.approvals.find(request_id(self.job.id, call.id))
+        if found is None or found.state is ApprovalState.PENDING:
+            raise Suspend(call)
+        if found.state is ApprovalState.APPROVED:
+            return RUN
+        code, message = REFUSALS[found.state]
+        return Verdict(False, json.dumps({"error": {"code": code, "message": message}}))
+
+    def suspend(self, call: ToolCallRequest) -> Entry | None:
+        """Park the turn on ``call``'s approval request: the request and its
+        ApprovalRequest entry are written and the job waits, holding nothing.
+        A cancel requested meanwhile ends the turn cancelled instead."""
+        job = self.job
+        policy = self.setup.agent.tool_policies[call.name]
+        now = utcnow()
+        approval = Approval(
+            request_id=request_id(job.id, call.id),
+            job_id=job.id,
+            session_id=job.session_id,
+            tool=call.name,
+            call_id=call.id,
+            arguments=policy.shown(call.arguments),
+            state=ApprovalState.PENDING,
+            created_at=now,
+            expires_at=now + timedelta(seconds=policy.timeout),
+        )
+        draft = NewEntry(
+            EntryType.APPROVAL_REQUEST,
+            self.me,
+            json.dumps({"tool": call.name, "arguments": approval.arguments}),
+            metadata={
+                "request_id": approval.request_id,
+                "tool": call.name,
+                "call_id": call.id,
+                "expires_at": approval.expires_at.isoformat(),
+            },
+            idempotency_key=f"approval:{approval.request_id}:request",
+            job_id=job.id,
+        )
+        try:
+            _, entry = self.services.store.approvals.suspend(self.fence, approval, draft)
+        except IllegalTransition:
+            return self.fail(JobStatus.CANCELLED, Cancelled("the job was cancelled"))
+        self.suspended = True
+        return entry
 
     # -- rooms (docs/rooms.md) ------------------------------------------------
 

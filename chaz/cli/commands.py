@@ -583,7 +583,7 @@ def cmd_sessions_show(ctx: Context) -> int:
     for entry in entries:
         out.entry(entry)
     out.line("")
-    running = sum(1 for j in queue if j.status is not JobStatus.QUEUED)
+    running = sum(1 for j in queue if j.status in (JobStatus.RUNNING, JobStatus.STOPPING))
     waiting = len(queue) - running
     out.line(f"queue ({running} running, {waiting} waiting)", "bold underline")
     if queue:

@@ -45,6 +45,7 @@ JOB_STATUSES = (
     "queued",
     "running",
     "stopping",
+    "waiting_approval",
     "succeeded",
     "failed",
     "cancelled",
@@ -351,6 +352,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = add(schedules_sub, "fires", sched("fires"), "a schedule's ledger, newest slot first")
     p.add_argument("schedule", metavar="SCHEDULE", help="schedule id")
     p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+
+    # -- approvals (docs/approvals.md) ------------------------------------------
+    def appr(name: str) -> Callable[[Context], int]:
+        return _command(f"cmd_approvals_{name}", "chaz.cli.approvals")
+
+    approvals_sub = group("approvals", "tool calls waiting for a decision: list, decide")
+    p = add(approvals_sub, "ls", appr("ls"), "requests waiting for a decision, oldest first")
+    p.add_argument("--session", help="only this session's requests")
+    p = add(approvals_sub, "decide", appr("decide"), "approve or deny a request")
+    p.add_argument("request", metavar="ID", help="request id")
+    p.add_argument("decision", choices=["approve", "deny"], help="the decision")
+    p.add_argument("--by", default="user:operator", help="who decides (default user:operator)")
 
     jobs_sub = group("jobs", "jobs (admitted turns): list, inspect, read, cancel")
     p = add(jobs_sub, "ls", _command("cmd_jobs_ls"), "list jobs, oldest first")

@@ -110,5 +110,6 @@ class TreeCapacity:
 
 
 def _holding(jobs: Iterable[Job]) -> list[Job]:
-    # Unfinished and not queued (running or stopping): the jobs that hold a slot.
-    return [j for j in jobs if j.status is not JobStatus.QUEUED]
+    # Running or stopping: the jobs that hold a slot (a queued job has none
+    # yet; one waiting for approval gave its slot back when it suspended).
+    return [j for j in jobs if j.status in (JobStatus.RUNNING, JobStatus.STOPPING)]

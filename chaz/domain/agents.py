@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from chaz.domain.approvals import ToolPolicy
 from chaz.domain.script import parse_script
 from chaz.domain.validation import (
     AGENT_ID,
@@ -77,7 +78,7 @@ def _tighter(name: str, a: int | None, b: int | None) -> int | None:
 
 
 class AgentSpec(CheckedModel):
-    """A saved agent: model backend, system prompt, tools and limits.
+    """A saved agent: model backend, system prompt, tools, limits and tool policies.
 
     ``model`` is ``"scripted"`` (see :mod:`chaz.runtime.backends.scripted`) or
     ``"openai"`` / ``"openai:MODEL_NAME"`` for any OpenAI-compatible server.
@@ -97,6 +98,10 @@ class AgentSpec(CheckedModel):
     limits: Limits = Field(default_factory=Limits)
     options: SafeJson = Field(
         default_factory=dict, description="Backend options (base_url, temperature, ...)."
+    )
+    tool_policies: dict[ToolName, ToolPolicy] = Field(
+        default_factory=dict,
+        description="Per tool: whether its calls wait for approval (docs/approvals.md).",
     )
 
     @field_validator("id")

@@ -21,6 +21,9 @@ class JobStatus(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
     STOPPING = "stopping"
+    #: Suspended on a tool call that waits for a person's decision
+    #: (docs/approvals.md): it holds no worker, lane or live slot.
+    WAITING_APPROVAL = "waiting_approval"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -35,7 +38,9 @@ class JobStatus(StrEnum):
 TERMINAL = frozenset(
     {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.INTERRUPTED}
 )
-ACTIVE = frozenset({JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.STOPPING})
+ACTIVE = frozenset(
+    {JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.STOPPING, JobStatus.WAITING_APPROVAL}
+)
 
 _ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED}),
@@ -45,8 +50,11 @@ _ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
             JobStatus.FAILED,
             JobStatus.STOPPING,
             JobStatus.INTERRUPTED,
+            JobStatus.WAITING_APPROVAL,
         }
     ),
+    # A decision (or its timeout) queues the turn again; a cancel ends it at once.
+    JobStatus.WAITING_APPROVAL: frozenset({JobStatus.QUEUED, JobStatus.CANCELLED}),
     JobStatus.STOPPING: frozenset(
         {JobStatus.CANCELLED, JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.INTERRUPTED}
     ),

@@ -1,10 +1,15 @@
 """The ReAct loop: ask the model, run the tools it asks for, repeat until it answers.
 
 The loop is pure orchestration over three ports: a model backend, a tool
-registry and a set of callbacks (event sink, checkpoint, stop check). It
-checkpoints its transcript after every model step and every tool result, so a
-turn whose worker died resumes without repeating a finished tool call; a call
-that was in flight is reported to the model as interrupted.
+registry and a set of callbacks (event sink, checkpoint, stop check, approval
+gate). It checkpoints its transcript after every model step and every tool
+result, so a turn whose worker died resumes without repeating a finished tool
+call; a call that was in flight is reported to the model as interrupted.
+
+A call that waits for a person's decision (docs/approvals.md) suspends the
+turn: the gate raises :class:`Suspend`, the loop checkpoints the call as
+``awaiting`` and lets it propagate; the turn resumed after the decision
+finds the call still pending and asks the gate again, which now answers.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from chaz.runtime.backends.base import (
     TurnContext,
 )
 from chaz.runtime.events import EventSink, ToolCallEvent, ToolResultEvent
-from chaz.runtime.registry import ToolContext, ToolRegistry
+from chaz.runtime.registry import ToolContext, ToolOutcome, ToolRegistry
 
 INTERRUPTED = (
     "interrupted: the worker running this tool call stopped before it finished; "
@@ -37,6 +42,29 @@ class StepLimitExceeded(ChazError):
     code = "turn.step_limit"
 
 
+class Suspend(Exception):
+    """Raised by the approval gate: this call waits for a person's decision.
+
+    Not a :class:`ChazError`: it ends the wake-up, not the turn.
+    """
+
+    def __init__(self, call: ToolCallRequest) -> None:
+        super().__init__(f"tool call {call.id} waits for approval")
+        self.call = call
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The approval gate's answer for one call: run it, or answer ``output`` (an
+    error result) without running it."""
+
+    run: bool = True
+    output: str = ""
+
+
+RUN = Verdict()
+
+
 @dataclass
 class Checkpoint:
     """A turn's progress: what the turn added to the conversation so far."""
@@ -45,6 +73,12 @@ class Checkpoint:
     pending: list[dict[str, str]] = field(default_factory=list)
     steps: int = 0
     last_result: str | None = None
+    #: The pending call suspended for approval: on resume it is asked again,
+    #: not reported interrupted.
+    awaiting: str | None = None
+    #: How many times the turn suspended for approval (resumes that are not
+    #: failed attempts).
+    suspensions: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-safe form for the database."""
@@ -53,6 +87,8 @@ class Checkpoint:
             "pending": self.pending,
             "steps": self.steps,
             "last_result": self.last_result,
+            "awaiting": self.awaiting,
+            "suspensions": self.suspensions,
         }
 
     @classmethod
@@ -65,6 +101,8 @@ class Checkpoint:
             pending=list(data.get("pending", [])),
             steps=int(data.get("steps", 0)),
             last_result=data.get("last_result"),
+            awaiting=data.get("awaiting"),
+            suspensions=int(data.get("suspensions", 0)),
         )
 
 
@@ -77,6 +115,8 @@ class LoopPorts:
     sink: EventSink
     save: Callable[[Checkpoint], None]
     stop_check: Callable[[], None]
+    #: The approval gate: :data:`RUN`, a refusal, or :class:`Suspend` (None: run all).
+    approve: Callable[[ToolCallRequest], Verdict] | None = None
 
 
 def run_loop(
@@ -90,7 +130,9 @@ def run_loop(
     """Run one turn to its final answer. Raises ChazError subclasses on failure."""
     cp = resume or Checkpoint()
     tools = ports.registry.specs(sorted(tool_ctx.allowed_tools))
-    if cp.pending:
+    if cp.pending and cp.awaiting is not None:
+        _run_calls(ports, cp, tool_ctx)
+    elif cp.pending:
         _settle_interrupted(ports, cp)
     while True:
         ports.stop_check()
@@ -107,15 +149,45 @@ def run_loop(
         cp.transcript.append(_assistant(response.text, response.tool_calls))
         cp.pending = [c.model_dump() for c in response.tool_calls]
         ports.save(cp)
-        for call in response.tool_calls:
-            ports.stop_check()
-            ports.sink.emit(ToolCallEvent(call.id, call.name, call.arguments))
+        _run_calls(ports, cp, tool_ctx)
+
+
+def _run_calls(ports: LoopPorts, cp: Checkpoint, tool_ctx: ToolContext) -> None:
+    """Run the pending calls in order, each past the approval gate first."""
+    for raw in list(cp.pending):
+        call = ToolCallRequest.model_validate(raw)
+        ports.stop_check()
+        verdict = _gate(ports, cp, call)
+        ports.sink.emit(ToolCallEvent(call.id, call.name, call.arguments))
+        if verdict.run:
             outcome = ports.registry.invoke(call, tool_ctx)
-            ports.sink.emit(ToolResultEvent(call.id, call.name, outcome.output, outcome.is_error))
-            cp.transcript.append(_tool_message(call.id, outcome.output))
-            cp.pending = [p for p in cp.pending if p["id"] != call.id]
-            cp.last_result = outcome.output
+        else:
+            outcome = ToolOutcome(verdict.output, is_error=True)
+        ports.sink.emit(ToolResultEvent(call.id, call.name, outcome.output, outcome.is_error))
+        cp.transcript.append(_tool_message(call.id, outcome.output))
+        cp.pending = [p for p in cp.pending if p["id"] != call.id]
+        cp.last_result = outcome.output
+        ports.save(cp)
+
+
+def _gate(ports: LoopPorts, cp: Checkpoint, call: ToolCallRequest) -> Verdict:
+    """Ask the approval gate; on :class:`Suspend`, checkpoint the call as awaiting."""
+    if ports.approve is None:
+        return RUN
+    try:
+        verdict = ports.approve(call)
+    except Suspend:
+        if cp.awaiting != call.id:
+            cp.awaiting = call.id
+            cp.suspensions += 1
             ports.save(cp)
+        raise
+    if cp.awaiting == call.id:
+        # Decided: from here on the call is in flight like any other, so a
+        # worker dying inside it makes it interrupted, never run twice.
+        cp.awaiting = None
+        ports.save(cp)
+    return verdict
 
 
 def _settle_interrupted(ports: LoopPorts, cp: Checkpoint) -> None:

@@ -300,3 +300,25 @@ class ScheduleFireRow(Base):
     error: Mapped[dict[str, Any] | None]
     duration_ms: Mapped[int | None] = mapped_column(Integer)
     usage: Mapped[dict[str, Any] | None]
+
+
+class ApprovalRow(Base):
+    """A tool call waiting for (or closed by) a person's decision (docs/approvals.md)."""
+
+    __tablename__ = "approvals"
+    __table_args__ = (Index("ix_approvals_state_expires", "state", "expires_at"),)
+
+    request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(32), index=True)
+    session_id: Mapped[str] = mapped_column(String(32), index=True)
+    tool: Mapped[str] = mapped_column(String(64))
+    call_id: Mapped[str] = mapped_column(String(255))
+    #: The arguments the policy shows (JSON object).
+    arguments: Mapped[dict[str, Any]]
+    #: pending, approved, denied, expired or cancelled: the first decision's
+    #: compare-and-set on "pending" is the only way out of pending.
+    state: Mapped[str] = mapped_column(String(16))
+    decided_by: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    decided_at: Mapped[datetime | None]

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import (
     Connection,
@@ -80,6 +80,9 @@ from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
 from chaz.store.rows import as_entry, as_job, as_said, as_session, session_row
 from chaz.store.schedules import ScheduleStore
 from chaz.store.todos import TodoStore
+
+if TYPE_CHECKING:
+    from chaz.store.approvals import ApprovalStore
 
 _ACTIVE = [s.value for s in ACTIVE]
 
@@ -390,6 +393,13 @@ class Store(SessionDirectory):
     def close(self) -> None:
         """Release pooled connections."""
         self.engine.dispose()
+
+    @cached_property
+    def approvals(self) -> ApprovalStore:
+        """Tool calls waiting for a person's decision (docs/approvals.md)."""
+        from chaz.store.approvals import ApprovalStore
+
+        return ApprovalStore(self)
 
     @cached_property
     def deliveries(self) -> dl.DeliveryStore:
@@ -1205,7 +1215,14 @@ def _started(conn: Connection, seen: Job, token: str) -> dict[str, Any] | None:
 
 
 def _counts(conn: Connection, session_id: str) -> tuple[int, int]:
-    queued = func.sum(case((st.JOBS.c.status == JobStatus.QUEUED.value, 1), else_=0))
+    # A job queued again after an approval decision left the queue on its
+    # first start (attempts > 0): it is not counted against the queue again.
+    queued = func.sum(
+        case(
+            (and_(st.JOBS.c.status == JobStatus.QUEUED.value, st.JOBS.c.attempts == 0), 1),
+            else_=0,
+        )
+    )
     row = conn.execute(select(queued, func.count()).where(st.JOBS.c.session_id == session_id)).one()
     return int(row[0] or 0), int(row[1])
 

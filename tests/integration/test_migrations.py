@@ -37,6 +37,7 @@ TABLES = {
     "todos",
     "schedules",
     "schedule_fires",
+    "approvals",
     "alembic_version",
 }
 

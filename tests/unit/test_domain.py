@@ -73,6 +73,7 @@ def test_admits_turn_rejects_a_malformed_sender() -> None:
 # -- the job state machine -----------------------------------------------------
 
 Q, R, S = JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.STOPPING
+W = JobStatus.WAITING_APPROVAL
 OK, FAIL, CANC, INTR = (
     JobStatus.SUCCEEDED,
     JobStatus.FAILED,
@@ -91,6 +92,10 @@ ALLOWED: set[tuple[JobStatus, JobStatus]] = {
     (S, OK),
     (S, FAIL),
     (S, INTR),
+    # Approvals (docs/approvals.md): suspend, then a decision or a cancel.
+    (R, W),
+    (W, Q),
+    (W, CANC),
 }
 ILLEGAL = sorted(
     set(itertools.product(JobStatus, JobStatus)) - ALLOWED, key=lambda p: (p[0].value, p[1].value)

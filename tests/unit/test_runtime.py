@@ -37,9 +37,12 @@ from chaz.runtime.events import EventSink, RuntimeEvent, ToolCallEvent, ToolResu
 from chaz.runtime.gates import open_gate
 from chaz.runtime.loop import (
     INTERRUPTED,
+    RUN,
     Checkpoint,
     LoopPorts,
     StepLimitExceeded,
+    Suspend,
+    Verdict,
     run_loop,
 )
 from chaz.runtime.registry import Tool, ToolContext, ToolOutcome, ToolRegistry
@@ -821,3 +824,78 @@ def test_context_roles_depend_on_who_the_agent_is() -> None:
     other = build_context("S", entries, "someone")[1]
     assert other["role"] == "user" and other["name"] == "agent_me"
     assert build_context("S", [], "me") == [{"role": "system", "content": "S"}]
+
+
+# -- the approval gate (docs/approvals.md) ----------------------------------------
+
+
+def _counting_registry(calls: list[int]) -> ToolRegistry:
+    def count(args: _Count, _ctx: ToolContext) -> str:
+        calls.append(args.n)
+        return f"counted {len(calls)}"
+
+    registry = default_registry()
+    registry.register(Tool("count", "Counts its invocations.", _Count, count))
+    return registry
+
+
+def test_a_call_held_for_approval_suspends_then_runs_once_or_is_refused() -> None:
+    script = backend(
+        {
+            "steps": [
+                {"call": "echo", "args": {"text": "free"}},
+                {"call": "count", "args": {"n": 1}},
+                {"say": "after: {last_result}"},
+            ]
+        }
+    )
+    decision: dict[str, Verdict | None] = {"call_1_0": None}
+
+    def gate(call: ToolCallRequest) -> Verdict:
+        if call.name != "count":
+            return RUN
+        found = decision.get(call.id)
+        if found is None:
+            raise Suspend(call)
+        return found
+
+    def attempt(rec: Recorder, resume: Checkpoint | None, calls: list[int]) -> str:
+        p = ports(script, rec, _counting_registry(calls))
+        p.approve = gate
+        try:
+            return run_loop(p, CONTEXT, turn(), ctx({"echo", "count"}), 5, resume=resume)
+        finally:
+            rec.sink.close()
+
+    calls: list[int] = []
+    first = Recorder()
+    with pytest.raises(Suspend):
+        attempt(first, None, calls)
+    saved = first.checkpoints[-1]
+    assert calls == [] and saved["awaiting"] == "call_1_0" and saved["suspensions"] == 1
+    assert [p["id"] for p in saved["pending"]] == ["call_1_0"]
+    # The free call ran; the held one was not even announced.
+    assert kinds(first.events) == [("call", "call_0_0", "echo"), ("result", "call_0_0", "echo")]
+
+    # Still undecided: it suspends again, counted once.
+    again = Recorder()
+    with pytest.raises(Suspend):
+        attempt(again, Checkpoint.from_json(saved), calls)
+    assert calls == [] and not again.checkpoints and not again.events
+
+    # Approved: the call runs once, and the awaiting mark is gone before it runs.
+    decision["call_1_0"] = RUN
+    approved = Recorder()
+    assert attempt(approved, Checkpoint.from_json(saved), calls) == "after: counted 1"
+    assert calls == [1]
+    assert approved.checkpoints[0]["awaiting"] is None
+    assert approved.checkpoints[0]["pending"] == saved["pending"]
+
+    # Denied: the model reads the refusal; the tool never runs.
+    refusal = json.dumps({"error": {"code": "approval.denied", "message": "denied by a person"}})
+    decision["call_1_0"] = Verdict(False, refusal)
+    denied = Recorder()
+    assert attempt(denied, Checkpoint.from_json(saved), calls) == f"after: {refusal}"
+    assert calls == [1]
+    result = denied.events[-1]
+    assert isinstance(result, ToolResultEvent) and result.is_error

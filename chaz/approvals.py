@@ -1,0 +1,126 @@
+"""Durable approvals: decide, list and expire the requests of suspended turns.
+
+A turn whose tool call needs a person's decision suspends (see
+:meth:`chaz.turns.Turn.suspend`): its job waits in ``waiting_approval``
+holding no worker, lane or live slot (DESIGN invariant 10). A decision here
+closes the request (the first wins, by a compare-and-set on its state),
+queues the job again and wakes its session: the turn resumes from its
+checkpoint on any worker. The reconciler closes requests past their timeout
+as ``expired``. See docs/approvals.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+from chaz.coord.pubsub import publish
+from chaz.domain.approvals import DECIDED, Approval, ApprovalState, Decision
+from chaz.domain.entries import EntryType, NewEntry, parse_sender
+from chaz.domain.validation import check_ref, invalid
+from chaz.ids import utcnow
+from chaz.services import Services
+from chaz.store.approvals import Closed
+
+log = logging.getLogger(__name__)
+
+#: Who a decision is recorded under when the caller names nobody.
+DEFAULT_DECIDER = "user:operator"
+
+
+@dataclass(frozen=True)
+class Decided:
+    """A decision's outcome: the request as it now is, and whether this
+    decision is the one that took effect."""
+
+    approval: Approval
+    effective: bool
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-safe form (the CLI prints it)."""
+        return {
+            "request_id": self.approval.request_id,
+            "state": self.approval.state.value,
+            "effective": self.effective,
+            "job_id": self.approval.job_id,
+            "decided_by": self.approval.decided_by,
+        }
+
+
+def decide(
+    services: Services, request_id: str, decision: str, *, by: str = DEFAULT_DECIDER
+) -> Decided:
+    """Decide a request: ``approve`` or ``deny``.
+
+    Every decision is recorded as an ApprovalDecision entry; only the first
+    (while the request is pending and not past its timeout) takes effect. A
+    later one changes nothing and says so (``effective`` False, the request's
+    final state). A decision after the timeout closes the request ``expired``
+    (the turn resumes as denied), if the reconciler has not yet.
+    """
+    request_id = check_ref("request_id", request_id)
+    try:
+        choice = Decision(decision)
+    except ValueError:
+        raise invalid("decision", "decision must be 'approve' or 'deny'") from None
+    parse_sender(by)
+    draft = NewEntry(
+        EntryType.APPROVAL_DECISION,
+        by,
+        choice.value,
+        metadata={"request_id": request_id, "decision": choice.value},
+    )
+    closed = services.store.approvals.close(request_id, DECIDED[choice], by, draft)
+    _after(services, closed)
+    effective = closed.won and closed.approval.state is DECIDED[choice]
+    return Decided(closed.approval, effective)
+
+
+def expire_due(services: Services) -> list[str]:
+    """Close every pending request past its timeout ``expired`` and resume its
+    turn (the model reads the denial); the request ids closed here."""
+    closed_ids: list[str] = []
+    for found in services.store.approvals.due(utcnow()):
+        draft = NewEntry(
+            EntryType.APPROVAL_DECISION,
+            "system:timeout",
+            "expired",
+            metadata={"request_id": found.request_id, "decision": "expired"},
+        )
+        try:
+            closed = services.store.approvals.close(
+                found.request_id, ApprovalState.EXPIRED, "system:timeout", draft
+            )
+        except Exception:
+            log.warning("could not expire approval %s", found.request_id, exc_info=True)
+            continue
+        _after(services, closed)
+        if closed.won:
+            closed_ids.append(found.request_id)
+    return closed_ids
+
+
+def _after(services: Services, closed: Closed) -> None:
+    """Publish the decision entry; wake the session whose job was queued again."""
+    if closed.entry is not None:
+        publish(services.redis, closed.entry)
+    if closed.job is not None:
+        services.dispatcher.wake(closed.job.session_id, closed.job.id)
+
+
+def pending(services: Services, session_id: str | None = None) -> list[Approval]:
+    """Requests waiting for a decision (of one session), oldest first."""
+    if session_id is not None:
+        session_id = check_ref("session_id", session_id)
+    return services.store.approvals.pending(session_id)
+
+
+def get(services: Services, request_id: str) -> Approval:
+    """One request, or ``approval.not_found``."""
+    return services.store.approvals.get(check_ref("request_id", request_id))
+
+
+def shown(approval: Approval) -> str:
+    """The request's shown arguments as compact JSON (for listings)."""
+    return json.dumps(approval.arguments, separators=(",", ":"), sort_keys=True)

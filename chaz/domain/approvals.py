@@ -1,0 +1,115 @@
+"""Tool policies and approval requests (docs/approvals.md).
+
+A tool policy says whether a call of a tool waits for a person's decision,
+how long it may wait, and which of its arguments the person is shown. A call
+that needs approval suspends its turn durably: the request is a row (the
+first decision wins by a compare-and-set on its state) and two entries, the
+``ApprovalRequest`` and one ``ApprovalDecision`` per decision, which admit
+nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from chaz.domain.validation import CheckedModel, ToolName
+
+#: How long a request waits for a decision unless its policy says otherwise.
+DEFAULT_TIMEOUT_SECONDS = 300
+MAX_TIMEOUT_SECONDS = 86_400
+
+
+class ToolPolicy(CheckedModel):
+    """How calls of one tool are approved (an :class:`~chaz.domain.agents.AgentSpec`'s
+    ``tool_policies``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    approval: Literal["never", "always"] = Field(
+        "never", description="'always': every call waits for a person's decision."
+    )
+    timeout: int = Field(
+        DEFAULT_TIMEOUT_SECONDS,
+        ge=1,
+        le=MAX_TIMEOUT_SECONDS,
+        description="Seconds a request waits before it closes as denied.",
+    )
+    show: list[str] | None = Field(
+        None, description="Argument names shown in the request (None: all of them)."
+    )
+
+    def shown(self, arguments: str) -> dict[str, Any]:
+        """The arguments a person is shown: the named ones (all when ``show`` is None).
+
+        Arguments that are not a JSON object are shown as ``{"_raw": text}``
+        (the call will fail its validation anyway once approved).
+        """
+        try:
+            raw = json.loads(arguments or "{}")
+        except (json.JSONDecodeError, RecursionError):
+            raw = None
+        if not isinstance(raw, dict):
+            return {"_raw": arguments}
+        if self.show is None:
+            return raw
+        return {k: v for k, v in raw.items() if k in self.show}
+
+
+class ApprovalState(StrEnum):
+    """Where a request is: ``pending`` until its first decision, its timeout or
+    its job's cancel closes it."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+class Decision(StrEnum):
+    """What a person may decide."""
+
+    APPROVE = "approve"
+    DENY = "deny"
+
+
+#: The state each decision closes a request in.
+DECIDED = {Decision.APPROVE: ApprovalState.APPROVED, Decision.DENY: ApprovalState.DENIED}
+
+#: The code and message the model reads for a call that was not approved.
+REFUSALS: dict[ApprovalState, tuple[str, str]] = {
+    ApprovalState.DENIED: ("approval.denied", "denied by a person"),
+    ApprovalState.EXPIRED: ("approval.expired", "no decision came in time; treated as denied"),
+    ApprovalState.CANCELLED: ("approval.denied", "the request was cancelled"),
+}
+
+
+def request_id(job_id: str, call_id: str) -> str:
+    """The request of one tool call of one job: the same on every attempt, so a
+    resumed turn finds (and never duplicates) its request."""
+    digest = hashlib.sha256(f"{job_id}\n{call_id}".encode()).hexdigest()
+    return f"apr_{digest[:28]}"
+
+
+class Approval(BaseModel):
+    """One approval request and its outcome."""
+
+    model_config = ConfigDict(frozen=True)
+
+    request_id: str
+    job_id: str
+    session_id: str
+    tool: ToolName
+    call_id: str
+    arguments: dict[str, Any]
+    state: ApprovalState
+    decided_by: str | None = None
+    created_at: datetime
+    expires_at: datetime
+    decided_at: datetime | None = None

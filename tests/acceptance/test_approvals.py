@@ -1,0 +1,184 @@
+"""Durable approvals (issue 11 item 5, DESIGN invariant 10: waiting holds nothing).
+
+A tool call whose policy needs approval suspends its turn: the job waits in
+``waiting_approval`` holding no worker thread, survives the SIGKILL of every
+worker, and resumes on a new one after the decision, the tool called once.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+
+import chaz
+from chaz.domain.approvals import Approval, ApprovalState
+from chaz.domain.entries import EntryType
+from tests.acceptance.test_cli import chaz_cli, cli_env, ok
+from tests.support.stack import Stack
+
+ECHO_AFTER = [
+    {"match": "^quick", "steps": [{"echo": True}]},
+    {
+        "steps": [
+            {"call": "echo", "args": {"text": "{input}"}},
+            {"say": "after {last_result}"},
+        ]
+    },
+]
+
+
+def careful(agent_id: str, timeout: int = 300) -> chaz.AgentSpec:
+    return chaz.AgentSpec(
+        id=agent_id,
+        tools=["echo"],
+        script=ECHO_AFTER,
+        tool_policies={"echo": {"approval": "always", "timeout": timeout, "show": ["text"]}},
+    )
+
+
+def _waiting(stack: Stack, job_id: str) -> Approval:
+    """The job's approval request, once its turn has suspended on it."""
+    client = stack.client
+
+    def found() -> Approval | None:
+        if client.jobs.get(job_id).status is not chaz.JobStatus.WAITING_APPROVAL:
+            return None
+        return next((a for a in client.approvals.pending() if a.job_id == job_id), None)
+
+    return stack.wait_for(found, 30, f"job {job_id} waiting for approval")
+
+
+def _for_call(entries: list[chaz.Entry], etype: EntryType, call_id: str) -> list[chaz.Entry]:
+    return [e for e in entries if e.type is etype and e.metadata.get("call_id") == call_id]
+
+
+def test_a_waiting_turn_holds_no_worker_survives_them_all_and_resumes_once(
+    stack: Stack,
+) -> None:
+    client = stack.client
+    client.agents.put(careful("careful"))
+    [worker] = stack.workers(1, concurrency=1, queues="chaz.turns")
+    s = client.sessions.create(agent_id="careful")
+    posted = client.sessions.post(s.id, "launch", sender="user:alice")
+    job_id = posted.job_id or ""
+    request = _waiting(stack, job_id)
+    assert request.tool == "echo" and request.arguments == {"text": "launch"}
+    [asked] = [e for e in client.sessions.entries(s.id) if e.type is EntryType.APPROVAL_REQUEST]
+    assert asked.metadata["request_id"] == request.request_id
+    # Nothing ran the tool yet.
+    assert not _for_call(client.sessions.entries(s.id), EntryType.TOOL_CALL, request.call_id)
+
+    # The worker's only thread is free: another session's turn runs meanwhile.
+    other = client.sessions.create(agent_id="careful")
+    quick = client.sessions.post(other.id, "quick one", sender="user:bob")
+    assert client.sessions.wait_for_reply(other.id, after=quick.seq, timeout=30).content == (
+        "quick one"
+    )
+    # A later message of the waiting session queues behind its head job.
+    later = client.sessions.post(s.id, "quick later", sender="user:alice")
+
+    worker.kill(signal.SIGKILL)
+    assert worker.proc is not None
+    worker.proc.wait(timeout=30)
+    assert client.jobs.get(job_id).status is chaz.JobStatus.WAITING_APPROVAL
+    stack.workers(1, concurrency=1, queues="chaz.turns")
+
+    # 100 people decide at once: exactly one decision takes effect.
+    outcomes: list[bool] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    start = threading.Barrier(100)
+
+    def decide(i: int) -> None:
+        try:
+            start.wait(timeout=30)
+            done = client.approvals.decide(request.request_id, "approve", by=f"user:p{i}")
+            with lock:
+                outcomes.append(done.effective)
+        except BaseException as exc:
+            with lock:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=decide, args=(i,)) for i in range(100)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors[:3]
+    assert sorted(outcomes) == [False] * 99 + [True]
+
+    reply = client.sessions.wait_for_reply(s.id, after=posted.seq, timeout=60)
+    assert reply.type is EntryType.MESSAGE and reply.content == "after launch", reply.content
+    job = client.jobs.get(job_id)
+    assert job.status is chaz.JobStatus.SUCCEEDED and job.attempts == 2
+    entries = client.sessions.entries(s.id)
+    # The tool was called exactly once, after the decision.
+    assert len(_for_call(entries, EntryType.TOOL_CALL, request.call_id)) == 1
+    [result] = _for_call(entries, EntryType.TOOL_RESULT, request.call_id)
+    assert result.content == "launch" and not result.metadata["is_error"]
+    decisions = [e for e in entries if e.type is EntryType.APPROVAL_DECISION]
+    assert len(decisions) == 100
+    assert [d.metadata["effective"] for d in decisions].count(True) == 1
+    assert client.approvals.get(request.request_id).state is ApprovalState.APPROVED
+    # One resume, and the later job ran only after the resumed turn ended.
+    acks = [e.content for e in entries if e.job_id == job_id and e.type is EntryType.ACK]
+    assert acks == ["processing", "resumed: attempt 2"]
+    nxt = client.sessions.wait_for_reply(s.id, after=later.seq, timeout=30)
+    assert nxt.content == "quick later" and nxt.seq > reply.seq
+
+
+def test_denied_expired_and_cancelled_requests(stack: Stack) -> None:
+    client = stack.client
+    client.agents.put(careful("careful"))
+    client.agents.put(careful("hasty", timeout=1))
+    stack.workers(1, concurrency=2, queues="chaz.turns")
+
+    # Denied: the model reads a tool error it can explain; the tool never runs.
+    s = client.sessions.create(agent_id="careful")
+    posted = client.sessions.post(s.id, "drop tables", sender="user:alice")
+    request = _waiting(stack, posted.job_id or "")
+    env = cli_env(settings=stack.settings)
+    listed = json.loads(ok(chaz_cli("approvals", "ls", "--json", env=env)))
+    assert [(r["request_id"], r["arguments"]) for r in listed] == [
+        (request.request_id, {"text": "drop tables"})
+    ]
+    decided = json.loads(
+        ok(chaz_cli("approvals", "decide", request.request_id, "deny", "--json", env=env))
+    )
+    assert decided["effective"] and decided["state"] == "denied"
+    reply = client.sessions.wait_for_reply(s.id, after=posted.seq, timeout=30)
+    assert reply.type is EntryType.MESSAGE and "approval.denied" in reply.content
+    assert "denied by a person" in reply.content
+    [result] = _for_call(client.sessions.entries(s.id), EntryType.TOOL_RESULT, request.call_id)
+    assert result.metadata["is_error"]
+    again = client.approvals.decide(request.request_id, "approve")
+    assert not again.effective and again.approval.state is ApprovalState.DENIED
+
+    # Timed out: the reconciler closes it as denied; a late decision changes nothing.
+    h = client.sessions.create(agent_id="hasty")
+    slow = client.sessions.post(h.id, "too late", sender="user:alice")
+    late = _waiting(stack, slow.job_id or "")
+    stack.housekeeper()
+    reply = client.sessions.wait_for_reply(h.id, after=slow.seq, timeout=60)
+    assert "approval.expired" in reply.content, reply.content
+    after = client.approvals.decide(late.request_id, "approve")
+    assert not after.effective and after.approval.state is ApprovalState.EXPIRED
+    assert client.jobs.get(slow.job_id or "").attempts == 2  # resumed once, not again
+    entries = client.sessions.entries(h.id)
+    assert not [
+        e
+        for e in _for_call(entries, EntryType.TOOL_RESULT, late.call_id)
+        if not e.metadata["is_error"]
+    ]
+
+    # Cancelled while waiting: it ends at once, with no worker involved.
+    c = client.sessions.create(agent_id="careful")
+    held = client.sessions.post(c.id, "hold me", sender="user:alice")
+    pending = _waiting(stack, held.job_id or "")
+    outcome = client.jobs.cancel(held.job_id or "")
+    assert outcome["previous"] == "waiting_approval" and outcome["status"] == "cancelled"
+    assert client.jobs.get(held.job_id or "").status is chaz.JobStatus.CANCELLED
+    gone = client.approvals.decide(pending.request_id, "approve")
+    assert not gone.effective and gone.approval.state is ApprovalState.CANCELLED
+    assert all(a.request_id != pending.request_id for a in client.approvals.pending())

@@ -50,12 +50,24 @@ class Fired:
 
 
 def fire(services: Services, schedule_id: str, slot: datetime) -> Fired:
-    """Fire one slot of a schedule, at most once whoever calls (the ``chaz.fire`` task)."""
+    """Fire one slot of a schedule, at most once whoever calls (the ``chaz.fire`` task).
+
+    The beat claims the slot before it sends the task (:func:`send_due`), so
+    a lost message leaves a claimed fire with no job, which the reconciler
+    admits (:func:`resume_stranded`). Here the claim is taken if nobody took
+    it (a fire sent by hand, or by an older beat), and a claimed fire that
+    has no job yet is admitted: the admission's compare-and-set on the fire
+    keeps one job, whoever gets there first.
+    """
     slot = slot.astimezone(UTC)
     book = services.store.schedules
     claimed = book.claim(schedule_id, slot)
     if claimed is None:
-        return Fired("unclaimed")
+        claimed = book.fire_at(schedule_id, slot)
+        if claimed is None or claimed.job_id is not None:
+            return Fired("unclaimed")
+        if claimed.outcome is not FireOutcome.ADMITTED:
+            return Fired("unclaimed", claimed)  # settled: skipped, refused
     try:
         schedule = book.get(schedule_id)
     except ScheduleNotFound:
@@ -163,9 +175,10 @@ def send_due(
 
     The beat's look at the database (chaz.beat): for each due schedule, the
     slots its missed-run policy fires (:func:`chaz.domain.schedules.plan`).
-    Sent first, moved second: a beat that dies in between sends the slots
-    again on its next look, and the claim keeps one fire of each; of two
-    beats looking at once, both may send, with the same outcome.
+    Each slot is claimed, then sent; the schedule is moved last. Of two
+    beats looking at once, one claims (and sends) each slot. A beat that
+    dies after a claim, or a message the broker loses, leaves a claimed fire
+    with no job: the reconciler admits it (:func:`resume_stranded`).
     """
     now = now or utcnow()
     sent: list[tuple[str, datetime]] = []
@@ -173,6 +186,11 @@ def send_due(
     for schedule in book.due(now):
         p = plan(schedule, now)
         for slot in p.fire:
+            # Claimed before it is sent: a message lost in the broker leaves
+            # a claimed fire with no job, which the reconciler admits; a slot
+            # another beat claimed first is not sent again.
+            if book.claim(schedule.id, slot, now=now) is None:
+                continue
             send(schedule.id, slot)
             sent.append((schedule.id, slot))
         assert schedule.next_slot is not None

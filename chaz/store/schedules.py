@@ -187,6 +187,13 @@ class ScheduleStore:
         with self._store._read() as conn:
             return [as_fire(r) for r in conn.execute(stmt).mappings()]
 
+    def fire_at(self, schedule_id: str, slot: datetime) -> ScheduleFire | None:
+        """The ledger row of one slot, if it was claimed."""
+        stmt = select(FIRES).where(FIRES.c.schedule_id == schedule_id, FIRES.c.slot == slot)
+        with self._store._read() as conn:
+            row = conn.execute(stmt).mappings().first()
+        return as_fire(row) if row is not None else None
+
     # -- the beat's side -------------------------------------------------------
 
     def due(self, now: datetime) -> builtins.list[Schedule]:

@@ -120,10 +120,10 @@ def test_a_fire_that_died_after_its_claim_is_admitted_once_by_the_reconciler(
         "bot",
         {"kind": "interval", "interval_seconds": 60, "prompt": "tick", "session_id": s.id},
     )
-    # The fire task claimed the slot, then its worker died: no job.
+    # The beat claimed the slot, then its chaz.fire message was lost (or the
+    # fire task's worker died after the claim): a claimed fire with no job.
     claimed = book.claim(every.id, SLOT)
     assert claimed is not None and claimed.job_id is None
-    assert schedules.fire(svc, every.id, SLOT).outcome == "unclaimed"  # a redelivery: nothing
     report = Reconciler(svc, grace_seconds=0).run()
     assert report.fires == 1
     fire = next(f for f in book.fires(every.id) if f.slot == SLOT)
@@ -133,6 +133,37 @@ def test_a_fire_that_died_after_its_claim_is_admitted_once_by_the_reconciler(
     # Once: a second pass (or a slow first attempt racing it) admits nothing more.
     assert Reconciler(svc, grace_seconds=0).run().fires == 0
     schedules._fire_pinned(svc, book.get(every.id), claimed)  # the slow first attempt
+    assert schedules.fire(svc, every.id, SLOT).outcome == "unclaimed"  # a late message
     assert [j.id for j in client.sessions.queue(s.id)] == [job.id]
     again = next(f for f in book.fires(every.id) if f.slot == SLOT)
     assert (again.job_id, again.outcome) == (job.id, FireOutcome.ADMITTED)
+
+
+def test_the_beat_claims_before_it_sends_and_the_task_admits_the_claimed_fire(
+    stack: Stack,
+) -> None:
+    client = stack.client
+    svc = client.services
+    book = svc.store.schedules
+    client.agents.put(chaz.AgentSpec(id="bot", script=[{"steps": [{"say": "ok"}]}]))
+    s = client.sessions.create("bot")
+    every = book.add(
+        "bot",
+        {
+            "kind": "interval",
+            "interval_seconds": 60,
+            "prompt": "tick",
+            "session_id": s.id,
+            "run_at": SLOT.isoformat(),
+        },
+    )
+    sent: list[tuple[str, datetime]] = []
+    # Two beats look at the same moment: one claims and sends the slot.
+    assert schedules.send_due(svc, lambda i, t: sent.append((i, t)), SLOT) == [(every.id, SLOT)]
+    assert schedules.send_due(svc, lambda i, t: sent.append((i, t)), SLOT) == []
+    assert book.fire_at(every.id, SLOT) is not None and len(sent) == 1
+    # The task then admits the fire the beat claimed; a redelivery does nothing.
+    first = schedules.fire(svc, every.id, SLOT)
+    assert first.outcome == "admitted" and first.job is not None
+    assert schedules.fire(svc, every.id, SLOT).outcome == "unclaimed"
+    assert [j.id for j in client.sessions.queue(s.id)] == [first.job.id]

@@ -197,6 +197,19 @@ class Unauthorized(ChazError):
     code = "auth.denied"
 
 
+class Unauthenticated(ChazError):
+    """An API key that is unknown, malformed or revoked; nothing was done."""
+
+    code = "auth.unauthenticated"
+
+
+class Forbidden(ChazError):
+    """The caller lacks a grant the action needs, or the target is in another
+    project (docs/security.md); nothing was changed."""
+
+    code = "auth.forbidden"
+
+
 class QuotaError(ChazError):
     """An admission was refused by a resource limit; nothing was written."""
 
@@ -214,6 +227,19 @@ class JobsExhausted(QuotaError):
     """The session's cumulative job allowance is spent; it never refills."""
 
     code = "quota.jobs_exhausted"
+
+
+class ProjectLiveExceeded(QuotaError):
+    """The project already has as many unfinished turns as it may; try later."""
+
+    code = "quota.project_live"
+    retryable = True
+
+
+class ProjectJobsExhausted(QuotaError):
+    """The project has used all the turns it may ever admit."""
+
+    code = "quota.project_jobs"
 
 
 class TodoLimitReached(QuotaError):

@@ -105,6 +105,13 @@ class Job(BaseModel):
     fire_id: str | None = None
     #: In a room, the member the turn runs for (None: the session's agent).
     member_agent_id: str | None = None
+    #: The project it runs in (its session's), who started its chain of
+    #: turns, and the grants that chain carries (None: every grant).
+    project: str = "default"
+    owner: str = "user:local"
+    grants: list[str] | None = None
+    #: Runs under the unattended policy (docs/security.md#unattended).
+    unattended: bool = False
     attempts: int = 0
     result: str | None = None
     error: dict[str, Any] | None = None

@@ -65,6 +65,13 @@ class Session(BaseModel):
     members: list[str] | None = None
     #: A room's burst budget (None: the default).
     burst_budget: int | None = None
+    #: The project it belongs to and the principal that made it (docs/security.md).
+    project: str = "default"
+    owner: str = "user:local"
+    #: Its turns run under the unattended policy.
+    unattended: bool = False
+    #: "default", or "bypass": tools whose policy is ``unless_auto_approved`` run unasked.
+    permission_mode: str = "default"
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -45,6 +45,7 @@ class SessionRow(Base):
     """
 
     __tablename__ = "sessions"
+    __table_args__ = (Index("ix_sessions_project_active", "project", "active_at"),)
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     agent_id: Mapped[str] = mapped_column(ForeignKey("agents.id"))
@@ -78,6 +79,14 @@ class SessionRow(Base):
     burst_budget: Mapped[int | None] = mapped_column(Integer)
     #: Agent messages in a row that woke a member since a person's or a Directive.
     room_burst: Mapped[int] = mapped_column(Integer, default=0)
+    #: The project it belongs to (docs/security.md); nothing crosses projects.
+    project: Mapped[str] = mapped_column(String(64), default="default")
+    #: The principal that made it (``user:NAME``, ``agent:ID``, ``system:NAME``).
+    owner: Mapped[str] = mapped_column(String(160), default="user:local")
+    #: Its turns run unattended: side effects wait for approval (docs/security.md).
+    unattended: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: "default" or "bypass" (``unless_auto_approved`` tools run without asking).
+    permission_mode: Mapped[str] = mapped_column(String(16), default="default")
 
 
 class EntryRow(Base):
@@ -115,6 +124,7 @@ class JobRow(Base):
         UniqueConstraint("session_id", "ordinal", name="uq_jobs_session_ordinal"),
         Index("ix_jobs_session_status_ordinal", "session_id", "status", "ordinal"),
         Index("ix_jobs_status", "status"),
+        Index("ix_jobs_project_status", "project", "status"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -146,6 +156,14 @@ class JobRow(Base):
     fire_id: Mapped[str | None] = mapped_column(String(32))
     #: In a room, the member the turn runs for (None: the session's agent).
     member_agent_id: Mapped[str | None] = mapped_column(String(64))
+    #: The project it belongs to (docs/security.md); nothing crosses projects.
+    project: Mapped[str] = mapped_column(String(64), default="default")
+    #: Whoever started the chain of turns this one belongs to.
+    owner: Mapped[str] = mapped_column(String(160), default="user:local")
+    #: The starter's grants (sorted names); NULL: every grant.
+    grants: Mapped[list[str] | None] = mapped_column(JSON)
+    #: Runs under the unattended policy (docs/security.md#unattended).
+    unattended: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class CommandRow(Base):
@@ -193,6 +211,10 @@ class DeliveryRow(Base):
     answers_job_id: Mapped[str | None] = mapped_column(String(32))
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
     idempotency_key: Mapped[str] = mapped_column(String(200), unique=True)
+    #: The project it belongs to (docs/security.md); nothing crosses projects.
+    project: Mapped[str] = mapped_column(String(64), default="default")
+    #: The principal that made it (``user:NAME``, ``agent:ID``, ``system:NAME``).
+    owner: Mapped[str] = mapped_column(String(160), default="user:local")
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 
@@ -224,6 +246,8 @@ class ArtifactRow(Base):
     byte_length: Mapped[int] = mapped_column(Integer)
     sha256: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime]
+    #: The project it belongs to (docs/security.md); nothing crosses projects.
+    project: Mapped[str] = mapped_column(String(64), default="default")
 
 
 class TodoRow(Base):
@@ -279,6 +303,14 @@ class ScheduleRow(Base):
     last_slot: Mapped[datetime | None]
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+    #: The project it belongs to (docs/security.md); nothing crosses projects.
+    project: Mapped[str] = mapped_column(String(64), default="default")
+    #: The principal that made it (``user:NAME``, ``agent:ID``, ``system:NAME``).
+    owner: Mapped[str] = mapped_column(String(160), default="user:local")
+    #: The owner's grants when it was added; its fires start turns with them.
+    grants: Mapped[list[str] | None] = mapped_column(JSON)
+    #: Its fires run unattended (docs/security.md#unattended).
+    unattended: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class ScheduleFireRow(Base):
@@ -306,7 +338,10 @@ class ApprovalRow(Base):
     """A tool call waiting for (or closed by) a person's decision (docs/approvals.md)."""
 
     __tablename__ = "approvals"
-    __table_args__ = (Index("ix_approvals_state_expires", "state", "expires_at"),)
+    __table_args__ = (
+        Index("ix_approvals_state_expires", "state", "expires_at"),
+        Index("ix_approvals_project_state", "project", "state"),
+    )
 
     request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     job_id: Mapped[str] = mapped_column(String(32), index=True)
@@ -322,3 +357,38 @@ class ApprovalRow(Base):
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime]
     decided_at: Mapped[datetime | None]
+    #: The project it belongs to (docs/security.md); nothing crosses projects.
+    project: Mapped[str] = mapped_column(String(64), default="default")
+    #: The winning decision ("approve", "deny", "approve_all"); NULL until decided.
+    decision: Mapped[str | None] = mapped_column(String(16))
+
+
+class ProjectRow(Base):
+    """A project's limits (docs/security.md#project-quotas); a project without
+    a row has the settings' defaults."""
+
+    __tablename__ = "projects"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    #: Unfinished (queued or running) turns at once; NULL: the default.
+    max_live: Mapped[int | None] = mapped_column(Integer)
+    #: Turns ever admitted; NULL: the default.
+    max_jobs: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class ApiKeyRow(Base):
+    """An API key: only its SHA-256 is stored (docs/security.md#api-keys)."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    principal: Mapped[str] = mapped_column(String(160))
+    project: Mapped[str] = mapped_column(String(64), index=True)
+    #: Sorted grant names; NULL: every grant.
+    grants: Mapped[list[str] | None] = mapped_column(JSON)
+    label: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]

@@ -53,6 +53,7 @@ from chaz.domain.entries import (
     replay_differences,
 )
 from chaz.domain.jobs import ACTIVE, Job, JobStatus, check_transition, missing_job
+from chaz.domain.principals import DEFAULT_PRINCIPAL, DEFAULT_PROJECT
 from chaz.domain.processing import admits_turn
 from chaz.domain.sessions import NameSource, Origin, Session
 from chaz.domain.validation import check_session_name
@@ -100,6 +101,12 @@ class JobFields:
     delivery_id: str | None = None
     #: In a room, the member whose turn it is (docs/rooms.md).
     member_agent_id: str | None = None
+    #: Who started the chain of turns, and the grants it carries (sorted
+    #: names; None: every grant). Grants only narrow down a chain.
+    owner: str = DEFAULT_PRINCIPAL
+    grants: list[str] | None = None
+    #: Run under the unattended policy (also when the session is unattended).
+    unattended: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,12 @@ class NewSession:
     #: A room's members (saved agents, checked here) and burst budget (docs/rooms.md).
     members: list[str] | None = None
     burst_budget: int | None = None
+    #: The project it belongs to and the principal that made it.
+    project: str = DEFAULT_PROJECT
+    owner: str = DEFAULT_PRINCIPAL
+    #: Its turns run unattended; "bypass" lets ``unless_auto_approved`` tools run.
+    unattended: bool = False
+    permission_mode: str = "default"
 
 
 @dataclass(frozen=True)
@@ -285,7 +298,14 @@ class Admitting:
 
     # -- schedule fires (docs/schedules.md) ------------------------------------
 
-    def insert_job(self, *, input: str, fire_id: str, only_if_idle: bool = False) -> Job:
+    def insert_job(
+        self,
+        *,
+        input: str,
+        fire_id: str,
+        only_if_idle: bool = False,
+        job_fields: JobFields | None = None,
+    ) -> Job:
         """Insert a job with no entry: a schedule fire's, its prompt as ``input``.
 
         Opened with ``Store.admitting(..., entry=False)``: the job takes the
@@ -302,9 +322,7 @@ class Admitting:
             )
             if busy:
                 raise SessionBusy(self.session.id)
-        row = _new_job(
-            self.session.id, self._row["tree_id"], self._row["last_ordinal"], None, None, utcnow()
-        )
+        row = _new_job(self._row, self._row["last_ordinal"], None, job_fields, utcnow())
         row |= {"input": input, "fire_id": fire_id}
         self._conn.execute(st.INSERT_JOB, row)
         record(self._conn, self.session.id, ev.job_event("queued"), {"job_id": row["id"]})
@@ -735,9 +753,7 @@ class Store(SessionDirectory):
             return None, (as_entry(values),)
         now = utcnow()
         ordinal = conn.scalar(st.ROOM_WAKE, {"sid": sid, "now": now, "burst": found.burst})
-        job_row = _new_job(
-            sid, row["tree_id"], ordinal, entry_id, JobFields(member_agent_id=found.wake), now
-        )
+        job_row = _new_job(row, ordinal, entry_id, JobFields(member_agent_id=found.wake), now)
         conn.execute(st.INSERT_JOB, job_row)
         return as_job(job_row), ()
 
@@ -1283,6 +1299,10 @@ def _insert_session(conn: Connection, new: NewSession) -> dict[str, Any]:
         "origin": new.origin.value if new.origin else None,
         "name_source": NameSource.USER.value if new.name is not None else None,
         "room_burst": 0,
+        "project": new.project,
+        "owner": new.owner,
+        "unattended": new.unattended,
+        "permission_mode": new.permission_mode,
     }
     if new.members is not None:
         # Only a room sets them: SQL NULL (not JSON null) marks the others.
@@ -1367,9 +1387,7 @@ def _insert_entry(
     job_row: dict[str, Any] | None = None
     job_id = draft.job_id
     if admit:
-        job_row = _new_job(
-            session_id, session["tree_id"], session["last_ordinal"], entry_id, job_fields, now
-        )
+        job_row = _new_job(session, session["last_ordinal"], entry_id, job_fields, now)
         job_id = job_row["id"]
     entry_values = {
         "id": entry_id,
@@ -1440,18 +1458,23 @@ def _lock_job(conn: Connection, job_id: str) -> dict[str, Any]:
 
 
 def _new_job(
-    session_id: str,
-    tree_id: str,
+    session: Any,
     ordinal: int,
     entry_id: str | None,
     fields: JobFields | None,
     now: datetime,
 ) -> dict[str, Any]:
+    """A job row for ``session`` (its row): the job takes the session's project,
+    and runs unattended when either the fields or the session say so."""
     f = fields or JobFields()
     return {
         "id": new_id(),
-        "session_id": session_id,
-        "tree_id": tree_id,
+        "session_id": session["id"],
+        "tree_id": session["tree_id"],
+        "project": session["project"],
+        "owner": f.owner,
+        "grants": f.grants,
+        "unattended": bool(f.unattended or session["unattended"]),
         "ordinal": ordinal,
         "trigger_entry_id": entry_id,
         "status": JobStatus.QUEUED.value,

@@ -38,6 +38,8 @@ TABLES = {
     "schedules",
     "schedule_fires",
     "approvals",
+    "projects",
+    "api_keys",
     "alembic_version",
 }
 

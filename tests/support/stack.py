@@ -22,6 +22,8 @@ from chaz.store.migrate import upgrade
 FAST = {"lease_seconds": 3.0, "reconcile_seconds": 1.0}
 T = TypeVar("T")
 TABLES = (
+    "api_keys",
+    "projects",
     "approvals",
     "schedule_fires",
     "schedules",

@@ -23,7 +23,7 @@ from chaz.coord.pubsub import publish
 from chaz.domain.agents import AgentSpec
 from chaz.domain.entries import EntryType, KeyScope, NewEntry
 from chaz.domain.limits import resolve_limits
-from chaz.domain.sessions import Session
+from chaz.domain.sessions import Session, missing_session
 from chaz.services import Services
 from chaz.store.repo import (
     Admitting,
@@ -52,12 +52,16 @@ def write(
     idempotency_key: str | None = None,
     key_scope: KeyScope = KeyScope.RUNTIME,
     job_fields: JobFields | None = None,
+    project: str | None = None,
 ) -> Appended:
     """Write an entry under the processing rule: :func:`admit` when it starts a
-    turn (docs/contracts.md#processing-rule), :func:`append` otherwise."""
+    turn (docs/contracts.md#processing-rule), :func:`append` otherwise.
+
+    ``project``: the caller's; a session of another project is answered as
+    a missing one (docs/security.md)."""
     draft = NewEntry(type, sender, content, metadata, idempotency_key, key_scope)
     if services.store.admits(type, sender):
-        return admit(services, session_id, draft, job_fields=job_fields)
+        return admit(services, session_id, draft, job_fields=job_fields, project=project)
     return append(services, session_id, draft)
 
 
@@ -103,6 +107,7 @@ def admit(
     draft: NewEntry,
     *,
     job_fields: JobFields | None = None,
+    project: str | None = None,
 ) -> Appended:
     """Commit an entry and the job it admits, under the session's quotas; then
     publish the entry and wake a worker.
@@ -132,7 +137,7 @@ def admit(
                 services.claims.release(session_id, claim)
             return found
     try:
-        done = _admit_once(services, session_id, draft, job_fields, replay)
+        done = _admit_once(services, session_id, draft, job_fields, replay, project)
     finally:
         if claimed:
             services.claims.release(session_id, claim)
@@ -145,6 +150,7 @@ def _admit_once(
     draft: NewEntry,
     job_fields: JobFields | None,
     replay: Callable[[], Appended | None],
+    project: str | None = None,
 ) -> Appended:
     """One admission transaction, with its quota reserved inside it."""
 
@@ -156,7 +162,7 @@ def _admit_once(
             draft, job_fields=job_fields, default_budget=services.settings.room_burst_budget
         )
 
-    done = transact(services, session_id, insert, replay)
+    done = transact(services, session_id, insert, replay, project=project)
     if done.created and done.job is None:
         # A room's agent Message that woke nobody: its reservation admitted nothing.
         services.quotas.refund(done.entry.session_id)
@@ -171,6 +177,7 @@ def transact(
     *,
     create: NewSession | None = None,
     entry: bool = True,
+    project: str | None = None,
 ) -> T:
     """Run ``insert`` in one admission transaction, the session's quota reserved first.
 
@@ -181,6 +188,8 @@ def transact(
     the first request's result. ``create`` makes the session in the same
     transaction (then ``session_id`` is ignored). ``entry=False`` admits a
     job with no entry (a schedule fire: ``Admitting.insert_job``).
+    ``project``: the caller's; the locked session must belong to it, else
+    the admission is answered as if the session did not exist.
     """
     reserved = False
     target = session_id
@@ -189,6 +198,8 @@ def transact(
             # The session row is locked: its limits cannot change under the
             # check, and a refusal rolls the whole admission back.
             target = tx.session.id
+            if project is not None and tx.session.project != project:
+                raise missing_session(session_id)
             limits = resolve_limits(services.settings, tx.session, tx.agent)
             services.quotas.reserve(target, limits, tx.job_counts)
             reserved = True

@@ -113,3 +113,6 @@ class Approval(BaseModel):
     created_at: datetime
     expires_at: datetime
     decided_at: datetime | None = None
+    #: Its job's project; the winning decision once decided.
+    project: str = "default"
+    decision: str | None = None

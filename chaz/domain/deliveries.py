@@ -105,6 +105,12 @@ class Delivery(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     created_at: datetime
     updated_at: datetime
+    #: Its project, who started the chain it belongs to, the grants the
+    #: admitted job carries (None: every grant), and whether it runs unattended.
+    project: str = "default"
+    owner: str = "user:local"
+    grants: list[str] | None = None
+    unattended: bool = False
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,12 @@ class Schedule(BaseModel):
     last_slot: datetime | None = None
     created_at: datetime
     updated_at: datetime
+    #: Its project and owner; its fires start turns with ``grants`` (the
+    #: owner's when it was added; None: every grant), unattended if set.
+    project: str = "default"
+    owner: str = "user:local"
+    grants: list[str] | None = None
+    unattended: bool = False
 
 
 class ScheduleFire(BaseModel):

@@ -245,6 +245,10 @@ def as_delivery(row: Any) -> Delivery:
         metadata=row["metadata"] or {},
         created_at=as_utc(row["created_at"]),
         updated_at=as_utc(row["updated_at"]),
+        project=row.get("project") or "default",
+        owner=row.get("owner") or "user:local",
+        grants=row.get("grants"),
+        unattended=bool(row.get("unattended")),
     )
 
 

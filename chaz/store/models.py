@@ -213,8 +213,12 @@ class DeliveryRow(Base):
     idempotency_key: Mapped[str] = mapped_column(String(200), unique=True)
     #: The project it belongs to (docs/security.md); nothing crosses projects.
     project: Mapped[str] = mapped_column(String(64), default="default")
-    #: The principal that made it (``user:NAME``, ``agent:ID``, ``system:NAME``).
+    #: Who started the chain it belongs to.
     owner: Mapped[str] = mapped_column(String(160), default="user:local")
+    #: The grants the job it admits carries (sorted names; NULL: every grant).
+    grants: Mapped[list[str] | None] = mapped_column(JSON)
+    #: The job it admits runs unattended.
+    unattended: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 

@@ -75,6 +75,8 @@ def upgrade() -> None:
     with op.batch_alter_table("deliveries") as batch:
         batch.add_column(_project())
         batch.add_column(_owner())
+        batch.add_column(sa.Column("grants", sa.JSON(), nullable=True))
+        batch.add_column(_unattended())
     with op.batch_alter_table("schedules") as batch:
         batch.add_column(_project())
         batch.add_column(_owner())
@@ -99,8 +101,8 @@ def downgrade() -> None:
         for name in ("unattended", "grants", "owner", "project"):
             batch.drop_column(name)
     with op.batch_alter_table("deliveries") as batch:
-        batch.drop_column("owner")
-        batch.drop_column("project")
+        for name in ("unattended", "grants", "owner", "project"):
+            batch.drop_column(name)
     with op.batch_alter_table("jobs") as batch:
         batch.drop_index("ix_jobs_project_status")
         for name in ("unattended", "grants", "owner", "project"):

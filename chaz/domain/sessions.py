@@ -72,6 +72,8 @@ class Session(BaseModel):
     unattended: bool = False
     #: "default", or "bypass": tools whose policy is ``unless_auto_approved`` run unasked.
     permission_mode: str = "default"
+    #: What it is for (seed 002's session listings); None: not described.
+    description: str | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property

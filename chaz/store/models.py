@@ -87,6 +87,8 @@ class SessionRow(Base):
     unattended: Mapped[bool] = mapped_column(Boolean, default=False)
     #: "default" or "bypass" (``unless_auto_approved`` tools run without asking).
     permission_mode: Mapped[str] = mapped_column(String(16), default="default")
+    #: What it is for, in a sentence (seed 002's listings); a label, not an address.
+    description: Mapped[str | None] = mapped_column(Text)
 
 
 class EntryRow(Base):

@@ -134,6 +134,7 @@ class NewSession:
     #: Its turns run unattended; "bypass" lets ``unless_auto_approved`` tools run.
     unattended: bool = False
     permission_mode: str = "default"
+    description: str | None = None
 
 
 @dataclass(frozen=True)
@@ -1303,6 +1304,7 @@ def _insert_session(conn: Connection, new: NewSession) -> dict[str, Any]:
         "owner": new.owner,
         "unattended": new.unattended,
         "permission_mode": new.permission_mode,
+        "description": new.description,
     }
     if new.members is not None:
         # Only a room sets them: SQL NULL (not JSON null) marks the others.

@@ -108,4 +108,5 @@ def as_session(row: Any) -> Session:
         owner=row.get("owner") or "user:local",
         unattended=bool(row.get("unattended")),
         permission_mode=row.get("permission_mode") or "default",
+        description=row.get("description"),
     )

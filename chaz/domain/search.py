@@ -34,13 +34,14 @@ MAX_LIST_LIMIT = 100
 MAX_SEARCH_LIMIT = 50
 #: Message matches shown per session (the best ranked).
 MATCHES_PER_SESSION = 3
-#: A short query (every term under three characters) looks at most this many
-#: matching messages of the visible sessions: it cannot use an index, and a
-#: two-letter string matches nearly everything in a large corpus.
-SHORT_SCAN_ROWS = 5000
+#: A short query (every term under three characters) cannot use an index: it
+#: reads at most this many Messages of the visible sessions, those of the most
+#: recently active sessions first (docs/sessions.md#short-queries).
+SHORT_SCAN_ROWS = 20000
 #: Matching messages a PostgreSQL search ranks (taken through the trigram
-#: index); a term that matches more is ranked among these.
-PG_CANDIDATES = 2000
+#: index, in no particular order); a query that matches more is ranked among
+#: these, which bounds its cost (docs/sessions.md#ranking).
+PG_CANDIDATES = 500
 #: Characters of text shown around a hit, and the marks around the hit.
 SNIPPET_CHARS = 160
 HIT_OPEN, HIT_CLOSE = "«", "»"

@@ -155,3 +155,23 @@ def test_chaz_search_on_the_command_line(st: Stack) -> None:
     ).strip() == ("[]")
     bad = chaz_cli("search", "narwhal", "--limit", "0", "--json", env=env)
     assert bad.returncode == 2 and "request.invalid" in bad.stdout + bad.stderr
+
+
+def test_a_schedule_fired_turn_is_forbidden_session_tools(st: Stack) -> None:
+    me = st.client.sessions.create("finder")
+    st.housekeeper()  # beat sends the fire
+    made = st.client.schedules.add(
+        "finder",
+        kind="interval",
+        interval_seconds=1,
+        prompt="list",
+        target="pinned",
+        session_id=me.id,
+        max_fires=1,
+    )
+    fire = st.wait_for(
+        lambda: [f for f in st.client.schedules.fires(made.id) if f.job_id], WAIT, "the fire"
+    )[0]
+    job = st.client.jobs.wait(fire.job_id or "", timeout=WAIT)
+    assert job.fire_id is not None and job.status is chaz.JobStatus.SUCCEEDED
+    assert _tool_errors(st, me.id) == ["session.tool_forbidden"]

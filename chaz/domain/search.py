@@ -143,12 +143,12 @@ def _pattern(terms: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile("|".join(re.escape(t) for t in ordered), re.IGNORECASE)
 
 
-def snippet(text: str, terms: tuple[str, ...], *, head: bool = False) -> str:
+def snippet(text: str, terms: tuple[str, ...], *, cut_before: bool = False) -> str:
     """Up to :data:`SNIPPET_CHARS` of ``text`` around its first hit, every hit
     marked ``«like this»``; ``…`` where text was cut.
 
-    ``head``: ``text`` is a window cut from the start of a longer text, so it
-    gets a trailing ``…`` only when it was cut (the caller says which).
+    ``cut_before``: ``text`` is a window read from inside a longer text, with
+    text before it left out (so it starts with ``…`` whatever is cut here).
     """
     flat = " ".join(text.split())
     pattern = _pattern(terms)
@@ -158,7 +158,7 @@ def snippet(text: str, terms: tuple[str, ...], *, head: bool = False) -> str:
         start = first.start() - SNIPPET_LEAD // 2
     window = flat[start : start + SNIPPET_CHARS]
     marked = pattern.sub(lambda m: f"{HIT_OPEN}{m.group(0)}{HIT_CLOSE}", window)
-    prefix = "…" if start > 0 or head else ""
+    prefix = "…" if start > 0 or cut_before else ""
     suffix = "…" if start + SNIPPET_CHARS < len(flat) else ""
     return prefix + marked + suffix
 

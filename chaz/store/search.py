@@ -28,6 +28,7 @@ from sqlalchemy import (
     Connection,
     DateTime,
     Float,
+    Integer,
     String,
     and_,
     bindparam,
@@ -98,6 +99,8 @@ class _Hit:
     timestamp: datetime
     best: float
     latest: datetime
+    #: Its rank among its session's matches (1 = best).
+    rank: int
 
 
 class SearchStore:
@@ -178,7 +181,9 @@ class SearchStore:
             scope = {"project": project, "agent": agent_id}
             hits = _message_hits(conn, query, scope, limit, pg)
             found: dict[str, list[_Hit]] = {}
-            for hit in sorted(hits, key=lambda h: (h.best, -h.latest.timestamp(), h.session_id)):
+            for hit in sorted(
+                hits, key=lambda h: (h.best, -h.latest.timestamp(), h.session_id, h.rank)
+            ):
                 found.setdefault(hit.session_id, []).append(hit)
             order = list(found)[:limit]
             if len(order) < limit:
@@ -193,7 +198,7 @@ class SearchStore:
             matches = [
                 MessageMatch(
                     h.entry_id,
-                    snippet(windows[h.entry_id][0], query.terms, head=windows[h.entry_id][1]),
+                    snippet(windows[h.entry_id][0], query.terms, cut_before=windows[h.entry_id][1]),
                     h.timestamp,
                 )
                 for h in found.get(sid, [])
@@ -285,7 +290,7 @@ def _message_hits(
         "ranked AS (SELECT h.sid, h.eid, h.ts, row_number() OVER "
         "(PARTITION BY h.sid ORDER BY h.score, h.ts DESC, h.eid) AS rn "
         "FROM hits h JOIN top t ON t.sid = h.sid) "
-        "SELECT r.sid, r.eid, r.ts, t.best, t.latest FROM ranked r "
+        "SELECT r.sid, r.eid, r.ts, t.best, t.latest, r.rn FROM ranked r "
         "JOIN top t ON t.sid = r.sid WHERE r.rn <= :per"
     )
     # SQLite hands timestamps back as text; typed columns come back as datetimes.
@@ -295,9 +300,10 @@ def _message_hits(
         ts=DateTime(timezone=True),
         best=Float(),
         latest=DateTime(timezone=True),
+        rn=Integer(),
     )
     return [
-        _Hit(r.sid, r.eid, as_utc(r.ts), float(r.best), as_utc(r.latest))
+        _Hit(r.sid, r.eid, as_utc(r.ts), float(r.best), as_utc(r.latest), int(r.rn))
         for r in conn.execute(stmt, params)
     ]
 

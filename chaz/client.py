@@ -19,7 +19,7 @@ import redis
 import sqlalchemy.exc
 from pydantic import BaseModel, ConfigDict
 
-from chaz import admission, branches, event_log
+from chaz import admission, branches, discovery, event_log
 from chaz import approvals as approval_cases
 from chaz.control import cancel, job_output, wait_terminal
 from chaz.domain.agents import AgentSpec, Limits
@@ -28,8 +28,10 @@ from chaz.domain.deliveries import Delivery
 from chaz.domain.entries import Entry, EntryType, KeyScope, agent_sender, parse_sender
 from chaz.domain.events import Event
 from chaz.domain.jobs import Job, JobStatus
+from chaz.domain.principals import DEFAULT_PROJECT
 from chaz.domain.rooms import MAX_BURST_BUDGET, check_members
 from chaz.domain.schedules import Schedule, ScheduleFire
+from chaz.domain.search import SearchResult, SessionPage
 from chaz.domain.sessions import ArchivedBy, NameSource, Origin, Session
 from chaz.domain.validation import (
     MAX_SEQ,
@@ -454,6 +456,35 @@ class Sessions:
                 JobStatus.WAITING_APPROVAL,
                 JobStatus.QUEUED,
             ],
+        )
+
+    def page(
+        self,
+        agent_id: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+        *,
+        project: str = DEFAULT_PROJECT,
+    ) -> SessionPage:
+        """A page of the project's sessions that are not archived, most recently
+        active first (``limit``: 1 to 100); pass ``next_cursor`` back for the next
+        page (docs/sessions.md#list)."""
+        return discovery.list_sessions(
+            self._svc, project=project, agent_id=agent_id, limit=limit, cursor=cursor
+        )
+
+    def search(
+        self,
+        query: str,
+        agent_id: str | None = None,
+        limit: int = 10,
+        *,
+        project: str = DEFAULT_PROJECT,
+    ) -> builtins.list[SearchResult]:
+        """At most ``limit`` (1 to 50) distinct sessions whose messages, name or
+        description match ``query``, best first (docs/sessions.md#search)."""
+        return discovery.search_sessions(
+            self._svc, query, project=project, agent_id=agent_id, limit=limit
         )
 
 

@@ -167,6 +167,12 @@ class SessionArchived(Conflict):
     code = "session.archived"
 
 
+class SessionToolForbidden(ChazError):
+    """A session tool was called from a turn no person started (docs/sessions.md#who-may-call)."""
+
+    code = "session.tool_forbidden"
+
+
 class AttachMismatch(ValidationError):
     """An attach pointer read from a session that is not the one it records as its source."""
 

@@ -365,6 +365,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("decision", choices=["approve", "deny"], help="the decision")
     p.add_argument("--by", default="user:operator", help="who decides (default user:operator)")
 
+    # -- search (docs/sessions.md#search) ----------------------------------------
+    p = add(
+        sub,
+        "search",
+        _command("cmd_search", "chaz.cli.search"),
+        "find sessions by their messages, name or description",
+    )
+    p.add_argument("query", metavar="QUERY", help='words, identifiers or a "quoted phrase"')
+    p.add_argument("--agent", help="only this agent's sessions")
+    p.add_argument("--limit", type=int, default=10, help="at most this many sessions (1-50)")
+
     jobs_sub = group("jobs", "jobs (admitted turns): list, inspect, read, cancel")
     p = add(jobs_sub, "ls", _command("cmd_jobs_ls"), "list jobs, oldest first")
     p.add_argument("--session", help="only this session's jobs (id or name)")

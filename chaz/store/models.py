@@ -87,7 +87,8 @@ class SessionRow(Base):
     unattended: Mapped[bool] = mapped_column(Boolean, default=False)
     #: "default" or "bypass" (``unless_auto_approved`` tools run without asking).
     permission_mode: Mapped[str] = mapped_column(String(16), default="default")
-    #: What it is for, in a sentence (seed 002's listings); a label, not an address.
+    #: What the session is for, in a person's or an agent's words (searched with
+    #: its name: docs/sessions.md#search).
     description: Mapped[str | None] = mapped_column(Text)
 
 

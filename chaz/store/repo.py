@@ -84,6 +84,7 @@ from chaz.store.todos import TodoStore
 
 if TYPE_CHECKING:
     from chaz.store.approvals import ApprovalStore
+    from chaz.store.search import SearchStore
 
 _ACTIVE = [s.value for s in ACTIVE]
 
@@ -424,6 +425,13 @@ class Store(SessionDirectory):
     def deliveries(self) -> dl.DeliveryStore:
         """Reads of deliveries, and their standalone writes."""
         return dl.DeliveryStore(self)
+
+    @cached_property
+    def search(self) -> SearchStore:
+        """Listing and lexical search of a project's sessions (docs/sessions.md)."""
+        from chaz.store.search import SearchStore
+
+        return SearchStore(self)
 
     @contextmanager
     def _write(self, durable: bool = True) -> Iterator[Connection]:

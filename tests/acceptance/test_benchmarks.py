@@ -34,3 +34,18 @@ def test_quick_benchmark_runs_and_prints_every_figure(tmp_path: Path) -> None:
     for line in split:
         bench, workers, redis_ms, _db = line.split("│")[2].split("/")
         assert min(float(bench), float(workers), float(redis_ms)) > 0, line
+
+
+def test_quick_search_benchmark_runs_and_prints_its_table(tmp_path: Path) -> None:
+    """``benchmarks.search --quick`` on SQLite: it builds, searches and reports."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHAZ_")}
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.search", "--stack", "embedded", "--quick"],
+        cwd=ROOT,
+        env={**env, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "| SQLite | 5,000 |" in out.stdout and "p50 ms" in out.stdout, out.stdout

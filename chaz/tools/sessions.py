@@ -1,0 +1,124 @@
+"""Session tools: ``session_list`` and ``session_search`` (docs/sessions.md).
+
+They find sessions of the caller's project by immutable id. Only an
+interactive turn may call any session tool (:func:`require_interactive`):
+a turn a schedule, a delivery, a follow-up or another agent started gets
+``session.tool_forbidden``, which is what keeps A -> B -> A loops impossible
+once session tools can send.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from chaz import discovery
+from chaz.domain.entries import EntryType, parse_sender
+from chaz.domain.search import MAX_LIST_LIMIT, MAX_SEARCH_LIMIT
+from chaz.domain.sessions import Session
+from chaz.errors import SessionToolForbidden
+from chaz.runtime.registry import Tool, ToolContext
+
+
+def require_interactive(ctx: ToolContext) -> Session:
+    """The calling session, if a person's Message started this turn; else
+    :class:`~chaz.errors.SessionToolForbidden`.
+
+    Interactive: the job was admitted by a Message whose sender is a person
+    (``user:...``), not by a delivery, a schedule fire, a follow-up or an
+    agent's message in a room. Every session tool calls this first.
+    """
+    store = ctx.need_services().store
+    job = store.get_job(ctx.job_id)
+    trigger = store.entry(job.trigger_entry_id) if job.trigger_entry_id else None
+    interactive = (
+        job.delivery_id is None
+        and job.fire_id is None
+        and trigger is not None
+        and trigger.type == EntryType.MESSAGE
+        and parse_sender(trigger.sender)[0] == "user"
+    )
+    if not interactive:
+        raise SessionToolForbidden(
+            "session tools are only for turns a person's message started; "
+            "this turn was started by a schedule, a delivery, a follow-up or an agent",
+            job_id=ctx.job_id,
+        )
+    return store.get_session(ctx.session_id)
+
+
+class SessionListArgs(BaseModel):
+    """Arguments of ``session_list``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent_id: str | None = Field(None, description="Only this agent's sessions.")
+    limit: int = Field(20, ge=1, le=MAX_LIST_LIMIT, description="Sessions per page.")
+    cursor: str | None = Field(
+        None, description="The nextCursor of the previous page; omit for the first page."
+    )
+
+
+class SessionSearchArgs(BaseModel):
+    """Arguments of ``session_search``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # No max_length: an over-long query is the use case's request.too_large.
+    query: str = Field(
+        description='Words, identifiers or an exact "quoted phrase"; every term must match.',
+    )
+    agent_id: str | None = Field(None, description="Only this agent's sessions.")
+    limit: int = Field(
+        10, ge=1, le=MAX_SEARCH_LIMIT, description="At most this many distinct sessions."
+    )
+
+
+def session_list(args: SessionListArgs, ctx: ToolContext) -> str:
+    """One page of the project's sessions, most recently active first."""
+    me = require_interactive(ctx)
+    page = discovery.list_sessions(
+        ctx.need_services(),
+        project=me.project,
+        agent_id=args.agent_id,
+        limit=args.limit,
+        cursor=args.cursor,
+        viewer_session_id=me.id,
+    )
+    return json.dumps(page.to_dict(), ensure_ascii=False)
+
+
+def session_search(args: SessionSearchArgs, ctx: ToolContext) -> str:
+    """Distinct sessions whose messages, name or description match, best first."""
+    me = require_interactive(ctx)
+    found = discovery.search_sessions(
+        ctx.need_services(),
+        args.query,
+        project=me.project,
+        agent_id=args.agent_id,
+        limit=args.limit,
+        viewer_session_id=me.id,
+    )
+    return json.dumps({"results": [r.to_dict() for r in found]}, ensure_ascii=False)
+
+
+TOOLS = [
+    Tool(
+        "session_list",
+        "List the sessions of this project by immutable sessionId, most recently active "
+        "first, a page at a time (pass nextCursor back for the next page). Names are "
+        "labels: address sessions by sessionId.",
+        SessionListArgs,
+        session_list,
+    ),
+    Tool(
+        "session_search",
+        "Find sessions by lexical (trigram) search over message text and session "
+        "name/description. Returns distinct sessions, best first, with message evidence "
+        "(matches) and metadata evidence (metadataMatches); an empty matches list with "
+        "metadataMatches is still a real hit.",
+        SessionSearchArgs,
+        session_search,
+    ),
+]

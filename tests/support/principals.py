@@ -17,11 +17,26 @@ from chaz.store.repo import Appended, JobFields
 
 
 def session_in(
-    client: chaz.Client, agent_id: str, project: str, name: str | None = None
+    client: chaz.Client,
+    agent_id: str,
+    project: str,
+    name: str | None = None,
+    *,
+    tree_id: str | None = None,
+    fork: tuple[str, int] | None = None,
 ) -> chaz.Session:
-    """A new session of ``agent_id`` in ``project``, owned by ``user:<project>``."""
+    """A new session of ``agent_id`` in ``project``, owned by ``user:<project>``.
+
+    ``tree_id`` and ``fork`` can tie it to another project's session, as
+    corrupt or forged rows would: the project rule alone must then hide it.
+    """
     return client.services.store.create_session(
-        agent_id, name=name, project=project, owner=f"user:{project}"
+        agent_id,
+        name=name,
+        project=project,
+        owner=f"user:{project}",
+        tree_id=tree_id,
+        fork=fork,
     )
 
 
@@ -33,6 +48,7 @@ def post_as(
     sender: str = "user:alice",
     grants: list[Grant] | None = None,
     unattended: bool = False,
+    caller_session_id: str | None = None,
 ) -> Appended:
     """Post ``text`` as ``sender`` holding ``grants`` (None: every grant): its turn's
     job carries them, so the turn's agent holds at most these."""
@@ -40,6 +56,7 @@ def post_as(
         owner=sender,
         grants=grant_names(None if grants is None else frozenset(grants)),
         unattended=unattended,
+        caller_session_id=caller_session_id,
     )
     return admission.admit(
         client.services,

@@ -189,3 +189,61 @@ def test_a_sub_agent_inherits_the_narrowed_grants(stack: Stack) -> None:
     reply = _ask(client, s.id, "hello there")
     assert reply.content.startswith("boss: courier: "), reply.content
     assert [d.kind.value for d in client.deliveries.list(target.id, direction="in")] == ["message"]
+
+
+def test_a_message_drained_from_a_busy_inbox_runs_with_the_senders_grants(
+    stack: Stack,
+) -> None:
+    client = stack.client
+    slow = chaz.AgentSpec(
+        id="slow",
+        script=[
+            {"match": "^hold", "steps": [{"wait": "hold-{session_id}"}, {"say": "held"}]},
+            {"steps": [{"say": "got it"}]},
+        ],
+    )
+    client.agents.put_many([agent("boss"), slow])
+    stack.workers(1, concurrency=2)
+    target = client.sessions.create("slow", name=TARGET)
+    held = client.sessions.post(target.id, "hold", sender="user:bob")
+    stack.wait_for(
+        lambda: client.jobs.get(held.job_id or "").status is chaz.JobStatus.RUNNING,
+        30,
+        "the target's turn running",
+    )
+    s = client.sessions.create("boss")
+    narrow = [Grant.MESSAGE_SEND, Grant.HISTORY_READ]
+    reply = _ask(client, s.id, "send", grants=narrow)
+    assert '"status": "queued"' in reply.content, reply.content  # waits in the inbox
+    [queued] = client.deliveries.list(target.id, direction="in")
+    assert queued.grants == ["history.read", "message.send"] and queued.owner == "user:alice"
+    assert queued.job_id is None
+
+    stack.open_gate(f"hold-{target.id}")
+    drained = stack.wait_for(
+        lambda: (d := client.deliveries.get(queued.id)).job_id and d, 30, "the drain"
+    )
+    job = client.jobs.get(drained.job_id or "")
+    assert job.grants == ["history.read", "message.send"] and job.owner == "user:alice"
+    assert job.project == target.project
+    # The target's own next turn, started by its owner, holds every grant.
+    own = client.sessions.post(target.id, "more", sender="user:bob")
+    assert client.jobs.get(own.job_id or "").grants is None
+
+
+def test_a_room_member_woken_by_a_turn_holds_the_posters_grants(stack: Stack) -> None:
+    client = stack.client
+    host = chaz.AgentSpec(id="host", script=[{"steps": [{"say": "@helper over to you"}]}])
+    helper = chaz.AgentSpec(id="helper", script=[{"steps": [{"say": "done"}]}])
+    client.agents.put_many([host, helper])
+    stack.workers(1, concurrency=2)
+    room = client.sessions.create("host", members=["helper"])
+    posted = post_as(client, room.id, "hello room", grants=[Grant.HISTORY_READ])
+
+    def helper_job() -> chaz.Job | None:
+        jobs = [j for j in client.jobs.list(session_id=room.id) if j.member_agent_id == "helper"]
+        return jobs[0] if jobs and jobs[0].status.terminal else None
+
+    woken = stack.wait_for(helper_job, 30, "the helper's turn")
+    assert woken.grants == ["history.read"] and woken.owner == "user:alice"
+    assert client.jobs.get(posted.entry.job_id or "").grants == ["history.read"]

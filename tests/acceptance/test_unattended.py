@@ -105,9 +105,7 @@ def test_bypass_does_not_lift_the_unattended_hold_and_approval_lets_it_send(
     assert client.approvals.decide(request.request_id, "approve").effective
     reply = client.sessions.wait_for_reply(s.id, after=posted.seq, timeout=60)
     assert reply.content.startswith("sent: "), reply.content
-    assert [d.kind.value for d in client.deliveries.list(target.id, direction="in")] == [
-        "message"
-    ]
+    assert [d.kind.value for d in client.deliveries.list(target.id, direction="in")] == ["message"]
 
 
 def test_a_denied_send_reaches_the_model_as_a_tool_error(stack: Stack) -> None:

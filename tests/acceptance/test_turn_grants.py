@@ -247,3 +247,42 @@ def test_a_room_member_woken_by_a_turn_holds_the_posters_grants(stack: Stack) ->
     woken = stack.wait_for(helper_job, 30, "the helper's turn")
     assert woken.grants == ["history.read"] and woken.owner == "user:alice"
     assert client.jobs.get(posted.entry.job_id or "").grants == ["history.read"]
+
+
+def test_a_follow_up_continues_the_caller_with_the_grants_it_handed_on(stack: Stack) -> None:
+    client = stack.client
+    caller = chaz.AgentSpec(
+        id="caller",
+        tools=["agent"],
+        script=[
+            {
+                "match": "^bg",
+                "steps": [
+                    {
+                        "call": "agent",
+                        "args": {"prompt": "work", "agent_id": "leaf", "run_in_background": True},
+                    },
+                    {"say": "started"},
+                ],
+            },
+            {"steps": [{"say": "noted"}]},
+        ],
+    )
+    client.agents.put_many([caller, LEAF])
+    stack.workers(1, concurrency=2)
+    s = client.sessions.create("caller")
+    narrow = [Grant.AGENT_SPAWN, Grant.HISTORY_READ]
+    assert _ask(client, s.id, "bg", grants=narrow).content == "started"
+
+    def follow_up() -> chaz.Delivery | None:
+        found = [
+            d
+            for d in client.deliveries.list(s.id, direction="in")
+            if d.kind.value == "followup" and d.job_id
+        ]
+        return found[0] if found else None
+
+    delivery = stack.wait_for(follow_up, 30, "the follow-up admitted")
+    assert delivery.grants == ["agent.spawn", "history.read"] and delivery.owner == "user:alice"
+    job = client.jobs.get(delivery.job_id or "")
+    assert job.grants == ["agent.spawn", "history.read"] and job.owner == "user:alice"

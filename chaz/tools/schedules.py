@@ -140,7 +140,7 @@ def _add(ctx: ToolContext, fields: dict[str, Any]) -> str:
         schedule_id=_call_id(ctx),
         # Its fires act with this turn's (narrowed) authority, never more.
         project=me.project,
-        principal=me.name,
+        principal=ctx.owner,
         grants=grant_names(me.grants),
         unattended=ctx.unattended,
     )

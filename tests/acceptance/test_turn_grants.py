@@ -286,3 +286,44 @@ def test_a_follow_up_continues_the_caller_with_the_grants_it_handed_on(stack: St
     assert delivery.grants == ["agent.spawn", "history.read"] and delivery.owner == "user:alice"
     job = client.jobs.get(delivery.job_id or "")
     assert job.grants == ["agent.spawn", "history.read"] and job.owner == "user:alice"
+
+
+def test_schedule_tools_need_schedule_manage_and_stamp_the_turns_authority(
+    stack: Stack,
+) -> None:
+    client = stack.client
+    planner = chaz.AgentSpec(
+        id="planner",
+        tools=["schedule_add"],
+        script=[
+            {
+                "steps": [
+                    {
+                        "call": "schedule_add",
+                        "args": {"prompt": "tick", "interval_seconds": 3600, "target": "fresh"},
+                    },
+                    {"say": "{last_result}"},
+                ]
+            }
+        ],
+    )
+    client.agents.put(planner)
+    stack.workers(1, concurrency=2)
+    s = client.sessions.create("planner")
+    refused = _ask(client, s.id, "plan", grants=[Grant.HISTORY_READ]).content
+    assert json.loads(refused)["error"]["code"] == "auth.forbidden"
+    assert client.schedules.list("planner") == []
+
+    made = json.loads(
+        _ask(
+            client,
+            s.id,
+            "plan",
+            grants=[Grant.SCHEDULE_MANAGE, Grant.HISTORY_READ],
+            unattended=True,
+        ).content
+    )
+    schedule = client.schedules.get(made["id"])
+    assert schedule.grants == ["history.read", "schedule.manage"]
+    assert schedule.owner == "user:alice" and schedule.project == s.project
+    assert schedule.unattended

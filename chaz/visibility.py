@@ -4,10 +4,9 @@ DESIGN invariant 9 (knowing an id grants nothing) and seed 003 §5.9. Every
 read of another session's history (``read_conversation``, a fork's source,
 ``inherit``, attach expansion, artifacts) asks :func:`readable_scope`,
 :func:`can_read` or :func:`check_read`; a job's result (``job_output``)
-asks :func:`check_job`. The authorization work will widen these rules
-(principals, projects, grants); it changes this module, not its callers.
+asks :func:`check_job`.
 
-Today's rules (docs/collaboration.md#visibility):
+The rules (docs/collaboration.md#visibility):
 
 * a session may read a session of its own tree, or one it is an ancestor
   of: made, through ``parent_job_id``, by one of its jobs or by a job of
@@ -113,12 +112,13 @@ def check_job(services: Services, job: Job, viewer_session_id: str) -> None:
     """
     if viewer_session_id == job.session_id:
         return
-    # Any other relation must also stay inside the viewer's project.
-    same_project = session_project(services, viewer_session_id) == job.project
-    if same_project and viewer_session_id == job.caller_session_id:
-        return
-    if same_project and viewer_session_id in services.store.job_ancestor_sessions(job.id, MAX_HOPS):
-        return
+    # Any other relation counts only inside the viewer's project: a forged or
+    # stale lineage across projects reads nothing.
+    if session_project(services, viewer_session_id) == job.project:
+        if viewer_session_id == job.caller_session_id:
+            return
+        if viewer_session_id in services.store.job_ancestor_sessions(job.id, MAX_HOPS):
+            return
     raise Unauthorized(
         f"session {viewer_session_id} may not read job {job.id}",
         job_id=job.id,

@@ -480,6 +480,8 @@ class Turn:
         ``approve_all`` decision earlier in this job lets the rest of its
         gated calls run; neither lifts the unattended policy."""
         job = self.job
+        if call.name not in self._allowed_tools():
+            return RUN  # the registry refuses it: nobody is asked about a tool it lacks
         policy = self._policy(call.name)
         if not gated(
             policy,

@@ -206,3 +206,28 @@ def test_a_bad_permission_mode_is_refused_naming_it(stack: Stack) -> None:
     with pytest.raises(ValidationError) as refused:
         client.sessions.create("sink", permission_mode="yolo")
     assert refused.value.details["field"] == "permission_mode"
+
+
+def test_a_held_tool_the_agent_lacks_is_refused_without_asking(stack: Stack) -> None:
+    client = stack.client
+    lacking = chaz.AgentSpec(
+        id="lacking",
+        tools=["echo"],
+        script=[
+            {
+                "steps": [
+                    {"call": "send_message", "args": {"to": TARGET, "message": "hi"}},
+                    {"say": "{last_result}"},
+                ]
+            }
+        ],
+    )
+    client.agents.put_many([lacking, SINK])
+    stack.workers(1, concurrency=2)
+    client.sessions.create("sink", name=TARGET)
+    s = client.sessions.create("lacking", unattended=True)
+    posted = client.sessions.post(s.id, "go", sender="user:alice")
+    reply = client.sessions.wait_for_reply(s.id, after=posted.seq, timeout=60)
+    assert json.loads(reply.content)["error"]["code"] == "tool.unknown", reply.content
+    entries = client.sessions.entries(s.id)
+    assert not [e for e in entries if e.type is EntryType.APPROVAL_REQUEST]

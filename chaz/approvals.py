@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from chaz.coord.pubsub import publish
 from chaz.domain.approvals import DECIDED, Approval, ApprovalState, Decision
 from chaz.domain.entries import EntryType, NewEntry, parse_sender
+from chaz.domain.principals import LOCAL, Grant, Principal
 from chaz.domain.validation import check_ref, invalid
+from chaz.errors import ApprovalNotFound
 from chaz.ids import utcnow
 from chaz.services import Services
 from chaz.store.approvals import Closed
@@ -49,9 +51,21 @@ class Decided:
 
 
 def decide(
-    services: Services, request_id: str, decision: str, *, by: str = DEFAULT_DECIDER
+    services: Services,
+    request_id: str,
+    decision: str,
+    *,
+    by: str | None = None,
+    principal: Principal = LOCAL,
 ) -> Decided:
-    """Decide a request: ``approve`` or ``deny``.
+    """Decide a request: ``approve``, ``deny`` or ``approve_all`` (this call and
+    every later policy-gated call of the same turn, except those the unattended
+    policy holds).
+
+    Needs ``approval.decide``; a request of another project than the
+    principal's is ``approval.not_found``, exactly like a missing one. The
+    decision is recorded under ``by`` (an operator's client may name anyone),
+    else the principal's name.
 
     Every decision is recorded as an ApprovalDecision entry; only the first
     (while the request is pending and not past its timeout) takes effect. A
@@ -59,19 +73,28 @@ def decide(
     final state). A decision after the timeout closes the request ``expired``
     (the turn resumes as denied), if the reconciler has not yet.
     """
+    principal.require(Grant.APPROVAL_DECIDE, "decide approval requests")
     request_id = check_ref("request_id", request_id)
     try:
         choice = Decision(decision)
     except ValueError:
-        raise invalid("decision", "decision must be 'approve' or 'deny'") from None
+        raise invalid("decision", "decision must be 'approve', 'deny' or 'approve_all'") from None
+    if by is None:
+        by = principal.name
+    elif by != principal.name:
+        principal.require_operator("decide in another principal's name")
     parse_sender(by)
+    # A request of another project is not found: the same error, no content.
+    get(services, request_id, principal=principal)
     draft = NewEntry(
         EntryType.APPROVAL_DECISION,
         by,
         choice.value,
         metadata={"request_id": request_id, "decision": choice.value},
     )
-    closed = services.store.approvals.close(request_id, DECIDED[choice], by, draft)
+    closed = services.store.approvals.close(
+        request_id, DECIDED[choice], by, draft, decision=choice.value
+    )
     _after(services, closed)
     effective = closed.won and closed.approval.state is DECIDED[choice]
     return Decided(closed.approval, effective)
@@ -109,16 +132,29 @@ def _after(services: Services, closed: Closed) -> None:
         services.dispatcher.wake(closed.job.session_id, closed.job.id)
 
 
-def pending(services: Services, session_id: str | None = None) -> list[Approval]:
-    """Requests waiting for a decision (of one session), oldest first."""
+def pending(
+    services: Services, session_id: str | None = None, *, principal: Principal = LOCAL
+) -> list[Approval]:
+    """Requests waiting for a decision (of one session) in the principal's
+    project, oldest first."""
     if session_id is not None:
         session_id = check_ref("session_id", session_id)
-    return services.store.approvals.pending(session_id)
+    return services.store.approvals.pending(session_id, project=principal.project)
 
 
-def get(services: Services, request_id: str) -> Approval:
-    """One request, or ``approval.not_found``."""
-    return services.store.approvals.get(check_ref("request_id", request_id))
+def get(services: Services, request_id: str, *, principal: Principal = LOCAL) -> Approval:
+    """One request of the principal's project, or ``approval.not_found`` (also
+    for another project's: the same error as a missing one)."""
+    request_id = check_ref("request_id", request_id)
+    return _visible(services.store.approvals.get(request_id), principal)
+
+
+def _visible(approval: Approval, principal: Principal) -> Approval:
+    if approval.project != principal.project:
+        raise ApprovalNotFound(
+            f"no approval request {approval.request_id!r}", request_id=approval.request_id
+        )
+    return approval
 
 
 def shown(approval: Approval) -> str:

@@ -38,6 +38,7 @@ def resolve_target(
     *,
     deliverable: bool,
     within: ReadScope | None = None,
+    project: str | None = None,
 ) -> Session:
     """The existing session ``to`` addresses; nothing is ever created.
 
@@ -49,11 +50,18 @@ def resolve_target(
     archived target with :class:`~chaz.errors.SessionArchived` (it takes no
     new deliveries). ``within`` (a viewer's :class:`~chaz.visibility.ReadScope`)
     makes every other session invisible to the lookup: a session outside it
-    is not found, exactly like one that does not exist.
+    is not found, exactly like one that does not exist. ``project`` does the
+    same for every session of another project (a turn's ``to``: docs/security.md#visibility).
     """
     ref = parse_to(to)
     store = services.store
-    exact = [s for s in store.find_sessions(ref) if within is None or within.allows(s)]
+    if within is not None:
+        project = within.project
+    exact = [
+        s
+        for s in store.find_sessions(ref)
+        if (within is None or within.allows(s)) and (project is None or s.project == project)
+    ]
     if exact:
         session = exact[0]
     else:
@@ -62,6 +70,7 @@ def resolve_target(
             limit=MAX_CANDIDATES + 1,
             within_tree=within.tree_id if within is not None else None,
             or_ids=within.below if within is not None else (),
+            project=project,
         )
         if not matches:
             raise missing_session(ref)
@@ -87,7 +96,12 @@ def resolve_target(
 
 
 def archive(
-    services: Services, ref: str, *, reason: str = "", by: ArchivedBy = ArchivedBy.MANUAL
+    services: Services,
+    ref: str,
+    *,
+    reason: str = "",
+    by: ArchivedBy = ArchivedBy.MANUAL,
+    project: str | None = None,
 ) -> tuple[Session, bool]:
     """Archive the session ``ref`` addresses; the session now and whether this changed it.
 
@@ -95,9 +109,10 @@ def archive(
     ``archived_at`` stays; an explicit manual reason outranks an automatic
     one, and a later request otherwise only fills a missing reason (seed 003
     §2.6, C4). Running and queued work continue: archiving cancels nothing.
+    ``project`` (a turn's) makes another project's session not found.
     """
     reason = check_text("reason", reason, max_chars=MAX_REASON_CHARS).strip()
-    session = resolve_target(services, ref, deliverable=False)
+    session = resolve_target(services, ref, deliverable=False, project=project)
     return services.store.archive_session(session.id, reason=reason or None, by=by)
 
 
@@ -108,8 +123,10 @@ def summaries(
     archived: bool,
     agent_id: str | None = None,
     limit: int = 20,
+    project: str | None = None,
 ) -> list[SessionSummary]:
-    """Sessions (of one tree, or all) for a listing, most recently active first."""
+    """Sessions (of one tree, or all; of one project) for a listing, most recently
+    active first."""
     return services.store.session_summaries(
-        tree_id=tree_id, archived=archived, agent_id=agent_id, limit=limit
+        tree_id=tree_id, archived=archived, agent_id=agent_id, limit=limit, project=project
     )

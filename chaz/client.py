@@ -23,7 +23,7 @@ from chaz import admission, branches, discovery, event_log
 from chaz import approvals as approval_cases
 from chaz.control import cancel, job_output, wait_terminal
 from chaz.domain.agents import AgentSpec, Limits
-from chaz.domain.approvals import Approval
+from chaz.domain.approvals import Approval, check_permission_mode
 from chaz.domain.deliveries import Delivery
 from chaz.domain.entries import Entry, EntryType, KeyScope, agent_sender, parse_sender
 from chaz.domain.events import Event
@@ -186,12 +186,16 @@ class Sessions:
         *,
         members: builtins.list[str] | None = None,
         burst_budget: int | None = None,
+        unattended: bool = False,
+        permission_mode: str = "default",
     ) -> Session:
         """A new session of ``agent_id`` (names are unique labels; ids are addresses).
 
         With ``members`` (saved agents besides the host ``agent_id``, unique,
         at most 16) it is a room (docs/rooms.md); ``burst_budget`` is the
-        room's (default ``CHAZ_ROOM_BURST_BUDGET``, else 6).
+        room's (default ``CHAZ_ROOM_BURST_BUDGET``, else 6). ``unattended``
+        runs its turns under the unattended policy; ``permission_mode="bypass"``
+        lets ``unless_auto_approved`` tools run unasked (docs/approvals.md).
         """
         check_ref("agent_id", agent_id)
         if name is not None:
@@ -210,6 +214,8 @@ class Sessions:
             limits=None if limits is None else Limits.parse(limits, "limits"),
             members=members,
             burst_budget=burst_budget,
+            unattended=bool(unattended),
+            permission_mode=check_permission_mode(permission_mode),
         )
 
     # -- rooms (docs/rooms.md) ------------------------------------------------
@@ -669,9 +675,10 @@ class Schedules:
     def __init__(self, services: Services) -> None:
         self._svc = services
 
-    def add(self, agent_id: str, **fields: Any) -> Schedule:
-        """A new schedule owned by ``agent_id``; it waits for its first slot."""
-        return self._svc.store.schedules.add(agent_id, fields)
+    def add(self, agent_id: str, *, unattended: bool = False, **fields: Any) -> Schedule:
+        """A new schedule owned by ``agent_id``; it waits for its first slot.
+        ``unattended``: its fires' turns run under the unattended policy."""
+        return self._svc.store.schedules.add(agent_id, fields, unattended=bool(unattended))
 
     def update(self, schedule_id: str, **changes: Any) -> Schedule:
         """Change fields of a schedule (``enabled=True`` resumes a disabled one afresh)."""

@@ -21,6 +21,7 @@ import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from chaz import admission
 from chaz.domain.deliveries import (
@@ -35,7 +36,7 @@ from chaz.domain.deliveries import (
 )
 from chaz.domain.entries import Entry, EntryType, NewEntry
 from chaz.domain.jobs import Job
-from chaz.domain.sessions import Origin, Session
+from chaz.domain.sessions import Origin, Session, missing_session
 from chaz.errors import ChazError, QueueFull, QuotaError, SelfDelivery, SessionArchived
 from chaz.ids import utcnow
 from chaz.services import Services
@@ -77,6 +78,7 @@ def spawn(services: Services, sender: Sender, branch: NewBranch) -> Delivered:
             reply=branch.reply,
             archive_when_done=branch.archive_when_done,
             idempotency_key=sender.key,
+            **_authority(sender),
         )
         if sender.session_id is not None:
             pointer = tx.append_to(
@@ -124,6 +126,11 @@ def spawn(services: Services, sender: Sender, branch: NewBranch) -> Delivered:
         fork=branch.fork,
         origin=Origin.AGENT if sender.job_id else Origin.FORK,
         names=branch.names,
+        # The child lives in its parent's project, belongs to whoever started
+        # the chain, and stays unattended if the chain is.
+        project=sender.project,
+        owner=sender.owner,
+        unattended=sender.unattended,
     )
     done = admission.transact(
         services, "", insert, lambda: _replayed_entry(services, sender.key), create=create
@@ -158,6 +165,9 @@ def deliver(
     """
     if sender.session_id is not None and sender.session_id == target.id:
         raise SelfDelivery("a session cannot deliver to itself", session_id=target.id)
+    if target.project != sender.project:
+        # Nothing crosses projects; answered as a missing target (C8).
+        raise missing_session(target.id)
     first = _replay(services, sender.key)
     if first is not None:
         return first
@@ -174,6 +184,7 @@ def deliver(
         state=DeliveryState.ACCEPTED,
         reply=reply,
         idempotency_key=sender.key,
+        **_authority(sender),
     )
     if kind is DeliveryKind.MESSAGE and services.store.head_job(target.id) is not None:
         return _enqueue(services, values, target)
@@ -185,7 +196,11 @@ def deliver(
         return tx.insert(draft, job_fields=_fields(sender, target.call_depth), delivery=values)
 
     done = admission.transact(
-        services, target.id, insert, lambda: _replayed_entry(services, sender.key)
+        services,
+        target.id,
+        insert,
+        lambda: _replayed_entry(services, sender.key),
+        project=sender.project,
     )
     admission.announce(services, done)
     found = _replay(services, sender.key)
@@ -282,7 +297,13 @@ def admit_accepted(services: Services, delivery: Delivery) -> Job | None:
         # A follow-up is the caller's own turn: the child that answered is not
         # its caller (a caller may read its callee's job, and a child in
         # another tree must not read this one); the entry's metadata names it.
-        fields = JobFields(call_depth=delivery.generation, message_count=delivery.message_count)
+        fields = JobFields(
+            call_depth=delivery.generation,
+            message_count=delivery.message_count,
+            owner=delivery.owner,
+            grants=delivery.grants,
+            unattended=delivery.unattended,
+        )
     else:
         fields = JobFields(
             caller_session_id=delivery.sender_session_id,
@@ -290,6 +311,11 @@ def admit_accepted(services: Services, delivery: Delivery) -> Job | None:
             parent_job_id=delivery.sender_job_id,
             call_depth=delivery.generation,
             message_count=delivery.message_count,
+            # Admitted now or later (inbox drain, sweep): the job runs with the
+            # authority its delivery carried, never the target's own.
+            owner=delivery.owner,
+            grants=delivery.grants,
+            unattended=delivery.unattended,
         )
 
     def insert(tx: Admitting) -> Appended:
@@ -301,7 +327,9 @@ def admit_accepted(services: Services, delivery: Delivery) -> Job | None:
         return services.store.find_idempotent(delivery.target_session_id, f"delivery:{delivery.id}")
 
     try:
-        done = admission.transact(services, delivery.target_session_id, insert, replay)
+        done = admission.transact(
+            services, delivery.target_session_id, insert, replay, project=delivery.project
+        )
     except DeliveryGone:
         return None
     except QueueFull:
@@ -379,7 +407,20 @@ def _fields(sender: Sender, generation: int) -> JobFields:
         parent_job_id=sender.job_id,
         call_depth=generation,
         message_count=sender.message_count + 1,
+        owner=sender.owner,
+        grants=sender.grants,
+        unattended=sender.unattended,
     )
+
+
+def _authority(sender: Sender) -> dict[str, Any]:
+    """The columns of a delivery row that carry the sender's (narrowed) authority."""
+    return {
+        "project": sender.project,
+        "owner": sender.owner,
+        "grants": sender.grants,
+        "unattended": sender.unattended,
+    }
 
 
 def _delivered_entry(delivery: Delivery) -> NewEntry:

@@ -32,7 +32,7 @@ from chaz.domain.sessions import Origin
 from chaz.errors import ChazError, ScheduleNotFound, SessionNotFound
 from chaz.ids import utcnow
 from chaz.services import Services
-from chaz.store.repo import NewSession, SessionBusy
+from chaz.store.repo import JobFields, NewSession, SessionBusy
 from chaz.store.schedules import FireTaken
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,8 @@ def _fire_pinned(services: Services, schedule: Schedule, claimed: ScheduleFire) 
         session = services.store.get_session(schedule.session_id)
     except SessionNotFound:
         session = None
+    if session is not None and session.project != schedule.project:
+        session = None  # nothing crosses projects: another project's session is gone
     if session is None or session.archived:
         what = "deleted" if session is None else "archived"
         reason = f"its pinned session {schedule.session_id} was {what}"
@@ -98,10 +100,14 @@ def _fire_pinned(services: Services, schedule: Schedule, claimed: ScheduleFire) 
             services,
             sid,
             lambda tx: tx.insert_job(
-                input=schedule.prompt, fire_id=claimed.id, only_if_idle=idle_only
+                input=schedule.prompt,
+                fire_id=claimed.id,
+                only_if_idle=idle_only,
+                job_fields=_authority(schedule),
             ),
             lambda: None,
             entry=False,
+            project=schedule.project,
         )
     except SessionBusy:
         book.settle(claimed.id, FireOutcome.SKIPPED, session_id=sid)
@@ -124,12 +130,17 @@ def _fire_fresh(
         origin=Origin.SCHEDULE,
         # An automatic name: a taken one leaves the session unnamed, not refused.
         names=(fresh_session_name(schedule, slot),),
+        project=schedule.project,
+        owner=schedule.owner,
+        unattended=schedule.unattended,
     )
     try:
         job = admission.transact(
             services,
             "",
-            lambda tx: tx.insert_job(input=schedule.prompt, fire_id=claimed.id),
+            lambda tx: tx.insert_job(
+                input=schedule.prompt, fire_id=claimed.id, job_fields=_authority(schedule)
+            ),
             lambda: None,
             create=create,
             entry=False,
@@ -141,6 +152,12 @@ def _fire_fresh(
         return Fired(FireOutcome.REFUSED.value, claimed)
     services.dispatcher.wake(job.session_id, job.id)
     return Fired(FireOutcome.ADMITTED.value, claimed, job, job.session_id)
+
+
+def _authority(schedule: Schedule) -> JobFields:
+    """A fire's turn acts for whoever added the schedule, with the grants it had
+    then, unattended if the schedule is (docs/security.md#grants-inside-turns)."""
+    return JobFields(owner=schedule.owner, grants=schedule.grants, unattended=schedule.unattended)
 
 
 def resume_stranded(services: Services, grace: timedelta) -> int:

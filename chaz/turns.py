@@ -27,11 +27,21 @@ from chaz.coord.lanes import Lease
 from chaz.coord.pubsub import publish
 from chaz.coord.signals import TurnEnd
 from chaz.domain import rooms
-from chaz.domain.approvals import REFUSALS, Approval, ApprovalState, request_id
+from chaz.domain.approvals import (
+    REFUSALS,
+    Approval,
+    ApprovalState,
+    ToolPolicy,
+    effective_policy,
+    gated,
+    held_unattended,
+    request_id,
+)
 from chaz.domain.deliveries import Delivered, DeliveryKind, NewBranch, Reply, Sender
 from chaz.domain.entries import Entry, EntryType, NewEntry, agent_sender
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.limits import resolve_limits
+from chaz.domain.principals import Principal, parse_grants, turn_grants
 from chaz.domain.sessions import Session
 from chaz.errors import Cancelled, ChazError, IllegalTransition, LeaseLost
 from chaz.faults import is_transient
@@ -368,6 +378,8 @@ class Turn:
         self.me = agent_sender(self.agent_id)
         #: Set when the turn suspended for approval instead of ending.
         self.suspended = False
+        #: Set once an ``approve_all`` decision of this job is seen.
+        self.all_approved = False
 
     def run(self) -> Entry | None:
         """The turn itself; its last entry (reply or Error), committed with the job's end."""
@@ -428,6 +440,9 @@ class Turn:
             message_count=job.message_count,
             delegation=RunnerDelegation(self.runner),
             flush=sink.flush,
+            principal=self.principal(),
+            unattended=job.unattended,
+            owner=job.owner,
         )
         assert self.heartbeat is not None, "a turn thinks only while its lease is kept"
         ports = LoopPorts(
@@ -443,13 +458,39 @@ class Turn:
         )
         return run_loop(ports, context, turn, tool_ctx, max_steps, resume)
 
+    def principal(self) -> Principal:
+        """Who acts in this turn (docs/security.md#grants-inside-turns): the agent,
+        in the job's project, holding its own grants and its starter's intersected."""
+        job = self.job
+        grants = turn_grants(self.setup.agent.grant_set(), parse_grants(job.grants))
+        return Principal(f"agent:{self.agent_id}", job.project, grants, operator=False)
+
     # -- approvals (docs/approvals.md) ----------------------------------------
+
+    def _policy(self, tool: str) -> ToolPolicy | None:
+        return effective_policy(
+            self.setup.agent.tool_policies, tool, unattended=self.job.unattended
+        )
 
     def approve(self, call: ToolCallRequest) -> Verdict:
         """The loop's approval gate: run a call its policy does not hold; for
-        one it holds, the decision if there is one, else :class:`Suspend`."""
-        policy = self.setup.agent.tool_policies.get(call.name)
-        if policy is None or policy.approval == "never":
+        one it holds, the decision if there is one, else :class:`Suspend`.
+
+        ``unless_auto_approved`` runs unasked in a ``bypass`` session; an
+        ``approve_all`` decision earlier in this job lets the rest of its
+        gated calls run; neither lifts the unattended policy."""
+        job = self.job
+        if call.name not in self._allowed_tools():
+            return RUN  # the registry refuses it: nobody is asked about a tool it lacks
+        policy = self._policy(call.name)
+        if not gated(
+            policy,
+            call.name,
+            unattended=job.unattended,
+            permission_mode=self.setup.session.permission_mode,
+        ):
+            return RUN
+        if not held_unattended(call.name, job.unattended) and self._approved_all():
             return RUN
         found = self.services.store.approvals.find(request_id(self.job.id, call.id))
         if found is None or found.state is ApprovalState.PENDING:
@@ -459,12 +500,19 @@ class Turn:
         code, message = REFUSALS[found.state]
         return Verdict(False, json.dumps({"error": {"code": code, "message": message}}))
 
+    def _approved_all(self) -> bool:
+        """Whether someone decided ``approve_all`` on a request of this job."""
+        if not self.all_approved:
+            self.all_approved = self.services.store.approvals.approved_all(self.job.id)
+        return self.all_approved
+
     def suspend(self, call: ToolCallRequest) -> Entry | None:
         """Park the turn on ``call``'s approval request: the request and its
         ApprovalRequest entry are written and the job waits, holding nothing.
         A cancel requested meanwhile ends the turn cancelled instead."""
         job = self.job
-        policy = self.setup.agent.tool_policies[call.name]
+        policy = self._policy(call.name)
+        assert policy is not None, "only a gated call suspends"
         now = utcnow()
         approval = Approval(
             request_id=request_id(job.id, call.id),
@@ -476,6 +524,7 @@ class Turn:
             state=ApprovalState.PENDING,
             created_at=now,
             expires_at=now + timedelta(seconds=policy.timeout),
+            project=job.project,
         )
         draft = NewEntry(
             EntryType.APPROVAL_REQUEST,

@@ -4,17 +4,19 @@ DESIGN invariant 9 (knowing an id grants nothing) and seed 003 §5.9. Every
 read of another session's history (``read_conversation``, a fork's source,
 ``inherit``, attach expansion, artifacts) asks :func:`readable_scope`,
 :func:`can_read` or :func:`check_read`; a job's result (``job_output``)
-asks :func:`check_job`. The authorization work will widen these rules
-(principals, projects, grants); it changes this module, not its callers.
+asks :func:`check_job`.
 
-Today's rules (docs/collaboration.md#visibility):
+The rules (docs/collaboration.md#visibility):
 
 * a session may read a session of its own tree, or one it is an ancestor
   of: made, through ``parent_job_id``, by one of its jobs or by a job of
   such a session, at most :data:`MAX_HOPS` generations down;
 * a session may read a job that ran in it, that it called, or that
   descends (``parent_job_id``) from a job that ran in it, at most
-  :data:`MAX_HOPS` hops up.
+  :data:`MAX_HOPS` hops up;
+* and, above both, nothing of another project: a viewer sees only sessions
+  and jobs of its own session's project (docs/security.md#visibility), so
+  another project's session is never found, named, listed or previewed.
 
 A target the viewer may not read is answered exactly like a missing one
 (:func:`chaz.domain.sessions.missing_session`, :func:`chaz.domain.jobs.missing_job`):
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 
 from chaz import branches
 from chaz.domain.jobs import Job
+from chaz.domain.principals import DEFAULT_PROJECT
 from chaz.domain.sessions import Session, missing_session
 from chaz.errors import Unauthorized
 from chaz.services import Services
@@ -43,9 +46,13 @@ class ReadScope:
     tree_id: str
     #: Sessions of other trees that descend from the viewer (usually none).
     below: frozenset[str]
+    #: The viewer's project: nothing outside it is ever readable.
+    project: str = DEFAULT_PROJECT
 
     def allows(self, session: Session) -> bool:
         """Whether the viewer may read ``session``'s history."""
+        if session.project != self.project:
+            return False
         return session.tree_id == self.tree_id or session.id in self.below
 
 
@@ -59,7 +66,13 @@ def readable_scope(services: Services, viewer_session_id: str) -> ReadScope | No
     below = store.descendant_sessions(viewer.id, MAX_HOPS)
     # Only sessions outside the tree need listing: the tree is allowed whole.
     others = frozenset(sid for sid, tree in below.items() if tree != viewer.tree_id)
-    return ReadScope(viewer.id, viewer.tree_id, others)
+    return ReadScope(viewer.id, viewer.tree_id, others, viewer.project)
+
+
+def session_project(services: Services, session_id: str) -> str | None:
+    """The project of a session, None if it does not exist."""
+    found = [s for s in services.store.find_sessions(session_id) if s.id == session_id]
+    return found[0].project if found else None
 
 
 def can_read(services: Services, viewer_session_id: str, target_session_id: str) -> bool:
@@ -93,11 +106,19 @@ def check_job(services: Services, job: Job, viewer_session_id: str) -> None:
     Ancestry follows ``parent_job_id`` upwards, at most :data:`MAX_HOPS` hops,
     in one query that a cycle cannot hang. Callers that answer a model turn
     the refusal into :func:`chaz.domain.jobs.missing_job`.
+
+    A job of another project than the viewer's is never readable, whatever
+    its lineage says.
     """
-    if viewer_session_id in (job.session_id, job.caller_session_id):
+    if viewer_session_id == job.session_id:
         return
-    if viewer_session_id in services.store.job_ancestor_sessions(job.id, MAX_HOPS):
-        return
+    # Any other relation counts only inside the viewer's project: a forged or
+    # stale lineage across projects reads nothing.
+    if session_project(services, viewer_session_id) == job.project:
+        if viewer_session_id == job.caller_session_id:
+            return
+        if viewer_session_id in services.store.job_ancestor_sessions(job.id, MAX_HOPS):
+            return
     raise Unauthorized(
         f"session {viewer_session_id} may not read job {job.id}",
         job_id=job.id,

@@ -362,7 +362,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--session", help="only this session's requests")
     p = add(approvals_sub, "decide", appr("decide"), "approve or deny a request")
     p.add_argument("request", metavar="ID", help="request id")
-    p.add_argument("decision", choices=["approve", "deny"], help="the decision")
+    p.add_argument(
+        "decision",
+        choices=["approve", "deny", "approve_all"],
+        help="the decision (approve_all: this call and the rest of its turn's gated calls)",
+    )
     p.add_argument("--by", default="user:operator", help="who decides (default user:operator)")
 
     # -- search (docs/sessions.md#search) ----------------------------------------

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from chaz.domain.approvals import ToolPolicy
+from chaz.domain.principals import Grant
 from chaz.domain.script import parse_script
 from chaz.domain.validation import (
     AGENT_ID,
@@ -103,6 +104,15 @@ class AgentSpec(CheckedModel):
         default_factory=dict,
         description="Per tool: whether its calls wait for approval (docs/approvals.md).",
     )
+    grants: list[Grant] | None = Field(
+        None,
+        description="What the agent may do in a turn (docs/security.md#grants-inside-turns); "
+        "None: every grant. A turn holds these and its starter's, intersected.",
+    )
+
+    def grant_set(self) -> frozenset[Grant] | None:
+        """The agent's grants as a set (None: every grant)."""
+        return None if self.grants is None else frozenset(self.grants)
 
     @field_validator("id")
     @classmethod

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from chaz.domain.validation import CheckedModel, ToolName
+from chaz.errors import ValidationError
 
 #: How long a request waits for a decision unless its policy says otherwise.
 DEFAULT_TIMEOUT_SECONDS = 300
@@ -31,8 +32,10 @@ class ToolPolicy(CheckedModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    approval: Literal["never", "always"] = Field(
-        "never", description="'always': every call waits for a person's decision."
+    approval: Literal["never", "always", "unless_auto_approved"] = Field(
+        "never",
+        description="'always': every call waits for a person's decision; "
+        "'unless_auto_approved': it waits unless the session's permission_mode is 'bypass'.",
     )
     timeout: int = Field(
         DEFAULT_TIMEOUT_SECONDS,
@@ -77,10 +80,67 @@ class Decision(StrEnum):
 
     APPROVE = "approve"
     DENY = "deny"
+    #: Approve this call and every later policy-gated call of the same job
+    #: without asking (never a call the unattended policy holds).
+    APPROVE_ALL = "approve_all"
 
 
 #: The state each decision closes a request in.
-DECIDED = {Decision.APPROVE: ApprovalState.APPROVED, Decision.DENY: ApprovalState.DENIED}
+DECIDED = {
+    Decision.APPROVE: ApprovalState.APPROVED,
+    Decision.DENY: ApprovalState.DENIED,
+    Decision.APPROVE_ALL: ApprovalState.APPROVED,
+}
+
+#: The tools an unattended turn may never call without a person's decision
+#: (seed 003 §5.8): neither ``permission_mode="bypass"`` nor ``approve_all``
+#: lifts it. ``session_send`` and ``session_create`` are seed 002's tools.
+UNATTENDED_HELD = frozenset(
+    {"send_message", "agent", "spawn_agent", "session_send", "session_create"}
+)
+
+
+#: A session's ``permission_mode``: ``bypass`` lets ``unless_auto_approved``
+#: tools run unasked (never a call the unattended policy holds).
+PERMISSION_MODES = ("default", "bypass")
+
+
+def check_permission_mode(value: object) -> str:
+    """A permission mode, or ``request.invalid`` naming ``permission_mode``."""
+    if value not in PERMISSION_MODES:
+        raise ValidationError(
+            "permission_mode must be 'default' or 'bypass'", field="permission_mode"
+        )
+    return str(value)
+
+
+def held_unattended(tool: str, unattended: bool) -> bool:
+    """Whether the unattended policy holds a call of ``tool``."""
+    return unattended and tool in UNATTENDED_HELD
+
+
+def effective_policy(
+    policies: dict[str, ToolPolicy], tool: str, *, unattended: bool
+) -> ToolPolicy | None:
+    """The policy a call of ``tool`` runs under: the agent's, made ``always`` by the
+    unattended policy (its timeout and shown arguments kept, else the defaults)."""
+    policy = policies.get(tool)
+    if not held_unattended(tool, unattended):
+        return policy
+    if policy is None:
+        return ToolPolicy(approval="always")
+    return policy.model_copy(update={"approval": "always"})
+
+
+def gated(policy: ToolPolicy | None, tool: str, *, unattended: bool, permission_mode: str) -> bool:
+    """Whether a call needs a decision before it runs (ignoring ``approve_all``,
+    which the caller checks for calls :func:`held_unattended` does not hold)."""
+    if policy is None or policy.approval == "never":
+        return False
+    if held_unattended(tool, unattended):
+        return True
+    return not (policy.approval == "unless_auto_approved" and permission_mode == "bypass")
+
 
 #: The code and message the model reads for a call that was not approved.
 REFUSALS: dict[ApprovalState, tuple[str, str]] = {

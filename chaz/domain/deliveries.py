@@ -128,6 +128,14 @@ class Sender:
     tree_id: str | None = None
     #: The sender job's message depth; the delivery carries it plus one.
     message_count: int = 0
+    #: The authority the hand-off carries (docs/security.md#grants-inside-turns):
+    #: the sender's project, the principal who started the chain, the acting
+    #: turn's grants (sorted names; None: every grant) and whether it runs
+    #: unattended. Whatever the hand-off admits runs with exactly these.
+    project: str = "default"
+    owner: str = "user:local"
+    grants: list[str] | None = None
+    unattended: bool = False
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from chaz.domain.agents import Limits
 from chaz.domain.deliveries import Delivered, DeliveryKind, NewBranch, Reply, Sender
 from chaz.domain.entries import NewEntry
 from chaz.domain.jobs import Job
+from chaz.domain.principals import DEFAULT_PRINCIPAL, LOCAL, Grant, Principal
 from chaz.domain.sessions import Session
 from chaz.domain.validation import (
     DEFAULT_MAX_CONTENT_BYTES,
@@ -64,6 +65,20 @@ class ToolContext:
     #: (they are written on a background thread): call it before writing into
     #: the session, so the write lands after the call that caused it.
     flush: Callable[[], None] = _nothing
+    #: Who acts in this turn: ``agent:<id>`` in the job's project, with the
+    #: agent's grants and its starter's intersected (docs/security.md).
+    principal: Principal = LOCAL
+    #: The turn runs under the unattended policy (docs/security.md#unattended-policy):
+    #: whatever it hands on (a schedule it adds) runs unattended too.
+    unattended: bool = False
+    #: The principal who started the chain of turns (the job's ``owner``).
+    owner: str = DEFAULT_PRINCIPAL
+
+    def require(self, grant: Grant, action: str) -> None:
+        """Refuse a call the turn's principal lacks ``grant`` for: ``auth.forbidden``,
+        which the model reads as a tool error. Checked before any target is
+        looked up, so the refusal says nothing about the target."""
+        self.principal.require(grant, action)
 
     def need_services(self) -> Services:
         """The runtime's services; :class:`~chaz.errors.ConfigError` when a tool

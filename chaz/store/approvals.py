@@ -73,8 +73,10 @@ class ApprovalStore:
         except ApprovalNotFound:
             return None
 
-    def pending(self, session_id: str | None = None, limit: int = 100) -> list[Approval]:
-        """Requests still waiting for a decision, oldest first."""
+    def pending(
+        self, session_id: str | None = None, limit: int = 100, *, project: str | None = None
+    ) -> list[Approval]:
+        """Requests still waiting for a decision (of one project), oldest first."""
         stmt = (
             select(ApprovalRow)
             .where(ApprovalRow.state == ApprovalState.PENDING.value)
@@ -83,8 +85,20 @@ class ApprovalStore:
         )
         if session_id is not None:
             stmt = stmt.where(ApprovalRow.session_id == session_id)
+        if project is not None:
+            stmt = stmt.where(ApprovalRow.project == project)
         with self._store._read() as conn:
             return [as_approval(r) for r in conn.execute(stmt).mappings()]
+
+    def approved_all(self, job_id: str) -> bool:
+        """Whether a request of the job was decided ``approve_all``."""
+        stmt = select(ApprovalRow.request_id).where(
+            ApprovalRow.job_id == job_id,
+            ApprovalRow.state == ApprovalState.APPROVED.value,
+            ApprovalRow.decision == "approve_all",
+        )
+        with self._store._read() as conn:
+            return conn.execute(stmt.limit(1)).first() is not None
 
     def due(self, now: datetime, limit: int = 500) -> list[Approval]:
         """Pending requests whose timeout has passed."""
@@ -149,10 +163,12 @@ class ApprovalStore:
         draft: NewEntry | None,
         *,
         now: datetime | None = None,
+        decision: str | None = None,
     ) -> Closed:
         """Close a pending request in ``target`` if it is still pending: the
-        first writer wins and queues its job again; every caller's ``draft``
-        (its ApprovalDecision entry) is written either way.
+        first writer wins and queues its job again (and records ``decision``,
+        the person's choice); every caller's ``draft`` (its ApprovalDecision
+        entry) is written either way.
 
         A request past its timeout closes ``expired`` whatever ``target`` asked.
         """
@@ -172,6 +188,7 @@ class ApprovalStore:
             if target is not ApprovalState.CANCELLED and current.expires_at <= now:
                 target = ApprovalState.EXPIRED
                 by = "system:timeout"
+                decision = None
             won = bool(
                 conn.execute(
                     update(ApprovalRow)
@@ -179,7 +196,7 @@ class ApprovalStore:
                         ApprovalRow.request_id == request_id,
                         ApprovalRow.state == ApprovalState.PENDING.value,
                     )
-                    .values(state=target.value, decided_by=by, decided_at=now)
+                    .values(state=target.value, decided_by=by, decided_at=now, decision=decision)
                 ).rowcount
             )
             job = (

@@ -97,6 +97,11 @@ def ended(
                 "head_seq": target["last_seq"],
             },
             idempotency_key=followup_key(job_id),
+            # The caller's turn continues with the authority it handed on.
+            project=delivery.project,
+            owner=delivery.owner,
+            grants=delivery.grants,
+            unattended=delivery.unattended,
         ),
     )
 

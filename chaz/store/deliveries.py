@@ -53,10 +53,19 @@ def new_row(
     answers_job_id: str | None = None,
     metadata: dict[str, Any] | None = None,
     job_id: str | None = None,
+    project: str = "default",
+    owner: str = "user:local",
+    grants: list[str] | None = None,
+    unattended: bool = False,
 ) -> dict[str, Any]:
-    """Every column of a new delivery row."""
+    """Every column of a new delivery row (``project`` to ``unattended``: the
+    authority the job it admits runs with)."""
     now = utcnow()
     return {
+        "project": project,
+        "owner": owner,
+        "grants": grants,
+        "unattended": unattended,
         "id": new_id(),
         "kind": kind.value,
         "sender": sender,

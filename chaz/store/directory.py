@@ -101,10 +101,11 @@ class SessionDirectory:
         limit: int,
         within_tree: str | None = None,
         or_ids: Iterable[str] = (),
+        project: str | None = None,
     ) -> list[Session]:
         """Non-archived sessions whose name starts with ``prefix`` (exactly, in every
         dialect: no LIKE, whose case rules differ), by name; ``within_tree`` keeps
-        only that tree's and those in ``or_ids``."""
+        only that tree's and those in ``or_ids``; ``project`` only that project's."""
         name = SessionRow.name
         stmt = (
             select(SessionRow)
@@ -123,6 +124,8 @@ class SessionDirectory:
                 if ids
                 else SessionRow.tree_id == within_tree
             )
+        if project is not None:
+            stmt = stmt.where(SessionRow.project == project)
         with self._read() as conn:
             return [as_session(r) for r in conn.execute(stmt).mappings()]
 
@@ -243,6 +246,7 @@ class SessionDirectory:
         archived: bool = False,
         agent_id: str | None = None,
         limit: int = 20,
+        project: str | None = None,
     ) -> list[SessionSummary]:
         """Sessions, most recently active first (``active_at``, else ``created_at``),
         each with its finished turns, size, tip and whether it is busy.
@@ -262,6 +266,8 @@ class SessionDirectory:
             stmt = stmt.where(c.tree_id == tree_id)
         if agent_id is not None:
             stmt = stmt.where(c.agent_id == agent_id)
+        if project is not None:
+            stmt = stmt.where(c.project == project)
         with self._read() as conn:
             sessions = [as_session(r) for r in conn.execute(stmt).mappings()]
             ids = [s.id for s in sessions]

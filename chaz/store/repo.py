@@ -519,12 +519,17 @@ class Store(SessionDirectory):
         names: Iterable[str] = (),
         members: list[str] | None = None,
         burst_budget: int | None = None,
+        project: str = DEFAULT_PROJECT,
+        owner: str = DEFAULT_PRINCIPAL,
+        unattended: bool = False,
+        permission_mode: str = "default",
     ) -> Session:
         """A new, empty session for ``agent_id``; a root of its own tree unless given one.
 
         ``fork`` is ``(session_id, seq)``: the session's context reads through
         that session up to that entry. ``names`` are candidates tried in turn
         when no ``name`` is given (an automatic name: the first one free).
+        ``project`` to ``permission_mode``: see :class:`NewSession`.
         """
         new = NewSession(
             agent_id,
@@ -539,6 +544,10 @@ class Store(SessionDirectory):
             names=tuple(names),
             members=members,
             burst_budget=burst_budget,
+            project=project,
+            owner=owner,
+            unattended=unattended,
+            permission_mode=permission_mode,
         )
         with self._write() as conn:
             return as_session(_insert_session(conn, new))
@@ -663,7 +672,14 @@ class Store(SessionDirectory):
                 row = _bump(conn, session_id, admit=False)
                 entry_values, _ = _insert_entry(conn, row, draft, admit=False, job_fields=None)
                 if room is not None and row["members"] is not None:
-                    woke = self._route_room(conn, row, draft, entry_values["id"], room)
+                    woke = self._route_room(
+                        conn,
+                        row,
+                        draft,
+                        entry_values["id"],
+                        room,
+                        posted_by=fence.job_id if fence is not None else None,
+                    )
         except IntegrityError:
             found = self.replay(session_id, draft)
             if found is None:
@@ -702,7 +718,9 @@ class Store(SessionDirectory):
                     row = _bump(conn, session_id, admit=False)
                     entry_values, _ = _insert_entry(conn, row, draft, admit=False, job_fields=None)
                     if room is not None and row["members"] is not None:
-                        woke = self._route_room(conn, row, draft, entry_values["id"], room)
+                        woke = self._route_room(
+                            conn, row, draft, entry_values["id"], room, posted_by=finish.job_id
+                        )
                 completion.ended(
                     conn,
                     finish.job_id,
@@ -723,11 +741,21 @@ class Store(SessionDirectory):
         return Appended(entry=as_entry(entry_values), job=woke[0], created=True, notices=woke[1])
 
     def _route_room(
-        self, conn: Connection, row: Any, draft: NewEntry, entry_id: str, room: RoomRules
+        self,
+        conn: Connection,
+        row: Any,
+        draft: NewEntry,
+        entry_id: str,
+        room: RoomRules,
+        *,
+        posted_by: str | None = None,
     ) -> tuple[Job | None, tuple[Entry, ...]]:
         """Route an entry just inserted into a room (``row``: its session, locked).
 
-        The job it admits (if any), and the notices it wrote.
+        The job it admits (if any), and the notices it wrote. A member woken
+        by a turn's entry (``posted_by``: that turn's job) runs with that
+        job's owner, grants and unattended flag: grants only narrow
+        (docs/security.md#grants-inside-turns).
         """
         budget = rooms.budget_of(row["burst_budget"], room.default_budget)
         found = rooms.route(
@@ -762,7 +790,21 @@ class Store(SessionDirectory):
             return None, (as_entry(values),)
         now = utcnow()
         ordinal = conn.scalar(st.ROOM_WAKE, {"sid": sid, "now": now, "burst": found.burst})
-        job_row = _new_job(row, ordinal, entry_id, JobFields(member_agent_id=found.wake), now)
+        fields = JobFields(member_agent_id=found.wake)
+        if posted_by is not None:
+            poster = conn.execute(
+                select(JobRow.owner, JobRow.grants, JobRow.unattended).where(
+                    JobRow.id == posted_by
+                )
+            ).first()
+            if poster is not None:
+                fields = replace(
+                    fields,
+                    owner=poster[0],
+                    grants=poster[1],
+                    unattended=bool(poster[2]),
+                )
+        job_row = _new_job(row, ordinal, entry_id, fields, now)
         conn.execute(st.INSERT_JOB, job_row)
         return as_job(job_row), ()
 
@@ -979,8 +1021,10 @@ class Store(SessionDirectory):
         related_to_session: str | None = None,
         limit: int = 100,
         newest_first: bool = False,
+        project: str | None = None,
     ) -> list[Job]:
-        """Jobs in admission order; ``newest_first`` keeps the latest when ``limit`` cuts."""
+        """Jobs in admission order; ``newest_first`` keeps the latest when ``limit`` cuts;
+        ``project`` keeps only that project's."""
         if newest_first:
             order = (JobRow.created_at.desc(), JobRow.ordinal.desc())
         else:
@@ -999,6 +1043,8 @@ class Store(SessionDirectory):
             stmt = stmt.where(JobRow.status.in_([s.value for s in statuses]))
         if parent_job_id is not None:
             stmt = stmt.where(JobRow.parent_job_id == parent_job_id)
+        if project is not None:
+            stmt = stmt.where(JobRow.project == project)
         with self._read() as conn:
             return [as_job(r) for r in conn.execute(stmt).mappings()]
 
@@ -1262,14 +1308,19 @@ def _read_through(conn: Connection, session: Any, history: list[Said], limit: in
     A fork is a pointer, not a copy: its context continues with the source
     session's context up to the entry it was forked at, and so on through
     the source's own source, until a Summary starts the context or
-    ``limit`` entries are read (the same bound as any context).
+    ``limit`` entries are read (the same bound as any context). A source of
+    another project is never read through (docs/security.md#visibility): the
+    context stops there as if the source were gone.
     """
     source, upto = session["fork_session_id"], session["fork_seq"]
+    project = session["project"]
     for _ in range(MAX_FORK_HOPS):
         if source is None or len(history) >= limit:
             return
         if history and history[-1].type is EntryType.SUMMARY:
             return  # the context starts at this Summary
+        if conn.scalar(select(SessionRow.project).where(SessionRow.id == source)) != project:
+            return
         rows = conn.execute(
             st.FORK_CONTEXT, {"sid": source, "upto": upto, "lim": limit - len(history)}
         )

@@ -18,6 +18,7 @@ from sqlalchemy import Connection, Table, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from chaz.domain.jobs import JobStatus
+from chaz.domain.principals import DEFAULT_PRINCIPAL, DEFAULT_PROJECT
 from chaz.domain.schedules import (
     EDITABLE,
     FireOutcome,
@@ -79,11 +80,17 @@ class ScheduleStore:
         *,
         now: datetime | None = None,
         schedule_id: str | None = None,
+        project: str = DEFAULT_PROJECT,
+        principal: str = DEFAULT_PRINCIPAL,
+        grants: list[str] | None = None,
+        unattended: bool = False,
     ) -> Schedule:
         """Create a schedule owned by ``owner``; its first slot is computed from ``now``.
 
         ``schedule_id`` makes the call repeatable (a resumed turn's tool
         call): a schedule of that id and owner is returned as it is.
+        ``project``, ``principal``, ``grants`` and ``unattended`` are the
+        authority its fires run with (docs/security.md#grants-inside-turns).
         """
         owner = check_owner(owner)
         values = check_fields(fields)
@@ -105,6 +112,10 @@ class ScheduleStore:
                 **values,
                 "id": schedule_id or new_id(),
                 "owner_agent_id": owner,
+                "project": project,
+                "owner": principal,
+                "grants": grants,
+                "unattended": unattended,
                 "fires": 0,
                 "failures": 0,
                 "last_error": None,

@@ -23,6 +23,7 @@ from chaz.domain.deliveries import Delivered, DeliveryKind, NewBranch, Reply, Se
 from chaz.domain.entries import EntryType, agent_sender
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.naming import candidates, stage1_label
+from chaz.domain.principals import Grant, grant_names
 from chaz.domain.results import excerpt
 from chaz.domain.sessions import Session
 from chaz.domain.validation import SafeText, check_content, check_session_name
@@ -112,6 +113,10 @@ class SendMessageArgs(BaseModel):
 def agent(args: AgentArgs, ctx: ToolContext) -> str:
     """Create (or fork) a session and run ``prompt`` there, or continue one with ``to``."""
     svc = ctx.need_services()
+    if args.to:
+        ctx.require(Grant.MESSAGE_SEND, "message another session")
+    else:
+        ctx.require(Grant.AGENT_SPAWN, "start a sub-agent")
     check_content(EntryType.DIRECTIVE, args.prompt, max_bytes=svc.settings.max_content_bytes)
     if args.to:
         return _continue(args, ctx, svc)
@@ -122,6 +127,8 @@ def agent(args: AgentArgs, ctx: ToolContext) -> str:
         fork = (ctx.session_id, svc.store.get_session(ctx.session_id).last_seq)
     elif start.mode is StartMode.FORK:
         assert start.session_ref is not None
+        # A historical fork reads another session's history.
+        ctx.require(Grant.HISTORY_READ, "fork another session's history")
         fork = _fork_point(svc, ctx, start.session_ref, start.seq)
         kind = DeliveryKind.FORK
     return _create(
@@ -141,6 +148,7 @@ def agent(args: AgentArgs, ctx: ToolContext) -> str:
 def spawn_agent(args: SpawnArgs, ctx: ToolContext) -> str:
     """Run ``task`` in a new session of ``agent_id``: ``agent`` with a clean start."""
     svc = ctx.need_services()
+    ctx.require(Grant.AGENT_SPAWN, "start a sub-agent")
     check_content(EntryType.DIRECTIVE, args.task, max_bytes=svc.settings.max_content_bytes)
     label = check_session_name(args.name) if args.name is not None else ""
     return _create(
@@ -204,7 +212,9 @@ def _continue(args: AgentArgs, ctx: ToolContext, svc: Services) -> str:
             "archive_when_done applies to a session this call creates, not to one named by to",
             field="archive_when_done",
         )
-    target = branches.resolve_target(svc, args.to, deliverable=True)
+    target = branches.resolve_target(
+        svc, args.to, deliverable=True, project=ctx.principal.project
+    )
     _expect_agent(target, args.agent_id)
     _check_messages(ctx)
     done = ctx.need_delegation().deliver(
@@ -277,8 +287,11 @@ def _wait_for_end(ctx: ToolContext, job: Job, timeout: float) -> Job:
 def send_message(args: SendMessageArgs, ctx: ToolContext) -> str:
     """Deliver a message to an existing session: a turn now, or its inbox while it is busy."""
     svc = ctx.need_services()
+    ctx.require(Grant.MESSAGE_SEND, "message another session")
     check_content(EntryType.DIRECTIVE, args.message, max_bytes=svc.settings.max_content_bytes)
-    target = branches.resolve_target(svc, args.to, deliverable=True)
+    target = branches.resolve_target(
+        svc, args.to, deliverable=True, project=ctx.principal.project
+    )
     _expect_agent(target, "" if args.agent_id == "main" else args.agent_id)
     _check_messages(ctx)
     done = ctx.need_delegation().deliver(
@@ -360,6 +373,11 @@ def _sender(svc: Services, ctx: ToolContext, kind: DeliveryKind) -> Sender:
         entry_id=call.entry.id if call is not None else None,
         tree_id=ctx.tree_id,
         message_count=ctx.message_count,
+        # Grants only narrow: what this hand-off admits holds this turn's grants.
+        project=ctx.principal.project,
+        owner=ctx.owner,
+        grants=grant_names(ctx.principal.grants),
+        unattended=ctx.unattended,
     )
 
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from chaz import branches, visibility
 from chaz.domain.entries import EntryType
+from chaz.domain.principals import Grant
 from chaz.domain.sessions import ArchivedBy, Session
 from chaz.domain.validation import SafeText
 from chaz.errors import ValidationError
@@ -98,7 +99,9 @@ def room_marker(session: Session) -> str:
 
 
 def list_agents(args: ListAgentsArgs, ctx: ToolContext) -> str:
-    """The sessions this one can address, most recently active first."""
+    """The sessions this one can address, most recently active first (of its
+    project only: another project's sessions are never named or previewed)."""
+    ctx.require(Grant.HISTORY_READ, "list sessions")
     svc = ctx.need_services()
     everywhere = args.scope == "all"
     items = branches.summaries(
@@ -107,6 +110,7 @@ def list_agents(args: ListAgentsArgs, ctx: ToolContext) -> str:
         archived=args.scope == "archived",
         agent_id=args.agent_id,
         limit=args.limit,
+        project=ctx.principal.project,
     )
     title = {
         "session": "Sessions of this tree",
@@ -135,8 +139,13 @@ class ArchiveAgentArgs(BaseModel):
 
 def archive_agent(args: ArchiveAgentArgs, ctx: ToolContext) -> str:
     """Archive a session for everyone: hidden from listings, no new deliveries."""
+    ctx.require(Grant.SESSION_ARCHIVE, "archive a session")
     session, changed = branches.archive(
-        ctx.need_services(), args.to, reason=args.reason, by=ArchivedBy.MANUAL
+        ctx.need_services(),
+        args.to,
+        reason=args.reason,
+        by=ArchivedBy.MANUAL,
+        project=ctx.principal.project,
     )
     return json.dumps(
         {
@@ -229,6 +238,7 @@ def _turn_header(number: int, status: str) -> str:
 
 def read_conversation(args: ReadConversationArgs, ctx: ToolContext) -> str:
     """Turns of another session this one may read, cut at ``max_chars``."""
+    ctx.require(Grant.HISTORY_READ, "read a conversation")
     svc = ctx.need_services()
     max_chars = min(max(args.max_chars, MIN_READ_CHARS), MAX_READ_CHARS)
     session = visibility.check_read(svc, ctx.session_id, args.to)

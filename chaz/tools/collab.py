@@ -13,6 +13,7 @@ import json
 from pydantic import BaseModel, ConfigDict, Field
 
 from chaz.domain.jobs import JobStatus
+from chaz.domain.principals import Grant
 from chaz.domain.validation import SafeText
 from chaz.runtime.registry import Tool, ToolContext
 
@@ -43,9 +44,11 @@ class JobOutputArgs(BaseModel):
 
 
 def list_jobs(args: ListJobsArgs, ctx: ToolContext) -> str:
-    """Jobs that run in this session or that this session started."""
+    """Jobs that run in this session or that this session started (of its project)."""
+    ctx.require(Grant.HISTORY_READ, "list jobs")
     svc = ctx.need_services()
     jobs = svc.store.list_jobs(
+        project=ctx.principal.project,
         related_to_session=ctx.session_id,
         statuses=[args.status] if args.status else None,
         limit=args.limit,
@@ -67,6 +70,7 @@ def list_jobs(args: ListJobsArgs, ctx: ToolContext) -> str:
 
 def job_output(args: JobOutputArgs, ctx: ToolContext) -> str:
     """A job's state and result, if this session may read it."""
+    ctx.require(Grant.HISTORY_READ, "read a job's output")
     return json.dumps(
         ctx.need_delegation().output(
             args.job_id, ctx.session_id, block=args.block, timeout=args.timeout, full=args.full

@@ -15,13 +15,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from chaz.domain.principals import Grant, grant_names
 from chaz.domain.schedules import (
     DEFAULT_MAX_FAILURES,
     MAX_INTERVAL_SECONDS,
     MAX_PROMPT_CHARS,
     Schedule,
 )
+from chaz.domain.sessions import missing_session
 from chaz.domain.validation import SafeText
+from chaz.errors import ScheduleNotFound
 from chaz.ids import utcnow
 from chaz.runtime.registry import Tool, ToolContext
 
@@ -124,11 +127,44 @@ def _call_id(ctx: ToolContext) -> str:
 
 
 def _add(ctx: ToolContext, fields: dict[str, Any]) -> str:
+    ctx.require(Grant.SCHEDULE_MANAGE, "add a schedule")
+    svc = ctx.need_services()
     if fields.get("target") == "pinned" and fields.get("session_id") is None:
         fields["session_id"] = ctx.session_id
-    book = ctx.need_services().store.schedules
-    made = book.add(ctx.agent_id, fields, schedule_id=_call_id(ctx))
+    elif fields.get("session_id") is not None:
+        fields["session_id"] = _pinned(ctx, str(fields["session_id"]))
+    me = ctx.principal
+    made = svc.store.schedules.add(
+        ctx.agent_id,
+        fields,
+        schedule_id=_call_id(ctx),
+        # Its fires act with this turn's (narrowed) authority, never more.
+        project=me.project,
+        principal=ctx.owner,
+        grants=grant_names(me.grants),
+        unattended=ctx.unattended,
+    )
     return json.dumps(_shown(made))
+
+
+def _pinned(ctx: ToolContext, ref: str) -> str:
+    """The id of the session a schedule pins, of this turn's project only: another
+    project's session is answered as a missing one."""
+    found = [
+        s
+        for s in ctx.need_services().store.find_sessions(ref)
+        if s.project == ctx.principal.project
+    ]
+    if not found:
+        raise missing_session(ref)
+    return found[0].id
+
+
+def _mine(ctx: ToolContext, schedule_id: str) -> None:
+    """Refuse another project's schedule exactly like a missing one."""
+    book = ctx.need_services().store.schedules
+    if book.get(schedule_id, owner=ctx.agent_id).project != ctx.principal.project:
+        raise ScheduleNotFound(f"no schedule {schedule_id!r}", schedule_id=schedule_id)
 
 
 def schedule_add(args: ScheduleAddArgs, ctx: ToolContext) -> str:
@@ -149,6 +185,8 @@ def schedule_once(args: ScheduleOnceArgs, ctx: ToolContext) -> str:
 
 def schedule_update(args: ScheduleUpdateArgs, ctx: ToolContext) -> str:
     """Change one of the calling agent's schedules."""
+    ctx.require(Grant.SCHEDULE_MANAGE, "change a schedule")
+    _mine(ctx, args.schedule_id)
     changes = args.model_dump(exclude_none=True, exclude={"schedule_id"})
     book = ctx.need_services().store.schedules
     return json.dumps(_shown(book.update(args.schedule_id, changes, owner=ctx.agent_id)))
@@ -156,14 +194,17 @@ def schedule_update(args: ScheduleUpdateArgs, ctx: ToolContext) -> str:
 
 def schedule_remove(args: ScheduleRemoveArgs, ctx: ToolContext) -> str:
     """Delete one of the calling agent's schedules."""
+    ctx.require(Grant.SCHEDULE_MANAGE, "remove a schedule")
+    _mine(ctx, args.schedule_id)
     gone = ctx.need_services().store.schedules.remove(args.schedule_id, owner=ctx.agent_id)
     return json.dumps({"removed": gone.id})
 
 
 def schedule_list(args: ScheduleListArgs, ctx: ToolContext) -> str:
     """The calling agent's schedules."""
+    ctx.require(Grant.SCHEDULE_MANAGE, "list schedules")
     mine = ctx.need_services().store.schedules.list(ctx.agent_id)
-    return json.dumps([_shown(s) for s in mine])
+    return json.dumps([_shown(s) for s in mine if s.project == ctx.principal.project])
 
 
 TOOLS = [

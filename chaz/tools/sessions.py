@@ -17,6 +17,7 @@ from chaz import discovery
 from chaz.domain.entries import EntryType, parse_sender
 from chaz.domain.search import MAX_LIST_LIMIT, MAX_SEARCH_LIMIT
 from chaz.domain.sessions import Session
+from chaz.domain.principals import Grant
 from chaz.errors import SessionToolForbidden
 from chaz.runtime.registry import Tool, ToolContext
 
@@ -78,6 +79,7 @@ class SessionSearchArgs(BaseModel):
 def session_list(args: SessionListArgs, ctx: ToolContext) -> str:
     """One page of the project's sessions, most recently active first."""
     me = require_interactive(ctx)
+    ctx.require(Grant.HISTORY_READ, "list sessions")
     page = discovery.list_sessions(
         ctx.need_services(),
         project=me.project,
@@ -92,6 +94,7 @@ def session_list(args: SessionListArgs, ctx: ToolContext) -> str:
 def session_search(args: SessionSearchArgs, ctx: ToolContext) -> str:
     """Distinct sessions whose messages, name or description match, best first."""
     me = require_interactive(ctx)
+    ctx.require(Grant.HISTORY_READ, "search sessions")
     found = discovery.search_sessions(
         ctx.need_services(),
         args.query,

@@ -11,10 +11,16 @@ import json
 import signal
 import threading
 
+import pytest
+
 import chaz
+from chaz import approvals
 from chaz.domain.approvals import Approval, ApprovalState
 from chaz.domain.entries import EntryType
+from chaz.domain.principals import Grant, Principal
+from chaz.errors import ApprovalNotFound, Forbidden
 from tests.acceptance.test_cli import chaz_cli, cli_env, ok
+from tests.support.principals import post_as, session_in
 from tests.support.stack import Stack
 
 ECHO_AFTER = [
@@ -182,3 +188,136 @@ def test_denied_expired_and_cancelled_requests(stack: Stack) -> None:
     gone = client.approvals.decide(pending.request_id, "approve")
     assert not gone.effective and gone.approval.state is ApprovalState.CANCELLED
     assert all(a.request_id != pending.request_id for a in client.approvals.pending())
+
+
+# -- unless_auto_approved, approve_all, who may decide (issue 11 item 5) ---------
+
+THRICE = [
+    {
+        "steps": [
+            {"call": "echo", "args": {"text": "one"}},
+            {"call": "echo", "args": {"text": "two"}},
+            {"call": "echo", "args": {"text": "three"}},
+            {"say": "done {last_result}"},
+        ]
+    }
+]
+
+
+def test_unless_auto_approved_runs_unasked_under_bypass_and_waits_otherwise(
+    stack: Stack,
+) -> None:
+    client = stack.client
+    client.agents.put(
+        chaz.AgentSpec(
+            id="auto",
+            tools=["echo"],
+            script=ECHO_AFTER,
+            tool_policies={"echo": {"approval": "unless_auto_approved"}},
+        )
+    )
+    stack.workers(1, concurrency=2, queues="chaz.turns")
+
+    bypass = client.sessions.create(agent_id="auto", permission_mode="bypass")
+    posted = client.sessions.post(bypass.id, "go", sender="user:alice")
+    reply = client.sessions.wait_for_reply(bypass.id, after=posted.seq, timeout=30)
+    assert reply.content == "after go", reply.content
+    assert not [
+        e for e in client.sessions.entries(bypass.id) if e.type is EntryType.APPROVAL_REQUEST
+    ]
+
+    asked = client.sessions.create(agent_id="auto")
+    held = client.sessions.post(asked.id, "wait", sender="user:alice")
+    request = _waiting(stack, held.job_id or "")
+    assert request.tool == "echo"
+    client.approvals.decide(request.request_id, "approve")
+    reply = client.sessions.wait_for_reply(asked.id, after=held.seq, timeout=30)
+    assert reply.content == "after wait", reply.content
+
+
+def test_approve_all_lets_the_rest_of_the_turn_run_decided_once(stack: Stack) -> None:
+    client = stack.client
+    client.agents.put(
+        chaz.AgentSpec(
+            id="thrice",
+            tools=["echo"],
+            script=THRICE,
+            tool_policies={"echo": {"approval": "always"}},
+        )
+    )
+    stack.workers(1, concurrency=2, queues="chaz.turns")
+    s = client.sessions.create(agent_id="thrice")
+    posted = client.sessions.post(s.id, "go", sender="user:alice")
+    request = _waiting(stack, posted.job_id or "")
+    assert request.arguments == {"text": "one"}
+    env = cli_env(settings=stack.settings)
+    decided = json.loads(
+        ok(chaz_cli("approvals", "decide", request.request_id, "approve_all", "--json", env=env))
+    )
+    assert decided["effective"] and decided["state"] == "approved"
+    reply = client.sessions.wait_for_reply(s.id, after=posted.seq, timeout=30)
+    assert reply.content == "done three", reply.content
+    entries = client.sessions.entries(s.id)
+    assert len([e for e in entries if e.type is EntryType.APPROVAL_REQUEST]) == 1
+    assert [e.content for e in entries if e.type is EntryType.TOOL_RESULT] == [
+        "one",
+        "two",
+        "three",
+    ]
+    assert client.approvals.get(request.request_id).decision == "approve_all"
+    # The next turn asks again: approve_all is for one turn.
+    again = client.sessions.post(s.id, "again", sender="user:alice")
+    nxt = _waiting(stack, again.job_id or "")
+    assert nxt.request_id != request.request_id
+    client.jobs.cancel(again.job_id or "")
+
+
+def test_deciding_needs_the_grant_and_another_projects_request_is_not_found(
+    stack: Stack,
+) -> None:
+    client = stack.client
+    client.agents.put(careful("careful"))
+    stack.workers(1, concurrency=2, queues="chaz.turns")
+    theirs = session_in(client, "careful", "other")
+    posted = post_as(client, theirs.id, "their call", sender="user:other")
+    svc = client.services
+    alice = Principal("user:alice", "default")
+    bob = Principal("user:bob", "other")
+    request = stack.wait_for(
+        lambda: next(iter(approvals.pending(svc, principal=bob)), None), 30, "their request"
+    )
+    assert request.project == "other" and request.job_id == posted.entry.job_id
+
+    # Another project's request: exactly what a missing one gets.
+    with pytest.raises(ApprovalNotFound) as denied:
+        approvals.decide(svc, request.request_id, "approve", principal=alice)
+    missing_id = "apr_" + "0" * 28
+    with pytest.raises(ApprovalNotFound) as missing:
+        approvals.decide(svc, missing_id, "approve", principal=alice)
+    assert denied.value.code == missing.value.code == "approval.not_found"
+    assert denied.value.message.replace(request.request_id, "ID") == missing.value.message.replace(
+        missing_id, "ID"
+    )
+    assert set(denied.value.details) == set(missing.value.details)
+    with pytest.raises(ApprovalNotFound):
+        approvals.get(svc, request.request_id, principal=alice)
+    assert approvals.pending(svc, principal=alice) == []
+    assert [a.request_id for a in approvals.pending(svc, principal=bob)] == [request.request_id]
+    # Without approval.decide: refused before anything is looked up.
+    reader = Principal("user:carol", "other", frozenset({Grant.HISTORY_READ}))
+    with pytest.raises(Forbidden):
+        approvals.decide(svc, request.request_id, "approve", principal=reader)
+    with pytest.raises(Forbidden):
+        approvals.decide(svc, missing_id, "approve", principal=reader)
+    assert approvals.get(svc, request.request_id, principal=bob).state is ApprovalState.PENDING
+    # An API-key principal may not decide in someone else's name.
+    keyed = Principal("user:dave", "other", operator=False)
+    with pytest.raises(Forbidden):
+        approvals.decide(svc, request.request_id, "approve", by="user:eve", principal=keyed)
+
+    # The permitted equivalent: recorded under the principal's name.
+    done = approvals.decide(svc, request.request_id, "approve", principal=bob)
+    assert done.effective and done.approval.decided_by == "user:bob"
+    assert done.approval.decision == "approve"
+    reply = client.sessions.wait_for_reply(theirs.id, after=posted.entry.seq, timeout=30)
+    assert reply.content == "after their call", reply.content

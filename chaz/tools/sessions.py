@@ -15,9 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from chaz import discovery
 from chaz.domain.entries import EntryType, parse_sender
+from chaz.domain.principals import Grant
 from chaz.domain.search import MAX_LIST_LIMIT, MAX_SEARCH_LIMIT
 from chaz.domain.sessions import Session
-from chaz.domain.principals import Grant
 from chaz.errors import SessionToolForbidden
 from chaz.runtime.registry import Tool, ToolContext
 

@@ -19,7 +19,7 @@ import redis
 import sqlalchemy.exc
 from pydantic import BaseModel, ConfigDict
 
-from chaz import admission, branches, event_log
+from chaz import admission, branches, compaction, event_log
 from chaz import approvals as approval_cases
 from chaz.control import cancel, job_output, wait_terminal
 from chaz.domain.agents import AgentSpec, Limits
@@ -455,6 +455,19 @@ class Sessions:
                 JobStatus.QUEUED,
             ],
         )
+
+    def compact(self, session_id: str, *, timeout: float = 60.0) -> Entry | None:
+        """Write a Summary made by the session's own model; later turns start from it.
+
+        The Summary stands for the context since the previous one
+        (docs/sessions.md#compaction). None when there is nothing since the
+        latest Summary (a no-op). Waits up to ``timeout`` seconds for a
+        running turn of the session to end; turns admitted meanwhile run
+        after it. ``session.not_found``, ``session.archived``, or
+        ``session.busy`` (retryable) when the lane stayed held.
+        """
+        ref = check_ref("session", session_id)
+        return compaction.compact(self._svc, ref, timeout=check_seconds("timeout", timeout))
 
 
 _TRIGGERS = (EntryType.MESSAGE, EntryType.DIRECTIVE)

@@ -327,3 +327,12 @@ class AlreadyRunning(Conflict):
     """Another ``chaz up`` already serves this ``CHAZ_HOME``."""
 
     code = "conflict.already_running"
+
+
+class SessionBusy(Conflict):
+    """The session could not be compacted now: its lane stayed held by turns, or
+    new messages kept arriving while its Summary was being written
+    (docs/sessions.md#compaction). Retry later."""
+
+    code = "session.busy"
+    retryable = True

@@ -27,6 +27,7 @@ from chaz.coord.pubsub import publish
 from chaz.domain.compaction import (
     SUMMARY_HEADER,
     SYSTEM_PROMPT,
+    context_budget,
     context_chars,
     digest,
     pending,
@@ -121,7 +122,9 @@ def after_turn(services: Services, setup: TurnSetup) -> Entry | None:
     raises: a failed compaction is logged and tried again after the next turn.
     """
     try:
-        budget = _budget(services, setup)
+        budget = context_budget(
+            services.settings.max_context_chars, setup.agent.limits, setup.session.limits
+        )
         if budget is None or context_chars(setup.history) <= budget:
             return None
         if setup.session.archived:
@@ -130,21 +133,6 @@ def after_turn(services: Services, setup: TurnSetup) -> Entry | None:
     except Exception:
         log.warning("compacting session %s failed", setup.session.id, exc_info=True)
         return None
-
-
-def _budget(services: Services, setup: TurnSetup) -> int | None:
-    # The tightest of the setting, the agent's and the session's: every turn
-    # asks, so no Limits object is built for it.
-    found = [
-        v
-        for v in (
-            services.settings.max_context_chars,
-            setup.agent.limits.max_context_chars,
-            setup.session.limits.max_context_chars if setup.session.limits else None,
-        )
-        if v is not None
-    ]
-    return min(found) if found else None
 
 
 def _check_live(session: Session) -> None:

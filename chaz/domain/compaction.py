@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from chaz.domain.agents import Limits
 from chaz.domain.entries import EntryType, Said
 
 #: The first line of the request the session's model answers: a model reads
@@ -49,6 +50,16 @@ def pending(history: Sequence[Said]) -> list[Said]:
 def context_chars(history: Sequence[Said]) -> int:
     """The size of a context in characters: what the automatic trigger measures."""
     return sum(len(e.content) for e in history)
+
+
+def context_budget(setting: int | None, *limits: Limits | None) -> int | None:
+    """The automatic trigger's budget: the smallest of ``CHAZ_MAX_CONTEXT_CHARS``
+    and the ``max_context_chars`` of the agent's and the session's limits, those
+    that are set (None: no automatic compaction). Every turn asks, so no
+    :class:`Limits` is built for it."""
+    found = [setting] if setting is not None else []
+    found += [x.max_context_chars for x in limits if x and x.max_context_chars is not None]
+    return min(found) if found else None
 
 
 def digest(history: Sequence[Said]) -> str:

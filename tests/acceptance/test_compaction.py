@@ -15,7 +15,7 @@ import pytest
 
 import chaz
 from chaz.domain.entries import EntryType, KeyScope, NewEntry
-from chaz.errors import SessionArchived, SessionNotFound, ValidationError
+from chaz.errors import ModelError, SessionArchived, SessionNotFound, ValidationError
 from tests.acceptance.test_cli import chaz_cli, cli_env, ok
 from tests.support.stack import Stack
 
@@ -244,3 +244,52 @@ def test_a_crash_in_mid_compaction_leaves_the_session_usable(stack: Stack) -> No
     assert summary.metadata["covers"] == shown.seq > first.seq
     assert summary.content.startswith("4 entries compacted (4 messages, 0 directives)")
 
+
+
+def test_an_openai_agent_summarizes_with_its_own_model(stack: Stack) -> None:
+    from tests.support.fake_openai import FakeOpenAI
+
+    client = stack.client
+    with FakeOpenAI(model="fake-model") as srv:
+        client.agents.put(
+            chaz.AgentSpec(
+                id="gpt",
+                model="openai:fake-model",
+                options={"base_url": srv.base_url, "api_key": "unused", "max_retries": 0},
+            )
+        )
+        s = client.sessions.create("gpt")
+        client.services.store.import_entries(s.id, history(6))
+        srv.push_text("Alice asked two questions; both were answered.")
+        summary = client.sessions.compact(s.id)
+        assert summary is not None
+        assert summary.content == "Alice asked two questions; both were answered."
+        [asked] = srv.requests
+        system, user = asked["messages"]
+        assert system["role"] == "system" and "summary" in system["content"]
+        assert user["content"].splitlines() == [
+            "Summarize this conversation so far.",
+            "<<<CONVERSATION",
+            "user:alice: question 0",
+            "agent:reader: answer 2",
+            "user:alice: question 3",
+            "agent:reader: answer 5",
+            "CONVERSATION>>>",
+        ]
+        assert asked["model"] == "fake-model" and "tools" not in asked
+
+        # The model's failure is the caller's error; nothing is written.
+        client.services.store.import_entries(s.id, history(3))
+        srv.push_error(500)
+        with pytest.raises(ModelError):
+            client.sessions.compact(s.id)
+        assert [e.id for e in summaries(client, s.id)] == [summary.id]
+        # A blank answer: the deterministic digest stands in, so the Summary says something.
+        srv.push_text("   ")
+        second = client.sessions.compact(s.id)
+        assert second is not None
+        assert second.content.startswith("2 entries compacted (2 messages, 0 directives)")
+        # The previous Summary was sent first, as what the new one carries forward.
+        assert srv.requests[-1]["messages"][1]["content"].splitlines()[2] == (
+            "previous summary: Alice asked two questions; both were answered."
+        )

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from chaz.domain.agents import Limits
 from chaz.domain.compaction import (
     MAX_TRANSCRIPT_CHARS,
     SUMMARY_HEADER,
+    context_budget,
     context_chars,
     digest,
     pending,
@@ -16,7 +18,7 @@ from chaz.domain.compaction import (
     summary_prompt,
 )
 from chaz.domain.entries import EntryType, Said
-from chaz.errors import ModelError
+from chaz.errors import ModelError, ValidationError
 from chaz.runtime.backends.base import TurnContext
 from chaz.runtime.backends.scripted import ScriptedBackend
 
@@ -72,3 +74,13 @@ def test_the_scripted_model_summarizes_with_the_digest_or_its_summary_rule(
     )
     with pytest.raises(ModelError, match="no summary today"):
         failing.summarize("the digest", turn)
+
+
+def test_the_budget_is_the_smallest_set_and_unset_everywhere_is_off() -> None:
+    assert context_budget(None, Limits(), None) is None
+    assert context_budget(5000, Limits(), None) == 5000
+    assert context_budget(None, Limits(max_context_chars=800), None) == 800
+    assert context_budget(5000, Limits(max_context_chars=800), Limits(max_context_chars=900)) == 800
+    assert context_budget(700, Limits(max_context_chars=800), Limits()) == 700
+    with pytest.raises(ValidationError, match="max_context_chars"):
+        Limits(max_context_chars=0)

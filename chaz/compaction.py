@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 
 from chaz.coord.pubsub import publish
@@ -71,7 +72,7 @@ def compact(services: Services, ref: str, *, timeout: float = 60.0) -> Entry | N
     token = _take_lane(services, sid, timeout)
     lease = services.lease_keeper.hold(sid, token)
     try:
-        return compact_held(services, sid, auto=False)
+        return compact_held(services, sid, auto=False, lost=lease.lost)
     finally:
         services.lease_keeper.drop(lease)
         with contextlib.suppress(Exception):
@@ -83,8 +84,14 @@ def compact(services: Services, ref: str, *, timeout: float = 60.0) -> Entry | N
             services.dispatcher.wake(sid, head.id)
 
 
-def compact_held(services: Services, session_id: str, *, auto: bool) -> Entry | None:
-    """Compact a session whose lane the caller holds (see :func:`compact`)."""
+def compact_held(
+    services: Services, session_id: str, *, auto: bool, lost: threading.Event | None = None
+) -> Entry | None:
+    """Compact a session whose lane the caller holds (see :func:`compact`).
+
+    ``lost`` is set when the lane's lease could not be renewed: a turn may
+    then run beside us, so nothing is written (``session.busy``).
+    """
     store = services.store
     for _ in range(ATTEMPTS):
         session, history, covers = store.compaction_range(session_id, MAX_RANGE_ENTRIES)
@@ -93,6 +100,11 @@ def compact_held(services: Services, session_id: str, *, auto: bool) -> Entry | 
         if not new:
             return None
         text = _summarize(services, session, history)
+        if lost is not None and lost.is_set():
+            raise SessionBusy(
+                f"session {session_id}: the compaction lost the session's lane; retry later",
+                session_id=session_id,
+            )
         draft = NewEntry(
             EntryType.SUMMARY,
             agent_sender(session.agent_id),

@@ -25,7 +25,7 @@ from benchmarks import noop_app
 from benchmarks.cpu import CpuMeter
 from benchmarks.stacks import AGENT, BenchStack
 from chaz.coord import keys
-from chaz.domain.entries import EntryType, agent_sender
+from chaz.domain.entries import EntryType, NewEntry, agent_sender
 from chaz.settings import broker_url_for
 
 # -- helpers ----------------------------------------------------------------------
@@ -252,6 +252,11 @@ class Sizes:
     fifo_messages: int = 300
     admission_seconds: float = 5.0
     admission_sessions: int = 40
+    #: (f): entries written before the long session is compacted, messages
+    #: per round, and rounds (each a fresh session and the long one, alternated).
+    long_entries: int = 100_000
+    long_messages: int = 200
+    long_rounds: int = 3
 
 
 FULL = Sizes()
@@ -262,6 +267,9 @@ QUICK = Sizes(
     turns_seconds=4.0,
     fifo_messages=40,
     admission_seconds=1.5,
+    long_entries=20_000,
+    long_messages=40,
+    long_rounds=2,
 )
 
 
@@ -338,6 +346,7 @@ class ChazResult:
     dispatch: DispatchResult
     admissions: Throughput | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    long: LongSessionResult | None = None
 
 
 def measure_dispatch(stack: BenchStack, listener: ReplyListener, sizes: Sizes) -> DispatchResult:
@@ -459,3 +468,120 @@ def measure_admissions(stack: BenchStack, sizes: Sizes) -> Throughput:
 
     loop = ClosedLoop(sessions, post, sizes.senders)
     return loop.run(min(1.0, sizes.warmup), sizes.admission_seconds)
+
+
+# -- (f) a long session, compacted, against a fresh one ------------------------------
+
+
+@dataclass
+class LongSessionResult:
+    """(f): one session's sequential turns/s after ``prior_entries`` entries and a
+    compaction, against fresh sessions', in the same run (docs/performance.md)."""
+
+    prior_entries: int
+    messages: int
+    rounds: int
+    import_seconds: float
+    compact_seconds: float
+    #: Replies - 1 and the seconds between the first and the last, per kind.
+    fresh_hops: int = 0
+    fresh_seconds: float = 0.0
+    long_hops: int = 0
+    long_seconds: float = 0.0
+    in_order: bool = True
+    errors: int = 0
+
+    @property
+    def fresh_rate(self) -> float:
+        return self.fresh_hops / self.fresh_seconds if self.fresh_seconds > 0 else float("nan")
+
+    @property
+    def long_rate(self) -> float:
+        return self.long_hops / self.long_seconds if self.long_seconds > 0 else float("nan")
+
+    @property
+    def ratio(self) -> float:
+        return self.long_rate / self.fresh_rate
+
+
+def _history(n: int) -> list[NewEntry]:
+    """A person's Message, the agent's ToolCall, the agent's reply, ...: ``n`` entries."""
+    me = agent_sender(AGENT.id)
+    out = []
+    for i in range(n):
+        if i % 3 == 0:
+            out.append(NewEntry(EntryType.MESSAGE, "user:bench", f"question {i} " + "q" * 60))
+        elif i % 3 == 1:
+            out.append(NewEntry(EntryType.TOOL_CALL, me, '{"name": "clock", "arguments": ""}'))
+        else:
+            out.append(NewEntry(EntryType.MESSAGE, me, f"answer {i} " + "a" * 120))
+    return out
+
+
+def _sequential(
+    stack: BenchStack, listener: ReplyListener, sid: str, n: int
+) -> tuple[int, float, bool, int]:
+    """Post ``n`` messages into ``sid`` at once; (hops, seconds between the first and
+    the last reply by their stored timestamps, in admission order, errors)."""
+    client = stack.client
+    lock = threading.Lock()
+    done = threading.Event()
+    state = {"replies": 0, "errors": 0}
+
+    def on_reply(data: dict[str, Any]) -> None:
+        if data["session_id"] != sid:
+            return
+        with lock:
+            state["replies"] += 1
+            state["errors"] += data["type"] == "error"
+            if state["replies"] >= n:
+                done.set()
+
+    listener.handler = on_reply
+    after = client.sessions.get(sid).last_seq
+    posted = [str(client.sessions.post(sid, f"m{i}").job_id) for i in range(n)]
+    if not done.wait(timeout=max(60.0, n * 0.5)):
+        raise RuntimeError(f"only {state['replies']} of {n} turns of session {sid} finished")
+    listener.handler = None
+    me = agent_sender(AGENT.id)
+    replies = [
+        e
+        for e in client.sessions.entries(sid, after=after)
+        if e.sender == me and e.type in (EntryType.MESSAGE, EntryType.ERROR)
+    ]
+    span = (replies[-1].created_at - replies[0].created_at).total_seconds()
+    return len(replies) - 1, span, [e.job_id for e in replies] == posted, int(state["errors"])
+
+
+def measure_long_session(
+    stack: BenchStack, listener: ReplyListener, sizes: Sizes
+) -> LongSessionResult:
+    """(f) turns/s in a session of ``long_entries`` prior entries, compacted before
+    each round, against a fresh session per round; rounds alternate which goes first."""
+    client = stack.client
+    long_sid = client.sessions.create(AGENT.id).id
+    t0 = time.perf_counter()
+    client.services.store.import_entries(long_sid, _history(sizes.long_entries))
+    imported = time.perf_counter() - t0
+    result = LongSessionResult(
+        sizes.long_entries, sizes.long_messages, sizes.long_rounds, imported, 0.0
+    )
+    for r in range(sizes.long_rounds):
+        t0 = time.perf_counter()
+        if client.sessions.compact(long_sid) is None:
+            raise RuntimeError(f"session {long_sid} had nothing to compact")
+        result.compact_seconds += time.perf_counter() - t0
+        fresh_sid = client.sessions.create(AGENT.id).id
+        order = [("fresh", fresh_sid), ("long", long_sid)]
+        for kind, sid in order if r % 2 == 0 else order[::-1]:
+            hops, span, in_order, errors = _sequential(stack, listener, sid, sizes.long_messages)
+            result.in_order &= in_order
+            result.errors += errors
+            if kind == "fresh":
+                result.fresh_hops += hops
+                result.fresh_seconds += span
+            else:
+                result.long_hops += hops
+                result.long_seconds += span
+    result.compact_seconds /= sizes.long_rounds
+    return result

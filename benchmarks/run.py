@@ -3,7 +3,9 @@
 Prints one table: (a) bare Celery round trips/s and dispatch latency (the
 baseline), (b) chaz turns/s across 100 sessions, (c) one session's sequential
 turns/s, (d) chaz dispatch latency (Message -> Ack), (e) admissions/s, each
-chaz figure also as a ratio to (a) measured in the same run. See README.md.
+chaz figure also as a ratio to (a) measured in the same run, and (f) one
+session's turns/s after 100,000 entries and a compaction, as a ratio to a
+fresh session's. See README.md.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from benchmarks.measure import (
     measure_baseline,
     measure_dispatch,
     measure_fifo,
+    measure_long_session,
     measure_turns,
 )
 from benchmarks.stacks import BenchStack, scrub_environment
@@ -47,6 +50,8 @@ from benchmarks.stacks import BenchStack, scrub_environment
 #: The issue's goals.
 GOAL_TURN_RATIO = 0.5
 GOAL_P99_MS = 10.0
+#: Issue 12: turns/s in a compacted long session against a fresh one.
+GOAL_LONG_RATIO = 0.9
 
 console = Console(width=int(os.environ.get("COLUMNS", "132")))
 
@@ -130,6 +135,16 @@ def run_stack(
             for spy in spies:
                 spy.wait()
             say(f"(b) {turns.rate:,.1f} turns/s")
+            say(
+                f"(f) a session of {sizes.long_entries:,} entries, compacted, "
+                f"against a fresh one ({sizes.long_rounds} x {sizes.long_messages} turns each)"
+            )
+            long = measure_long_session(stack, listener, sizes)
+            say(
+                f"(f) {long.long_rate:,.1f} vs {long.fresh_rate:,.1f} turns/s: "
+                f"ratio {long.ratio:.2f} (import {long.import_seconds:.1f}s, "
+                f"compaction {long.compact_seconds * 1000:.0f} ms)"
+            )
         finally:
             listener.close()
         stack.stop_chaz_workers()
@@ -137,7 +152,7 @@ def run_stack(
         say("(e) admissions with no worker consuming")
         admissions = measure_admissions(stack, sizes)
         say(f"(e) {admissions.rate:,.0f} admissions/s")
-        chaz_result = ChazResult(turns, fifo, dispatch, admissions)
+        chaz_result = ChazResult(turns, fifo, dispatch, admissions, long=long)
     finally:
         stack.close()
     return StackRun(kind, versions, baseline, chaz_result, time.perf_counter() - started)
@@ -324,6 +339,19 @@ def table(runs: list[StackRun], sizes: Sizes, workers: int, concurrency: int) ->
         ],
     )
     row(_SPLIT, [(_cpu_split(r.chaz.turns), "") for r in runs])
+    longs = [r.chaz.long for r in runs]
+    row(
+        "(f) one session's turns/s: compacted after N entries / fresh",
+        [
+            (
+                f"{lg.long_rate:,.1f} / {lg.fresh_rate:,.1f} (N={lg.prior_entries:,})"
+                if lg
+                else "-",
+                f"{lg.ratio:.2f}" if lg else "-",
+            )
+            for lg in longs
+        ],
+    )
     adm = [r.chaz.admissions for r in runs]
     row(
         "(e) admissions/s (no worker consuming)",
@@ -343,7 +371,10 @@ def problems(run: StackRun) -> list[str]:
     found = []
     if not run.chaz.fifo.in_order:
         found.append("one session's turns did NOT run in admission order")
+    if run.chaz.long is not None and not run.chaz.long.in_order:
+        found.append("the long session's turns did NOT run in admission order")
     failed = run.chaz.turns.errors + run.chaz.fifo.errors
+    failed += run.chaz.long.errors if run.chaz.long is not None else 0
     if failed:
         found.append(f"{failed} turns or posts failed")
     if run.chaz.turns.count == 0 or run.baseline.round_trips.count == 0:
@@ -362,6 +393,13 @@ def goals(runs: list[StackRun]) -> list[str]:
             f"{'met' if ok1 else 'NOT met'}; dispatch p99 = {r.chaz.dispatch.latency.p99:.1f} ms "
             f"(goal < {GOAL_P99_MS:g} ms): {'met' if ok2 else 'NOT met'}"
         )
+        lg = r.chaz.long
+        if lg is not None:
+            lines.append(
+                f"{r.kind}: turns/s after {lg.prior_entries:,} entries, compacted = "
+                f"{lg.ratio:.2f} x a fresh session's (goal >= {GOAL_LONG_RATIO}): "
+                f"{'met' if lg.ratio >= GOAL_LONG_RATIO else 'NOT met'}"
+            )
         lines += [f"{r.kind}: PROBLEM {n}" for n in problems(r)]
     return lines
 

@@ -19,7 +19,7 @@ import redis
 import sqlalchemy.exc
 from pydantic import BaseModel, ConfigDict
 
-from chaz import admission, branches, discovery, event_log
+from chaz import admission, branches, compaction, discovery, event_log
 from chaz import approvals as approval_cases
 from chaz.control import cancel, job_output, wait_terminal
 from chaz.domain.agents import AgentSpec, Limits
@@ -474,7 +474,7 @@ class Sessions:
     ) -> SessionPage:
         """A page of the project's sessions that are not archived, most recently
         active first (``limit``: 1 to 100); pass ``next_cursor`` back for the next
-        page (docs/sessions.md#list)."""
+        page (docs/sessions.md#session_list)."""
         return discovery.list_sessions(
             self._svc, project=project, agent_id=agent_id, limit=limit, cursor=cursor
         )
@@ -488,10 +488,23 @@ class Sessions:
         project: str = DEFAULT_PROJECT,
     ) -> builtins.list[SearchResult]:
         """At most ``limit`` (1 to 50) distinct sessions whose messages, name or
-        description match ``query``, best first (docs/sessions.md#search)."""
+        description match ``query``, best first (docs/sessions.md#session_search)."""
         return discovery.search_sessions(
             self._svc, query, project=project, agent_id=agent_id, limit=limit
         )
+
+    def compact(self, session_id: str, *, timeout: float = 60.0) -> Entry | None:
+        """Write a Summary made by the session's own model; later turns start from it.
+
+        The Summary stands for the context since the previous one
+        (docs/sessions.md#compaction). None when there is nothing since the
+        latest Summary (a no-op). Waits up to ``timeout`` seconds for a
+        running turn of the session to end; turns admitted meanwhile run
+        after it. ``session.not_found``, ``session.archived``, or
+        ``session.busy`` (retryable) when the lane stayed held.
+        """
+        ref = check_ref("session", session_id)
+        return compaction.compact(self._svc, ref, timeout=check_seconds("timeout", timeout))
 
 
 _TRIGGERS = (EntryType.MESSAGE, EntryType.DIRECTIVE)

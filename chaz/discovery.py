@@ -58,7 +58,7 @@ def search_sessions(
     viewer_session_id: str | None = None,
 ) -> list[SearchResult]:
     """At most ``limit`` (1 to 50) distinct sessions of ``project`` matching ``query``,
-    best first (docs/sessions.md#search)."""
+    best first (docs/sessions.md#session_search)."""
     parsed = parse_query(query)
     if agent_id is not None:
         check_ref("agent_id", agent_id)

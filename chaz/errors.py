@@ -168,7 +168,8 @@ class SessionArchived(Conflict):
 
 
 class SessionToolForbidden(ChazError):
-    """A session tool was called from a turn no person started (docs/sessions.md#who-may-call)."""
+    """A session tool was called from a turn no person started
+    (docs/sessions.md#who-may-call-session-tools)."""
 
     code = "session.tool_forbidden"
 
@@ -333,3 +334,12 @@ class AlreadyRunning(Conflict):
     """Another ``chaz up`` already serves this ``CHAZ_HOME``."""
 
     code = "conflict.already_running"
+
+
+class SessionBusy(Conflict):
+    """The session could not be compacted now: its lane stayed held by turns, or
+    new messages kept arriving while its Summary was being written
+    (docs/sessions.md#compaction). Retry later."""
+
+    code = "session.busy"
+    retryable = True

@@ -48,6 +48,13 @@ class Settings(BaseSettings):
     max_context_entries: int = Field(
         200, gt=0, description="Newest context entries (after the latest Summary) a turn reads."
     )
+    max_context_chars: int | None = Field(
+        None,
+        gt=0,
+        description="Characters of context past which a session is compacted after its turn "
+        "(docs/sessions.md#compaction); an agent's or session's limits may lower it "
+        "(null: no automatic compaction).",
+    )
     # -- rooms (docs/rooms.md)
     room_burst_budget: int | None = Field(
         None,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from chaz import admission, control, deliveries, naming
+from chaz import admission, compaction, control, deliveries, naming
 from chaz.coord.lanes import Lease
 from chaz.coord.pubsub import publish
 from chaz.coord.signals import TurnEnd
@@ -255,6 +255,10 @@ class TurnRunner:
         turn.heartbeat = svc.lease_keeper.hold(job.session_id, token)
         try:
             last = turn.run()
+            if not turn.suspended:
+                # Still under the lane and the heartbeat: the next turn starts
+                # from the Summary this may write (docs/sessions.md#compaction).
+                compaction.after_turn(svc, setup)
             return _Ran(not turn.suspended, last, suspended=turn.suspended)
         except LeaseLost:
             # Another worker took this job over; it owns the session now.

@@ -425,6 +425,22 @@ def cmd_sessions_rename(ctx: Context) -> int:
     return EXIT_OK
 
 
+def cmd_sessions_compact(ctx: Context) -> int:
+    """Compact a session: a Summary by its own model, which later turns start from."""
+    summary = ctx.client.sessions.compact(ctx.args.session, timeout=ctx.args.timeout)
+    out = ctx.out
+    if out.json_mode:
+        out.json({"summary": summary.model_dump(mode="json") if summary else None})
+    elif summary is None:
+        out.line(f"session {ctx.args.session}: nothing to compact since the latest Summary")
+    else:
+        out.line(
+            f"session {summary.session_id} compacted: Summary at seq {summary.seq} "
+            f"({summary.metadata.get('entries', 0)} entries)"
+        )
+    return EXIT_OK
+
+
 def cmd_sessions_new(ctx: Context) -> int:
     """Create a session; in a pipe, print only its id (for ``S=$(chaz sessions new A)``)."""
     session = ctx.client.sessions.create(ctx.args.agent, name=ctx.args.name)

@@ -204,6 +204,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("session", metavar="SESSION", help="session id or name")
     p.add_argument("name", metavar="NAME", help="the new unique name")
+    p = add(
+        sessions_sub,
+        "compact",
+        _command("cmd_sessions_compact"),
+        "write a Summary of the session by its own model; later turns start from it",
+    )
+    p.add_argument("session", metavar="SESSION", help="session id or name")
+    p.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for a running turn (60)"
+    )
     p = add(sessions_sub, "new", _command("cmd_sessions_new"), "create a session")
     p.add_argument("agent", metavar="AGENT", help="the agent id")
     p.add_argument("--name", help="a unique label (addressable like the id)")
@@ -369,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--by", default="user:operator", help="who decides (default user:operator)")
 
-    # -- search (docs/sessions.md#search) ----------------------------------------
+    # -- search (docs/sessions.md#session_search) ----------------------------------------
     p = add(
         sub,
         "search",

@@ -1,5 +1,5 @@
 """``chaz search``: find sessions by their messages, name or description
-(docs/sessions.md#search, docs/cli.md#search)."""
+(docs/sessions.md#session_search, docs/cli.md#search)."""
 
 from __future__ import annotations
 

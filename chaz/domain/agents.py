@@ -48,6 +48,12 @@ class Limits(CheckedModel):
     max_messages: int | None = Field(
         None, ge=0, description="Message depth along a lineage (default 8; 0: no limit)."
     )
+    max_context_chars: int | None = Field(
+        None,
+        gt=0,
+        description="Characters of context past which a turn's session is compacted after "
+        "the turn (docs/sessions.md#compaction; unset: CHAZ_MAX_CONTEXT_CHARS, else off).",
+    )
 
     def narrowed(self, other: Limits | None) -> Limits:
         """The tighter of two limit sets, field by field; an unset field inherits."""

@@ -40,7 +40,7 @@ MATCHES_PER_SESSION = 3
 SHORT_SCAN_ROWS = 20000
 #: Matching messages a PostgreSQL search ranks (taken through the trigram
 #: index, in no particular order); a query that matches more is ranked among
-#: these, which bounds its cost (docs/sessions.md#ranking).
+#: these, which bounds its cost (docs/sessions.md#ranking-and-the-limit).
 PG_CANDIDATES = 500
 #: Characters of text shown around a hit, and the marks around the hit.
 SNIPPET_CHARS = 160

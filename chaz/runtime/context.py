@@ -12,6 +12,9 @@ from collections.abc import Sequence
 from chaz.domain.entries import Entry, EntryType, Said, agent_sender
 from chaz.runtime.backends.base import ChatMessage
 
+#: How the context's Summary is introduced to the model (a system message).
+SUMMARY_PREFIX = "Summary of the conversation so far:\n"
+
 
 def build_context(
     system_prompt: str,
@@ -38,7 +41,7 @@ def build_context(
             messages.append(
                 {
                     "role": "system",
-                    "content": f"Summary of the conversation so far:\n{entry.content}",
+                    "content": SUMMARY_PREFIX + entry.content,
                 }
             )
         elif entry.type is EntryType.DIRECTIVE:

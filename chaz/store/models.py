@@ -88,7 +88,7 @@ class SessionRow(Base):
     #: "default" or "bypass" (``unless_auto_approved`` tools run without asking).
     permission_mode: Mapped[str] = mapped_column(String(16), default="default")
     #: What the session is for, in a person's or an agent's words (searched with
-    #: its name: docs/sessions.md#search).
+    #: its name: docs/sessions.md#session_search).
     description: Mapped[str | None] = mapped_column(Text)
 
 

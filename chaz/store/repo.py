@@ -16,7 +16,7 @@ database write lock), so per session, commit order is seq order.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -374,6 +374,10 @@ class Admitting:
         return as_entry(entry_values)
 
 
+class _Moved(Exception):
+    """A context entry was written after the range a Summary stands for."""
+
+
 class SessionBusy(Exception):
     """A schedule fire met its pinned session busy (``overlap="skip"``).
 
@@ -576,8 +580,7 @@ class Store(SessionDirectory):
                 # A room's member: its turn runs with its own spec (docs/rooms.md).
                 agent = self._agent(conn, job.member_agent_id)
             tid = job.trigger_entry_id
-            rows = conn.execute(st.CONTEXT, {"sid": session_id, "tid": tid, "lim": max_context})
-            history = [as_said(r) for r in rows]
+            history = _context(conn, session_id, tid, row["last_seq"], max_context)
             trigger = history[0] if history and history[0].id == tid else None
             if trigger is None and tid is not None:
                 # A trigger that is not context (or is gone): read it alone.
@@ -1250,6 +1253,97 @@ class Store(SessionDirectory):
         """Agent-owned schedules and their fires' ledger (chaz/store/schedules.py)."""
         return ScheduleStore(self)
 
+    # -- compaction (docs/sessions.md#compaction) -----------------------------
+
+    def compaction_range(self, session_id: str, limit: int) -> tuple[Session, list[Said], int]:
+        """What a compaction of the session stands for, read in one transaction.
+
+        The session; its context from the latest Summary (included) to its
+        head, oldest first, read through a fork's sources as a turn's context
+        is, at most ``limit`` entries; and ``covers``, the seq of the
+        session's own newest context entry (0: none).
+        """
+        with self._read() as conn:
+            row = conn.execute(st.SESSION_BY_ID, {"ref": session_id}).mappings().first()
+            if row is None:
+                raise SessionNotFound(f"no session {session_id!r}", session=session_id)
+            history = _context(conn, session_id, None, row["last_seq"], limit)
+            covers = history[0].seq if history else 0
+            if row["fork_session_id"] is not None:
+                _read_through(conn, row, history, limit)
+        history.reverse()
+        return as_session(row), history, covers
+
+    def write_summary(self, session_id: str, draft: NewEntry, covers: int) -> Appended | None:
+        """Append a Summary at the session's head, standing for its context up to ``covers``.
+
+        Under the session row's lock, and only if no context entry was written
+        after ``covers`` since the range was read: a Message that came in
+        meanwhile would otherwise sit before the new boundary, summarized by
+        nobody, and drop out of every later context. None then (the caller
+        reads the range again). The Summary's idempotency key (one per
+        range) makes a repeated compaction return the first Summary
+        (``created`` False). An archived session is refused.
+        """
+        try:
+            with self._write() as conn:
+                row = _bump(conn, session_id, admit=False)
+                if row["archived_at"] is not None:
+                    raise SessionArchived(
+                        f"session {session_id} is archived", session_id=session_id
+                    )
+                # Inserted first: a repeat meets the key (and returns the first
+                # Summary) before the check below would take it for news.
+                values, _ = _insert_entry(conn, row, draft, admit=False, job_fields=None)
+                after = {"sid": session_id, "covers": covers, "below": row["last_seq"]}
+                if conn.scalar(st.CONTEXT_AFTER, after):
+                    raise _Moved
+        except _Moved:
+            return None
+        except IntegrityError:
+            found = self.replay(session_id, draft)
+            if found is None:
+                raise
+            return found
+        return Appended(entry=as_entry(values), job=None, created=True)
+
+    def import_entries(self, session_id: str, drafts: Sequence[NewEntry]) -> int:
+        """Append many entries in one transaction, admitting nothing: an imported
+        history (benchmarks, tests, migrations from elsewhere). The session's
+        last seq after it."""
+        if not drafts:
+            return self.get_session(session_id).last_seq
+        with self._write() as conn:
+            last = conn.scalar(
+                update(st.SESSIONS)
+                .where(st.SESSIONS.c.id == session_id)
+                .values(last_seq=st.SESSIONS.c.last_seq + len(drafts))
+                .returning(st.SESSIONS.c.last_seq)
+            )
+            if last is None:
+                raise SessionNotFound(f"no session {session_id!r}", session=session_id)
+            first, now = int(last) - len(drafts) + 1, utcnow()
+            conn.execute(
+                st.INSERT_ENTRY,
+                [
+                    {
+                        "id": new_id(),
+                        "session_id": session_id,
+                        "seq": first + i,
+                        "type": d.type.value,
+                        "sender": d.sender,
+                        "content": d.content,
+                        "metadata": d.metadata or {},
+                        "job_id": d.job_id,
+                        "idempotency_key": d.idempotency_key,
+                        "key_scope": d.key_scope.value if d.idempotency_key is not None else None,
+                        "created_at": now,
+                    }
+                    for i, d in enumerate(drafts)
+                ],
+            )
+        return int(last)
+
 
 def _start_values(row: dict[str, Any], token: str) -> dict[str, Any]:
     """The columns a turn's start sets: queued becomes running; a running (or
@@ -1298,6 +1392,38 @@ def _counts(conn: Connection, session_id: str) -> tuple[int, int]:
     return int(row[0] or 0), int(row[1])
 
 
+def _context(
+    conn: Connection, session_id: str, tid: str | None, upto: int, limit: int
+) -> list[Said]:
+    """A session's context entries up to the trigger ``tid`` (or, without one,
+    up to ``upto``), newest first: from the newest Summary on (seed 000: where
+    a context starts), at most ``limit`` of them.
+
+    Read in windows of :data:`~chaz.store.statements.CONTEXT_WINDOW` seqs back
+    from the trigger, each an index range, until the Summary, the limit or the
+    session's first entry: the cost is the entries since the last Summary
+    (at most the limit's worth), never the session's length. A compacted
+    session takes one statement.
+    """
+    kept: list[Said] = []
+    window = st.CONTEXT_WINDOW
+    while len(kept) < limit and upto > 0:
+        params = {"sid": session_id, "tid": tid, "upto": upto, "window": window}
+        rows = conn.execute(st.CONTEXT, {**params, "lim": limit - len(kept)}).all()
+        for r in rows:
+            said = as_said(r)
+            kept.append(said)
+            if said.type is EntryType.SUMMARY:
+                return kept
+        if tid is not None:
+            # Further back: below the trigger's own window (a long session
+            # that no Summary bounds yet).
+            top = conn.scalar(st.SEQ_BY_ID, {"tid": tid})
+            upto, tid = (top if top is not None else upto), None
+        upto -= window
+    return kept
+
+
 #: A fork of a fork of ... is read through at most this many sources.
 MAX_FORK_HOPS = 16
 
@@ -1321,10 +1447,7 @@ def _read_through(conn: Connection, session: Any, history: list[Said], limit: in
             return  # the context starts at this Summary
         if conn.scalar(select(SessionRow.project).where(SessionRow.id == source)) != project:
             return
-        rows = conn.execute(
-            st.FORK_CONTEXT, {"sid": source, "upto": upto, "lim": limit - len(history)}
-        )
-        history.extend(as_said(r) for r in rows)
+        history.extend(_context(conn, source, None, upto, limit - len(history)))
         found = conn.execute(st.FORK_OF, {"sid": source}).first()
         source, upto = (found[0], found[1]) if found is not None else (None, None)
 

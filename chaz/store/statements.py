@@ -24,8 +24,6 @@ ENTRIES = cast(Table, EntryRow.__table__)
 JOBS = cast(Table, JobRow.__table__)
 AGENTS = cast(Table, AgentRow.__table__)
 
-#: Larger than any seq: "no upper bound" for the context read.
-NO_SEQ_LIMIT = 2**31 - 1
 CONTEXT_TYPES = [t.value for t in (EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY)]
 
 #: The session's head job: its oldest unfinished one, by admission order.
@@ -60,58 +58,50 @@ SAID_COLUMNS = (
 SAID_BY_ID = select(*SAID_COLUMNS).where(ENTRIES.c.id == bindparam("tid"))
 
 
-def _until_trigger() -> Any:
-    # The trigger's seq, or no bound when the job has no trigger entry.
+#: Seqs one read of a context covers. Every context read is a walk back from
+#: its upper bound in windows of this many seqs, so that whatever plan the
+#: database picks (PostgreSQL may prefer a bitmap scan and a sort when its
+#: statistics underestimate a long session), one statement touches at most
+#: this many entries (docs/performance.md#compaction).
+CONTEXT_WINDOW = 512
+
+
+def _anchor() -> Any:
+    # The window's top: the trigger's seq, or ``upto`` when there is none.
     trigger_seq = select(ENTRIES.c.seq).where(ENTRIES.c.id == bindparam("tid")).scalar_subquery()
-    return func.coalesce(trigger_seq, NO_SEQ_LIMIT)
+    return func.coalesce(trigger_seq, bindparam("upto"))
 
 
-#: A turn's context: Message, Directive and Summary entries up to its trigger
-#: (which is one of them, so it comes back too), from the latest Summary on,
-#: newest first, at most ``lim`` of them, and only the columns a context needs.
+#: One window of a context: Message, Directive and Summary entries with
+#: ``top - window < seq <= top``, where ``top`` is the trigger ``tid``'s seq
+#: (it is one of them, so it comes back too) or, without one, ``upto``;
+#: newest first, at most ``lim`` of them, and only the columns a context
+#: needs. The store walks the windows back and stops at the newest Summary,
+#: the context's start (chaz.store.repo._context).
 CONTEXT = (
     select(*SAID_COLUMNS)
     .where(
         ENTRIES.c.session_id == bindparam("sid"),
         ENTRIES.c.type.in_(CONTEXT_TYPES),
-        ENTRIES.c.seq <= _until_trigger(),
-        ENTRIES.c.seq
-        >= func.coalesce(
-            select(func.max(ENTRIES.c.seq))
-            .where(
-                ENTRIES.c.session_id == bindparam("sid"),
-                ENTRIES.c.type == EntryType.SUMMARY.value,
-                ENTRIES.c.seq <= _until_trigger(),
-            )
-            .scalar_subquery(),
-            0,
-        ),
+        ENTRIES.c.seq <= _anchor(),
+        ENTRIES.c.seq > _anchor() - bindparam("window"),
     )
     .order_by(ENTRIES.c.seq.desc())
     .limit(bindparam("lim"))
 )
-#: A fork source's context: like CONTEXT, but up to the entry ``upto`` instead
-#: of a trigger (the entry the fork was made at).
-FORK_CONTEXT = (
-    select(*SAID_COLUMNS)
+#: An entry's seq (the top of a context's next window, below its trigger).
+SEQ_BY_ID = select(ENTRIES.c.seq).where(ENTRIES.c.id == bindparam("tid"))
+#: A context entry with ``covers < seq < below``, if any (compaction's race
+#: check: an index range holding only what came in during the compaction).
+CONTEXT_AFTER = (
+    select(ENTRIES.c.seq)
     .where(
         ENTRIES.c.session_id == bindparam("sid"),
+        ENTRIES.c.seq > bindparam("covers"),
+        ENTRIES.c.seq < bindparam("below"),
         ENTRIES.c.type.in_(CONTEXT_TYPES),
-        ENTRIES.c.seq <= bindparam("upto"),
-        ENTRIES.c.seq
-        >= func.coalesce(
-            select(func.max(ENTRIES.c.seq))
-            .where(
-                ENTRIES.c.session_id == bindparam("sid"),
-                ENTRIES.c.type == EntryType.SUMMARY.value,
-                ENTRIES.c.seq <= bindparam("upto"),
-            )
-            .scalar_subquery(),
-            0,
-        ),
     )
-    .order_by(ENTRIES.c.seq.desc())
-    .limit(bindparam("lim"))
+    .limit(1)
 )
 #: A fork's source, for reading through it.
 FORK_OF = select(SESSIONS.c.fork_session_id, SESSIONS.c.fork_seq).where(

@@ -26,7 +26,7 @@ def test_quick_benchmark_runs_and_prints_every_figure(tmp_path: Path) -> None:
         timeout=240,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    for figure in ("(a)", "(b)", "(c)", "(d)", "(e)", "x (a)"):
+    for figure in ("(a)", "(b)", "(c)", "(d)", "(e)", "(f)", "x (a)"):
         assert figure in out.stdout, out.stdout[-3000:]
     # Where the CPU goes: this process, the workers and Redis each used some.
     split = [line for line in out.stdout.splitlines() if "of which bench/workers" in line]

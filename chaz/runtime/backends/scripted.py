@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from chaz.domain.compaction import SUMMARY_HEADER
 from chaz.domain.script import ScriptRule, ScriptStep, parse_script
 from chaz.errors import ChazError, ModelError, TurnNotMatched
 from chaz.runtime.backends.base import (
@@ -25,6 +26,7 @@ from chaz.runtime.backends.base import (
     ToolSpec,
     TurnContext,
 )
+from chaz.runtime.context import SUMMARY_PREFIX
 from chaz.runtime.gates import wait_gate
 
 #: How long a ``wait`` step blocks when its rule gives no ``timeout``.
@@ -65,6 +67,33 @@ class ScriptedBackend:
         # Out of steps without a `say`: the last tool result is the answer.
         return ModelResponse(text=turn.last_result or "")
 
+    def summarize(self, digest: str, turn: TurnContext) -> str:
+        """The Summary of a compaction (docs/sessions.md#compaction): ``digest``,
+        the deterministic one, unless a rule with a ``match`` that finds
+        :data:`~chaz.domain.compaction.SUMMARY_HEADER` says otherwise.
+
+        Such a rule's ``wait`` and ``sleep`` steps hold the compaction (tests
+        gate it), its first ``say`` is the summary (``{input}`` is the digest)
+        and its ``fail`` is a model error. A rule without a ``match`` is a
+        turn's catch-all and is not used here.
+        """
+        rule = next(
+            (r for r in self.rules if r.match is not None and r.matches(SUMMARY_HEADER)), None
+        )
+        if rule is None:
+            return digest
+        asked = turn.model_copy(update={"trigger_content": digest, "step": 0})
+        for step in rule.steps:
+            if not step.is_response:
+                self._delay(step, asked)
+                continue
+            if step.fail is not None:
+                raise ModelError(_fill(step.fail, asked))
+            if step.say is not None:
+                return _fill(step.say, asked)
+            break
+        return digest
+
     def _delay(self, step: ScriptStep, turn: TurnContext) -> None:
         if step.wait is None:
             time.sleep(step.sleep or 0.0)
@@ -100,8 +129,15 @@ _PLACEHOLDER = re.compile(r"\{(input|last_result|session_id|context)\}")
 
 def _context(messages: list[ChatMessage]) -> str:
     """The conversation the model was given, one ``role: text`` per message, joined by
-    `` | `` (the system prompt left out): lets a script show what its context held."""
-    said = [f"{m['role']}: {m.get('content') or ''}" for m in messages if m["role"] != "system"]
+    `` | `` (the system prompt and notes left out; the Summary a context starts at
+    as ``summary: text``): lets a script show what its context held."""
+    said = []
+    for m in messages:
+        content = m.get("content") or ""
+        if m["role"] != "system":
+            said.append(f"{m['role']}: {content}")
+        elif content.startswith(SUMMARY_PREFIX):
+            said.append(f"summary: {content[len(SUMMARY_PREFIX) :]}")
     return " | ".join(said)
 
 

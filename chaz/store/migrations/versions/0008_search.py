@@ -1,5 +1,5 @@
 """Session search: the lexical indexes of ``session_search``
-(docs/sessions.md#search).
+(docs/sessions.md#session_search).
 
 Revision ID: 0008
 Revises: 0007

@@ -71,10 +71,13 @@ class SessionDirectory:
         limit: int = 50,
         tree_id: str | None = None,
         archived: bool | None = None,
+        project: str | None = None,
     ) -> list[Session]:
         """Sessions, newest first. ``archived``: True only archived ones, False only
-        the others, None both."""
+        the others, None both; ``project``: only that project's."""
         stmt = select(SessionRow).order_by(SessionRow.created_at.desc()).limit(limit)
+        if project is not None:
+            stmt = stmt.where(SessionRow.project == project)
         if agent_id:
             stmt = stmt.where(SessionRow.agent_id == agent_id)
         if tree_id is not None:
@@ -101,10 +104,11 @@ class SessionDirectory:
         limit: int,
         within_tree: str | None = None,
         or_ids: Iterable[str] = (),
+        project: str | None = None,
     ) -> list[Session]:
         """Non-archived sessions whose name starts with ``prefix`` (exactly, in every
         dialect: no LIKE, whose case rules differ), by name; ``within_tree`` keeps
-        only that tree's and those in ``or_ids``."""
+        only that tree's and those in ``or_ids``; ``project`` only that project's."""
         name = SessionRow.name
         stmt = (
             select(SessionRow)
@@ -116,6 +120,8 @@ class SessionDirectory:
             .order_by(name)
             .limit(limit)
         )
+        if project is not None:
+            stmt = stmt.where(SessionRow.project == project)
         if within_tree is not None:
             ids = list(or_ids)
             stmt = stmt.where(
@@ -243,9 +249,11 @@ class SessionDirectory:
         archived: bool = False,
         agent_id: str | None = None,
         limit: int = 20,
+        project: str | None = None,
     ) -> list[SessionSummary]:
         """Sessions, most recently active first (``active_at``, else ``created_at``),
-        each with its finished turns, size, tip and whether it is busy.
+        each with its finished turns, size, tip and whether it is busy
+        (``project``: only that project's).
 
         Four reads in one transaction whatever the number of sessions: the
         sessions, then the job counts, sizes and tips of all of them at once.
@@ -262,6 +270,8 @@ class SessionDirectory:
             stmt = stmt.where(c.tree_id == tree_id)
         if agent_id is not None:
             stmt = stmt.where(c.agent_id == agent_id)
+        if project is not None:
+            stmt = stmt.where(c.project == project)
         with self._read() as conn:
             sessions = [as_session(r) for r in conn.execute(stmt).mappings()]
             ids = [s.id for s in sessions]

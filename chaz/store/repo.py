@@ -84,6 +84,7 @@ from chaz.store.todos import TodoStore
 
 if TYPE_CHECKING:
     from chaz.store.approvals import ApprovalStore
+    from chaz.store.keys import KeyStore
 
 _ACTIVE = [s.value for s in ACTIVE]
 
@@ -420,6 +421,13 @@ class Store(SessionDirectory):
         return ApprovalStore(self)
 
     @cached_property
+    def keys(self) -> KeyStore:
+        """API keys, stored as their hashes (docs/security.md#api-keys)."""
+        from chaz.store.keys import KeyStore
+
+        return KeyStore(self)
+
+    @cached_property
     def deliveries(self) -> dl.DeliveryStore:
         """Reads of deliveries, and their standalone writes."""
         return dl.DeliveryStore(self)
@@ -510,12 +518,15 @@ class Store(SessionDirectory):
         names: Iterable[str] = (),
         members: list[str] | None = None,
         burst_budget: int | None = None,
+        project: str = DEFAULT_PROJECT,
+        owner: str = DEFAULT_PRINCIPAL,
     ) -> Session:
         """A new, empty session for ``agent_id``; a root of its own tree unless given one.
 
         ``fork`` is ``(session_id, seq)``: the session's context reads through
         that session up to that entry. ``names`` are candidates tried in turn
         when no ``name`` is given (an automatic name: the first one free).
+        ``project`` and ``owner``: whose it is (docs/security.md).
         """
         new = NewSession(
             agent_id,
@@ -530,14 +541,20 @@ class Store(SessionDirectory):
             names=tuple(names),
             members=members,
             burst_budget=burst_budget,
+            project=project,
+            owner=owner,
         )
         with self._write() as conn:
             return as_session(_insert_session(conn, new))
 
-    def get_session(self, ref: str) -> Session:
-        """A session by id or, failing that, by its unique name."""
+    def get_session(self, ref: str, *, project: str | None = None) -> Session:
+        """A session by id or, failing that, by its unique name.
+
+        ``project``: only a session of that project is found; one of another
+        project is answered exactly as a missing one (docs/security.md).
+        """
         with self._read() as conn:
-            return as_session(session_row(conn, ref))
+            return as_session(session_row(conn, ref, project=project))
 
     def turn_setup(self, session_id: str, max_context: int) -> TurnSetup | None:
         """The session's head job, its session and agent, and the job's context.
@@ -930,10 +947,14 @@ class Store(SessionDirectory):
         with self._write() as conn:
             dl.silence(conn, job_ids)
 
-    def get_job(self, job_id: str) -> Job:
-        """One job, or :class:`JobNotFound`."""
+    def get_job(self, job_id: str, *, project: str | None = None) -> Job:
+        """One job, or :class:`JobNotFound`; with ``project``, a job of another
+        project is answered exactly as a missing one."""
+        stmt = select(JobRow).where(JobRow.id == job_id)
+        if project is not None:
+            stmt = stmt.where(JobRow.project == project)
         with self._read() as conn:
-            row = conn.execute(select(JobRow).where(JobRow.id == job_id)).mappings().first()
+            row = conn.execute(stmt).mappings().first()
         if row is None:
             raise missing_job(job_id)
         return as_job(row)
@@ -970,8 +991,11 @@ class Store(SessionDirectory):
         related_to_session: str | None = None,
         limit: int = 100,
         newest_first: bool = False,
+        project: str | None = None,
     ) -> list[Job]:
-        """Jobs in admission order; ``newest_first`` keeps the latest when ``limit`` cuts."""
+        """Jobs in admission order; ``newest_first`` keeps the latest when ``limit`` cuts.
+
+        ``project``: only that project's jobs."""
         if newest_first:
             order = (JobRow.created_at.desc(), JobRow.ordinal.desc())
         else:
@@ -990,6 +1014,8 @@ class Store(SessionDirectory):
             stmt = stmt.where(JobRow.status.in_([s.value for s in statuses]))
         if parent_job_id is not None:
             stmt = stmt.where(JobRow.parent_job_id == parent_job_id)
+        if project is not None:
+            stmt = stmt.where(JobRow.project == project)
         with self._read() as conn:
             return [as_job(r) for r in conn.execute(stmt).mappings()]
 

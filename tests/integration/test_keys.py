@@ -1,5 +1,6 @@
 """API keys (issue 11 item 1): stored hashed, shown once, refused alike when
-unknown, malformed or revoked; and who a ``chaz.Client`` acts as.
+unknown, malformed or revoked; who a ``chaz.Client`` acts as; and, generated,
+that no principal reads or controls across projects.
 
 On both stacks; no workers (nothing here runs a turn).
 """
@@ -7,15 +8,21 @@ On both stacks; no workers (nothing here runs a turn).
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import text
 
 import chaz
 from chaz.domain.keys import PLAINTEXT
-from chaz.domain.principals import ALL_GRANTS, Grant
+from chaz.domain.principals import ALL_GRANTS, PRINCIPAL, PROJECT, Grant
 from chaz.errors import ChazError
+from chaz.ids import new_id
 from chaz.settings import Settings
 from tests.support.stack import Stack
 
@@ -153,3 +160,121 @@ def test_settings_never_show_the_key() -> None:
     settings = Settings(_env_file=None, api_key="chz_0123456789abcdef_" + "s" * 43)
     assert settings.masked()["api_key"] == "****"
     assert "sss" not in repr(settings) and "sss" not in str(settings.model_dump())
+
+
+# -- property: nothing is read or controlled across projects -----------------------
+
+PROPERTY = settings(
+    max_examples=300,
+    deadline=None,  # a busy machine must not fail the test; the count bounds its time
+    derandomize=True,  # the same examples on every run: a failure is reproducible
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+PROJECTS = st.one_of(st.sampled_from(["default", "acme"]), st.from_regex(PROJECT, fullmatch=True))
+PRINCIPALS = st.from_regex(PRINCIPAL, fullmatch=True)
+GRANTS = st.frozensets(st.sampled_from(sorted(Grant)))
+
+
+@dataclass(frozen=True)
+class Owned:
+    """One project's session, queued job (no workers: it stays queued) and schedule."""
+
+    session: str
+    job: str
+    version: int
+    schedule: str
+
+
+#: A read, the grant it needs, and which of an Owned's ids it takes.
+READS: list[tuple[str, Grant, str, Callable[[chaz.Client, str], object]]] = [
+    ("sessions.get", Grant.HISTORY_READ, "session", lambda c, r: c.sessions.get(r)),
+    ("sessions.entries", Grant.HISTORY_READ, "session", lambda c, r: c.sessions.entries(r)),
+    ("sessions.queue", Grant.HISTORY_READ, "session", lambda c, r: c.sessions.queue(r)),
+    ("events.list", Grant.HISTORY_READ, "session", lambda c, r: c.events.list(r)),
+    ("deliveries.list", Grant.HISTORY_READ, "session", lambda c, r: c.deliveries.list(r)),
+    ("jobs.get", Grant.HISTORY_READ, "job", lambda c, r: c.jobs.get(r)),
+    ("jobs.output", Grant.HISTORY_READ, "job", lambda c, r: c.jobs.output(r, block=False)),
+    ("schedules.get", Grant.HISTORY_READ, "schedule", lambda c, r: c.schedules.get(r)),
+    ("schedules.fires", Grant.HISTORY_READ, "schedule", lambda c, r: c.schedules.fires(r)),
+]
+
+
+def _world(client: chaz.Client) -> Owned:
+    s = client.sessions.create("bot")
+    posted = client.sessions.post(s.id, "hello", sender="user:tester")
+    job = client.jobs.get(posted.job_id or "")
+    sched = client.schedules.add("bot", prompt="p", kind="interval", interval_seconds=3600)
+    return Owned(s.id, job.id, job.version, sched.id)
+
+
+def _state(stack: Stack) -> list[Any]:
+    """What a refused read or control could have changed."""
+    with stack.client.services.store.engine.connect() as conn:
+        jobs = conn.execute(text("SELECT id, status, version FROM jobs ORDER BY id")).all()
+        counts = [
+            conn.execute(text(f"SELECT count(*) FROM {t}")).scalar()
+            for t in ("entries", "commands", "sessions", "schedules", "events")
+        ]
+    return [[tuple(r) for r in jobs], counts]
+
+
+def test_generated_principals_never_read_or_control_across_projects(stack: Stack) -> None:
+    stack.client.agents.put(chaz.AgentSpec(id="bot", script=[{"steps": [{"say": "ok"}]}]))
+    world = {"default": _world(stack.client)}
+    with chaz.Client(stack.settings, migrate=False, project="acme") as acme:
+        world["acme"] = _world(acme)
+    before = _state(stack)
+
+    @PROPERTY
+    @given(
+        principal=PRINCIPALS,
+        project=PROJECTS,
+        grants=GRANTS,
+        read=st.sampled_from(READS),
+        target=st.sampled_from(["default", "acme", "random"]),
+    )
+    def check(
+        principal: str,
+        project: str,
+        grants: frozenset[Grant],
+        read: tuple[str, Grant, str, Callable[[chaz.Client, str], object]],
+        target: str,
+    ) -> None:
+        name, grant, kind, call = read
+        fake = new_id()
+        real = getattr(world[target], kind) if target in world else fake
+        with chaz.Client(
+            stack.settings, migrate=False, principal=principal, project=project, grants=grants
+        ) as client:
+            if grant not in grants:
+                assert _error(lambda: call(client, real))["code"] == "auth.forbidden", name
+            elif target == project:
+                call(client, real)  # its own: allowed
+            else:
+                # Another project's (or nobody's): exactly what a missing one raises.
+                got = json.dumps(_error(lambda: call(client, real))).replace(real, "ID")
+                missing = json.dumps(_error(lambda: call(client, fake))).replace(fake, "ID")
+                assert got == missing and "not_found" in got, name
+            # Control: another project's job is forbidden, even at its exact version;
+            # its own, at a stale version, is a conflict; nothing moves either way.
+            job = world[target].job if target in world else fake
+            version = world[target].version if target in world else 1
+            err = _error(lambda: client.jobs.cancel(job, expected_version=version + 1))
+            if Grant.RUNTIME_CONTROL not in grants:
+                assert err["code"] == "auth.forbidden"
+            elif target == project:
+                assert err["code"] == "conflict.version"
+            elif target in world:
+                assert err["code"] == "auth.forbidden"
+                exact = _error(lambda: client.jobs.cancel(job, expected_version=version))
+                assert exact["code"] == "auth.forbidden"
+            else:
+                assert err["code"] == "job.not_found"
+            # Listings show only the project's own.
+            if Grant.HISTORY_READ in grants:
+                mine = {o.session for p, o in world.items() if p == project}
+                assert {s.id for s in client.sessions.list(limit=1000)} == mine
+                assert {j.session_id for j in client.jobs.list(limit=1000)} == mine
+        assert _state(stack) == before
+
+    check()

@@ -73,6 +73,14 @@ def test_a_key_authenticates_as_its_principal_never_an_operator(stack: Stack) ->
             lambda: alice.keys.revoke("0" * 16),
         ):
             assert _error(call)["code"] == "auth.forbidden"
+    # A key decides approvals only under its own name (before any lookup).
+    _, decider = stack.client.keys.create("user:alice", "acme", ["approval.decide"])
+    with chaz.Client(stack.settings, migrate=False, api_key=decider) as alice:
+        err = _error(lambda: alice.approvals.decide("apr_x", "approve", by="user:bob"))
+        assert err["code"] == "auth.forbidden"
+        assert _error(lambda: alice.approvals.decide("apr_x", "approve"))["code"] == (
+            "approval.not_found"
+        )
     # CHAZ_API_KEY: a client given no principal or project uses it.
     keyed = stack.settings.model_copy(update={"api_key": plaintext})
     with chaz.Client(keyed, migrate=False) as env_client:

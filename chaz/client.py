@@ -443,7 +443,7 @@ class Sessions(_Acting):
         session_id: str,
         content: str,
         *,
-        sender: str = "user:user",
+        sender: str | None = None,
         type: EntryType | str = EntryType.MESSAGE,
         metadata: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
@@ -459,14 +459,23 @@ class Sessions(_Acting):
 
         Needs ``session.write``. The turn it admits belongs to the principal
         and carries its grants; a session of another project is answered as
-        a missing one.
+        a missing one. ``sender`` defaults to ``user:user`` for an operator's
+        client; an API-key client writes only as its own principal (its
+        default), so it cannot pose as a person or an agent.
         """
         self._may(Grant.SESSION_WRITE, "post to sessions")
         check_ref("session", session_id)
         etype = check_entry_type(type)
         cap = self._svc.settings.max_content_bytes
         content = check_content(etype, content, max_bytes=cap)
+        if sender is None:
+            sender = "user:user" if self._principal.operator else self._principal.name
         parse_sender(check_text("sender", sender))
+        if not self._principal.operator and sender != self._principal.name:
+            raise Forbidden(
+                f"{self._principal.name} may not write as {sender}: an API key writes as itself",
+                sender=sender,
+            )
         metadata = check_json("metadata", metadata, max_bytes=cap)
         idempotency_key = check_idempotency_key(idempotency_key)
         fields = JobFields(owner=self._principal.name, grants=grant_names(self._principal.grants))

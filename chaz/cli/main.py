@@ -266,7 +266,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = add(sub, "send", _command("cmd_send"), "post a message or directive into a session")
     p.add_argument("session", metavar="SESSION", help="session id or name")
     p.add_argument("text", metavar="TEXT", help="the content")
-    p.add_argument("--sender", default="user:you", help="user:NAME, agent:NAME or system:NAME")
+    p.add_argument(
+        "--sender",
+        default=None,
+        help="user:NAME, agent:NAME or system:NAME (default user:you; with an API key, "
+        "the key's principal, the only sender it may use)",
+    )
     p.add_argument(
         "--type",
         choices=POSTABLE_TYPES,

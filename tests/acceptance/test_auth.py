@@ -281,7 +281,7 @@ def test_another_projects_objects_read_exactly_like_missing_ones(stack: Stack) -
                 ("session deliveries", theirs.session.id, lambda r: c.deliveries.list(r)),  # noqa: B023
                 ("session jobs", theirs.session.id, lambda r: c.jobs.list(session_id=r)),  # noqa: B023
                 ("tree", theirs.session.id, lambda r: c.sessions.list(tree=r)),  # noqa: B023
-                ("post", theirs.session.id, lambda r: c.sessions.post(r, "hi", sender="user:m")),  # noqa: B023
+                ("post", theirs.session.id, lambda r: c.sessions.post(r, "hi")),  # noqa: B023
                 (
                     "replay",
                     theirs.session.id,
@@ -529,6 +529,13 @@ def test_the_cli_manages_keys_and_acts_as_them(stack: Stack) -> None:
         ok(chaz_cli("--api-key", plaintext, "sessions", "new", "echo", "--json", env=env))
     )
     assert made_s["project"] == "acme" and made_s["owner"] == "user:alice"
+    # A key's entries are written as its principal.
+    sent = chaz_cli("--api-key", plaintext, "send", made_s["id"], "hi", "--json", env=env)
+    assert json.loads(ok(sent))["sender"] == "user:alice"
+    posing = chaz_cli(
+        "--api-key", plaintext, "send", made_s["id"], "x", "--sender", "user:bob", env=env
+    )
+    assert posing.returncode == 1 and "error [auth.forbidden]" in posing.stderr
     keyed = {**env, "CHAZ_API_KEY": plaintext}
     seen = json.loads(ok(chaz_cli("sessions", "ls", "--json", env=keyed)))
     assert [x["id"] for x in seen] == [made_s["id"]]

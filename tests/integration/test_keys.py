@@ -73,6 +73,16 @@ def test_a_key_authenticates_as_its_principal_never_an_operator(stack: Stack) ->
             lambda: alice.keys.revoke("0" * 16),
         ):
             assert _error(call)["code"] == "auth.forbidden"
+    # A key writes only as itself.
+    with chaz.Client(stack.settings, migrate=False, project="acme") as operator:
+        operator.agents.put(chaz.AgentSpec(id="bot", script=[{"steps": [{"say": "ok"}]}]))
+        session = operator.sessions.create("bot")
+    with chaz.Client(stack.settings, migrate=False, api_key=plaintext) as alice:
+        assert alice.sessions.post(session.id, "hi").sender == "user:alice"
+        for sender in ("user:bob", "agent:bot", "system:beat"):
+            err = _error(lambda s=sender: alice.sessions.post(session.id, "x", sender=s))
+            assert err["code"] == "auth.forbidden", err
+        assert [e.content for e in alice.sessions.entries(session.id)] == ["hi"]
     # A key decides approvals only under its own name (before any lookup).
     _, decider = stack.client.keys.create("user:alice", "acme", ["approval.decide"])
     with chaz.Client(stack.settings, migrate=False, api_key=decider) as alice:

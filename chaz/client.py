@@ -6,6 +6,10 @@ the rules of :mod:`chaz.domain.validation` before anything is read or
 written, so bad input is ``request.invalid`` (naming the field) or
 ``request.too_large`` on SQLite and PostgreSQL alike, and never reaches a
 database driver.
+
+Every call acts as the client's principal, in its project (docs/security.md):
+its grant is checked first, and objects of another project are answered as
+missing ones.
 """
 
 from __future__ import annotations

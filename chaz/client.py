@@ -6,33 +6,49 @@ the rules of :mod:`chaz.domain.validation` before anything is read or
 written, so bad input is ``request.invalid`` (naming the field) or
 ``request.too_large`` on SQLite and PostgreSQL alike, and never reaches a
 database driver.
+
+Every call acts as the client's principal, in its project (docs/security.md):
+its grant is checked first, and objects of another project are answered as
+missing ones.
 """
 
 from __future__ import annotations
 
 import builtins
 import functools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ParamSpec, TypeVar
 
 import redis
 import sqlalchemy.exc
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SecretStr
 
 from chaz import admission, branches, compaction, discovery, event_log
 from chaz import approvals as approval_cases
 from chaz.control import cancel, job_output, wait_terminal
+from chaz.domain.addresses import parse_to
 from chaz.domain.agents import AgentSpec, Limits
 from chaz.domain.approvals import Approval, check_permission_mode
 from chaz.domain.deliveries import Delivery
 from chaz.domain.entries import Entry, EntryType, KeyScope, agent_sender, parse_sender
 from chaz.domain.events import Event
 from chaz.domain.jobs import Job, JobStatus
-from chaz.domain.principals import DEFAULT_PROJECT
+from chaz.domain.keys import ApiKey
+from chaz.domain.principals import (
+    ALL_GRANTS,
+    DEFAULT_PRINCIPAL,
+    DEFAULT_PROJECT,
+    Grant,
+    Principal,
+    check_principal,
+    check_project,
+    grant_names,
+    parse_grants,
+)
 from chaz.domain.rooms import MAX_BURST_BUDGET, check_members
 from chaz.domain.schedules import Schedule, ScheduleFire
 from chaz.domain.search import SearchResult, SessionPage
-from chaz.domain.sessions import ArchivedBy, NameSource, Origin, Session
+from chaz.domain.sessions import ArchivedBy, NameSource, Origin, Session, missing_session
 from chaz.domain.validation import (
     MAX_SEQ,
     check_choice,
@@ -48,8 +64,10 @@ from chaz.domain.validation import (
     check_text,
 )
 from chaz.errors import (
+    AmbiguousName,
     AttachMismatch,
     BackendUnavailable,
+    Forbidden,
     SessionNotFound,
     Timeout,
     ValidationError,
@@ -58,7 +76,7 @@ from chaz.runtime.registry import ToolRegistry
 from chaz.services import Services
 from chaz.settings import Settings
 from chaz.store.migrate import upgrade
-from chaz.store.repo import Appended
+from chaz.store.repo import Appended, JobFields
 from chaz.tools import default_registry
 from chaz.watch import watch as _watch
 
@@ -91,7 +109,17 @@ def _translating(cls: _C) -> _C:
 
 
 class Client:
-    """Entry point of the producer API. ``Client()`` reads the ``CHAZ_*`` settings."""
+    """Entry point of the producer API. ``Client()`` reads the ``CHAZ_*`` settings.
+
+    Every call acts as :attr:`principal` (docs/security.md). With ``api_key``
+    (or ``CHAZ_API_KEY``, when no ``principal``, ``project`` or ``grants`` is
+    given) it is the key's principal, project and grants, and not an
+    operator; a revoked, unknown or malformed key is ``auth.unauthenticated``.
+    Otherwise the client holds the database credentials and is an operator:
+    it acts as ``principal`` (else ``CHAZ_PRINCIPAL``, else ``user:local``)
+    in ``project`` (else ``CHAZ_PROJECT``, else ``default``) with ``grants``
+    (names; default every grant).
+    """
 
     def __init__(
         self,
@@ -99,22 +127,37 @@ class Client:
         *,
         migrate: bool = True,
         tools: ToolRegistry | None = None,
+        principal: str | None = None,
+        project: str | None = None,
+        grants: Iterable[str] | str | None = None,
+        api_key: str | SecretStr | None = None,
     ) -> None:
         # Read now, not once per process: a program that changes CHAZ_* between
         # two clients (or starts an embedded stack, then a fleet) gets what it set.
         self.settings = settings or Settings()
+        operator = _operator(self.settings, principal, project, grants, api_key)
         self.services = Services(self.settings)
         #: The tools agents may be given: what ``agents.put`` checks names against.
         self.tools = tools or default_registry()
-        if migrate:
-            upgrade(self.services.store.engine)
-        self.agents = Agents(self.services, self.tools)
-        self.sessions = Sessions(self.services)
-        self.jobs = Jobs(self.services)
-        self.deliveries = Deliveries(self.services)
-        self.events = Events(self.services)
-        self.schedules = Schedules(self.services)
-        self.approvals = Approvals(self.services)
+        try:
+            if migrate:
+                upgrade(self.services.store.engine)
+            #: Who this client acts as, in which project, with which grants.
+            self.principal: Principal = operator or _authenticated(
+                self.services, api_key if api_key is not None else self.settings.api_key
+            )
+        except BaseException:
+            self.services.close()
+            raise
+        who = self.principal
+        self.agents = Agents(self.services, self.tools, who)
+        self.sessions = Sessions(self.services, who)
+        self.jobs = Jobs(self.services, who)
+        self.deliveries = Deliveries(self.services, who)
+        self.events = Events(self.services, who)
+        self.schedules = Schedules(self.services, who)
+        self.approvals = Approvals(self.services, who)
+        self.keys = Keys(self.services, who)
 
     def close(self) -> None:
         """Release connections."""
@@ -127,17 +170,86 @@ class Client:
         self.close()
 
 
-@_translating
-class Agents:
-    """Saved agent configurations."""
+def _operator(
+    settings: Settings,
+    principal: object,
+    project: object,
+    grants: Iterable[str] | str | None,
+    api_key: object,
+) -> Principal | None:
+    """The operator principal the arguments and settings name, or None when an
+    API key is to be authenticated instead (docs/security.md#principals-and-projects)."""
+    named = principal is not None or project is not None or grants is not None
+    if api_key is not None and named:
+        raise ValidationError(
+            "an api_key carries its own principal, project and grants: give one or the other",
+            field="api_key",
+        )
+    if api_key is not None or (not named and settings.api_key is not None):
+        return None
+    held = parse_grants(grants)
+    return Principal(
+        name=check_principal(
+            principal if principal is not None else settings.principal or DEFAULT_PRINCIPAL
+        ),
+        project=check_project(
+            project if project is not None else settings.project or DEFAULT_PROJECT
+        ),
+        grants=ALL_GRANTS if held is None else held,
+        operator=True,
+    )
 
-    def __init__(self, services: Services, tools: ToolRegistry) -> None:
+
+@_backend_errors
+def _authenticated(services: Services, api_key: object) -> Principal:
+    """The principal an API key stands for (``auth.unauthenticated`` if none)."""
+    if isinstance(api_key, SecretStr):
+        api_key = api_key.get_secret_value()
+    return services.store.keys.authenticate(api_key)
+
+
+class _Acting:
+    """What every namespace shares: the services, and the principal it acts as.
+
+    Each public method checks its grant first, before anything is looked up,
+    and finds objects only in the principal's project: one of another
+    project is answered exactly as a missing one (docs/security.md).
+    """
+
+    def __init__(self, services: Services, principal: Principal) -> None:
         self._svc = services
+        self._principal = principal
+
+    @property
+    def _project(self) -> str:
+        return self._principal.project
+
+    def _may(self, grant: Grant, action: str) -> None:
+        self._principal.require(grant, action)
+
+    def _session(self, ref: str, field: str = "session") -> Session:
+        """The session of an id or exact name, in the principal's project."""
+        return self._svc.store.get_session(check_ref(field, ref), project=self._project)
+
+    def _job(self, execution_id: str) -> Job:
+        """The job of an id, in the principal's project."""
+        return self._svc.store.get_job(
+            check_ref("execution_id", execution_id), project=self._project
+        )
+
+
+@_translating
+class Agents(_Acting):
+    """Saved agent configurations (install-wide: only an operator changes them)."""
+
+    def __init__(self, services: Services, tools: ToolRegistry, principal: Principal) -> None:
+        super().__init__(services, principal)
         self._tools = tools
 
     def put(self, spec: AgentSpec | Mapping[str, Any]) -> AgentSpec:
         """Create or replace an agent (an AgentSpec, or its fields as a mapping); its
-        tools must exist."""
+        tools must exist. An API-key client may not (``auth.forbidden``)."""
+        self._principal.require_operator("save agents")
         spec = AgentSpec.parse(spec)
         unknown = set(spec.tools) - set(self._tools.names())
         if unknown:
@@ -149,7 +261,9 @@ class Agents:
 
     def put_many(self, specs: builtins.list[AgentSpec]) -> builtins.list[AgentSpec]:
         """Create or replace several agents at once: all are checked first, then all
-        are saved in one transaction, so a bad one leaves every agent as it was."""
+        are saved in one transaction, so a bad one leaves every agent as it was.
+        An API-key client may not (``auth.forbidden``)."""
+        self._principal.require_operator("save agents")
         known = set(self._tools.names())
         for i, spec in enumerate(specs):
             unknown = set(spec.tools) - known
@@ -172,11 +286,8 @@ class Agents:
 
 
 @_translating
-class Sessions:
-    """Sessions: create, post into, read and watch."""
-
-    def __init__(self, services: Services) -> None:
-        self._svc = services
+class Sessions(_Acting):
+    """Sessions: create, post into, read and watch (of the principal's project)."""
 
     def create(
         self,
@@ -196,7 +307,9 @@ class Sessions:
         room's (default ``CHAZ_ROOM_BURST_BUDGET``, else 6). ``unattended``
         runs its turns under the unattended policy; ``permission_mode="bypass"``
         lets ``unless_auto_approved`` tools run unasked (docs/approvals.md).
+        Needs ``session.write``; the session is the principal's, in its project.
         """
+        self._may(Grant.SESSION_WRITE, "create sessions")
         check_ref("agent_id", agent_id)
         if name is not None:
             name = check_session_name(name)
@@ -216,6 +329,8 @@ class Sessions:
             burst_budget=burst_budget,
             unattended=bool(unattended),
             permission_mode=check_permission_mode(permission_mode),
+            project=self._project,
+            owner=self._principal.name,
         )
 
     # -- rooms (docs/rooms.md) ------------------------------------------------
@@ -224,26 +339,32 @@ class Sessions:
         """Add a saved agent to a room (an id or name); a plain session becomes a room.
 
         Records a ``room.member_added`` event; adding a member twice changes nothing.
+        Needs ``session.write``.
         """
-        session = self.get(ref)
+        self._may(Grant.SESSION_WRITE, "change rooms")
+        session = self._session(ref)
         check_ref("agent_id", agent_id)
         return self._svc.store.rooms.add_member(session.id, agent_id)
 
     def rooms(self, limit: int = 50, *, archived: bool = False) -> builtins.list[Session]:
         """Rooms (sessions with members), newest first (``limit``: 1 to 10,000)."""
+        self._may(Grant.HISTORY_READ, "list rooms")
         return self._svc.store.rooms.list(
-            limit=check_limit("limit", limit), archived=bool(archived)
+            limit=check_limit("limit", limit), archived=bool(archived), project=self._project
         )
 
     def remove_member(self, ref: str, agent_id: str) -> Session:
-        """Remove a member from a room (``room.member_removed``); the host cannot leave."""
-        session = self.get(ref)
+        """Remove a member from a room (``room.member_removed``); the host cannot leave.
+        Needs ``session.write``."""
+        self._may(Grant.SESSION_WRITE, "change rooms")
+        session = self._session(ref)
         check_ref("agent_id", agent_id)
         return self._svc.store.rooms.remove_member(session.id, agent_id)
 
     def get(self, ref: str) -> Session:
         """A session by id or name."""
-        return self._svc.store.get_session(check_ref("session", ref))
+        self._may(Grant.HISTORY_READ, "read sessions")
+        return self._session(ref)
 
     def list(
         self,
@@ -259,14 +380,16 @@ class Sessions:
         the archived sessions instead of the others (archived ones are hidden
         from the normal listing).
         """
+        self._may(Grant.HISTORY_READ, "list sessions")
         if agent_id is not None:
             check_ref("agent_id", agent_id)
-        tree_id = self.get(tree).tree_id if tree is not None else None
+        tree_id = self._session(tree, "tree").tree_id if tree is not None else None
         return self._svc.store.list_sessions(
             agent_id=agent_id,
             limit=check_limit("limit", limit),
             tree_id=tree_id,
             archived=bool(archived),
+            project=self._project,
         )
 
     def archive(self, ref: str, reason: str = "") -> Session:
@@ -275,20 +398,52 @@ class Sessions:
         Idempotent: the first ``archived_at`` stays, and a person's reason
         outranks an automatic one (docs/collaboration.md#archive).
         Running work continues; the session takes no new deliveries and
-        leaves the normal listings; its history stays.
+        leaves the normal listings; its history stays. Needs ``session.archive``.
         """
-        session, _ = branches.archive(
-            self._svc, check_ref("session", ref), reason=reason, by=ArchivedBy.MANUAL
-        )
+        self._may(Grant.SESSION_ARCHIVE, "archive sessions")
+        target = self._address(check_ref("session", ref))
+        session, _ = branches.archive(self._svc, target.id, reason=reason, by=ArchivedBy.MANUAL)
         return session
+
+    def _address(self, ref: str) -> Session:
+        """The session an address names in the principal's project: its id or
+        ``SID:HEAD``, its name, or a prefix of exactly one non-archived name.
+
+        The rule of :func:`chaz.branches.resolve_target`, with every lookup
+        kept to the project, so neither a miss nor an ambiguity can tell of
+        another project's sessions.
+        """
+        key = parse_to(ref)
+        try:
+            return self._session(key)
+        except SessionNotFound:
+            pass
+        matches = self._svc.store.sessions_by_name_prefix(
+            key, limit=branches.MAX_CANDIDATES + 1, project=self._project
+        )
+        if not matches:
+            raise missing_session(key)
+        if len(matches) > 1:
+            shown = matches[: branches.MAX_CANDIDATES]
+            more = "" if len(matches) <= branches.MAX_CANDIDATES else " (and more)"
+            raise AmbiguousName(
+                f"{key!r} matches several sessions{more}: "
+                + ", ".join(f"{s.name!r} ({branches.address(s)})" for s in shown)
+                + "; address one by its id or full name",
+                field="to",
+                candidates=[{"to": branches.address(s), "name": s.name} for s in shown],
+            )
+        return matches[0]
 
     def rename(self, ref: str, name: str) -> Session:
         """Give a session a name of a person's choosing (``conflict.name_taken`` if used).
 
         Automatic naming never overwrites it (docs/collaboration.md#names).
+        Needs ``session.write``.
         """
+        self._may(Grant.SESSION_WRITE, "rename sessions")
         name = check_session_name(name)
-        session = self.get(ref)
+        session = self._session(ref)
         done = self._svc.store.rename_session(session.id, name, source=NameSource.USER)
         assert done is not None, "an unconditional rename always writes"
         return done
@@ -298,7 +453,7 @@ class Sessions:
         session_id: str,
         content: str,
         *,
-        sender: str = "user:user",
+        sender: str | None = None,
         type: EntryType | str = EntryType.MESSAGE,
         metadata: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
@@ -311,14 +466,29 @@ class Sessions:
         not blank for a Message, Directive or Summary; ``metadata`` a JSON
         object; the same ``idempotency_key`` with a different request is
         :class:`chaz.errors.IdempotencyMismatch`.
+
+        Needs ``session.write``. The turn it admits belongs to the principal
+        and carries its grants; a session of another project is answered as
+        a missing one. ``sender`` defaults to ``user:user`` for an operator's
+        client; an API-key client writes only as its own principal (its
+        default), so it cannot pose as a person or an agent.
         """
+        self._may(Grant.SESSION_WRITE, "post to sessions")
         check_ref("session", session_id)
         etype = check_entry_type(type)
         cap = self._svc.settings.max_content_bytes
         content = check_content(etype, content, max_bytes=cap)
+        if sender is None:
+            sender = "user:user" if self._principal.operator else self._principal.name
         parse_sender(check_text("sender", sender))
+        if not self._principal.operator and sender != self._principal.name:
+            raise Forbidden(
+                f"{self._principal.name} may not write as {sender}: an API key writes as itself",
+                sender=sender,
+            )
         metadata = check_json("metadata", metadata, max_bytes=cap)
         idempotency_key = check_idempotency_key(idempotency_key)
+        fields = JobFields(owner=self._principal.name, grants=grant_names(self._principal.grants))
 
         def write(sid: str) -> Appended:
             return admission.write(
@@ -330,14 +500,21 @@ class Sessions:
                 metadata=metadata,
                 idempotency_key=idempotency_key,
                 key_scope=KeyScope.USER,
+                job_fields=fields,
+                project=self._project,
             )
 
+        if idempotency_key is not None or not self._svc.store.admits(etype, sender):
+            # Only an admission checks the project under its lock; a replay (and
+            # its mismatch error) or a plain append happens before or without
+            # one, so the session is found in the project first.
+            return write(self._session(session_id).id).entry
         try:
             return write(session_id).entry
         except SessionNotFound:
             # Not an id: perhaps a name. Resolving only now keeps the common
             # case (an id) to one transaction.
-            session = self._svc.store.get_session(session_id)
+            session = self._session(session_id)
             if session.id == session_id:
                 raise
             return write(session.id).entry
@@ -346,20 +523,22 @@ class Sessions:
         self, session_id: str, after: int = 0, limit: int | None = None
     ) -> builtins.list[Entry]:
         """The session's entries with ``seq > after``, in order (``limit``: 1 to 10,000)."""
+        self._may(Grant.HISTORY_READ, "read sessions")
         after = _seq("after", after)
         if limit is not None:
             limit = check_limit("limit", limit)
-        session = self._svc.store.get_session(check_ref("session", session_id))
+        session = self._session(session_id)
         return self._svc.store.entries(session.id, after=after, limit=limit)
 
     def watch(
         self, session_id: str, after: int = 0, timeout: float | None = None
     ) -> Iterator[Entry]:
         """Backlog then live entries, in seq order, with no gap and no duplicate."""
+        self._may(Grant.HISTORY_READ, "read sessions")
         after = _seq("after", after)
         if timeout is not None:
             timeout = check_seconds("timeout", timeout)
-        session = self._svc.store.get_session(check_ref("session", session_id))
+        session = self._session(session_id)
         return _watch(self._svc.store, self._svc.redis, session.id, after=after, timeout=timeout)
 
     def wait_for_reply(self, session_id: str, after: int = 0, timeout: float = 60.0) -> Entry:
@@ -367,9 +546,10 @@ class Sessions:
 
         If that entry started no turn, the first reply or Error after it.
         """
+        self._may(Grant.HISTORY_READ, "read sessions")
         after = _seq("after", after)
         timeout = check_seconds("timeout", timeout)
-        session = self._svc.store.get_session(check_ref("session", session_id))
+        session = self._session(session_id)
         trigger = self._svc.store.entries(session.id, after=after - 1, until=after)
         job_id = trigger[0].job_id if trigger and trigger[0].type in _TRIGGERS else None
         me = agent_sender(session.agent_id)
@@ -400,9 +580,11 @@ class Sessions:
         Its context reads through the source's history up to that entry (a
         pointer, not a copy): ``forked_from`` is ``"SID:SEQ"``. It runs
         ``agent_id`` (default: the source's agent) and, unless ``name`` is
-        given, gets an automatic name. It starts no job; post to it.
+        given, gets an automatic name. It starts no job; post to it. Needs
+        ``session.write``; the source must be of the principal's project.
         """
-        source = self._svc.store.get_session(check_ref("session", session_id))
+        self._may(Grant.SESSION_WRITE, "fork sessions")
+        source = self._session(session_id)
         seq = check_int("at", at, low=1, high=max(1, source.last_seq))
         if source.last_seq < 1:
             raise ValidationError(f"session {source.id} has no entry to fork at", field="at")
@@ -417,6 +599,8 @@ class Sessions:
             fork=(source.id, seq),
             origin=Origin.FORK,
             names=[label[:255], *(f"{label[:250]}-{n}" for n in range(2, 21))],
+            project=self._project,
+            owner=self._principal.name,
         )
 
     def attachment(self, session_id: str, seq: int) -> Attachment:
@@ -427,7 +611,8 @@ class Sessions:
         (``attach.mismatch``), never resolved by searching. The target is
         ``(session_id, head_seq)``, its entries are read up to that head.
         """
-        session = self._svc.store.get_session(check_ref("session", session_id))
+        self._may(Grant.HISTORY_READ, "read sessions")
+        session = self._session(session_id)
         seq = _seq("seq", seq)
         found = self._svc.store.entries(session.id, after=seq - 1, until=seq)
         if not found or found[0].type is not EntryType.ATTACH:
@@ -441,7 +626,8 @@ class Sessions:
                 session_id=session.id,
                 seq=seq,
             )
-        target = str(attach["session_id"])
+        # A pointer never crosses projects; if a target somehow did, it is missing.
+        target = self._session(str(attach["session_id"])).id
         head = int(attach.get("head_seq") or 0)
         return Attachment(
             pointer=pointer,
@@ -453,7 +639,8 @@ class Sessions:
 
     def queue(self, session_id: str) -> builtins.list[Job]:
         """What runs and what waits in the session, in admission order."""
-        session = self._svc.store.get_session(check_ref("session", session_id))
+        self._may(Grant.HISTORY_READ, "read sessions")
+        session = self._session(session_id)
         return self._svc.store.list_jobs(
             session_id=session.id,
             statuses=[
@@ -469,14 +656,13 @@ class Sessions:
         agent_id: str | None = None,
         limit: int = 20,
         cursor: str | None = None,
-        *,
-        project: str = DEFAULT_PROJECT,
     ) -> SessionPage:
         """A page of the project's sessions that are not archived, most recently
         active first (``limit``: 1 to 100); pass ``next_cursor`` back for the next
-        page (docs/sessions.md#session_list)."""
+        page (docs/sessions.md#session_list). Needs ``history.read``."""
+        self._may(Grant.HISTORY_READ, "list sessions")
         return discovery.list_sessions(
-            self._svc, project=project, agent_id=agent_id, limit=limit, cursor=cursor
+            self._svc, project=self._project, agent_id=agent_id, limit=limit, cursor=cursor
         )
 
     def search(
@@ -484,13 +670,13 @@ class Sessions:
         query: str,
         agent_id: str | None = None,
         limit: int = 10,
-        *,
-        project: str = DEFAULT_PROJECT,
     ) -> builtins.list[SearchResult]:
-        """At most ``limit`` (1 to 50) distinct sessions whose messages, name or
-        description match ``query``, best first (docs/sessions.md#session_search)."""
+        """At most ``limit`` (1 to 50) distinct sessions of the project whose
+        messages, name or description match ``query``, best first
+        (docs/sessions.md#session_search). Needs ``history.read``."""
+        self._may(Grant.HISTORY_READ, "search sessions")
         return discovery.search_sessions(
-            self._svc, query, project=project, agent_id=agent_id, limit=limit
+            self._svc, query, project=self._project, agent_id=agent_id, limit=limit
         )
 
     def compact(self, session_id: str, *, timeout: float = 60.0) -> Entry | None:
@@ -501,10 +687,12 @@ class Sessions:
         latest Summary (a no-op). Waits up to ``timeout`` seconds for a
         running turn of the session to end; turns admitted meanwhile run
         after it. ``session.not_found``, ``session.archived``, or
-        ``session.busy`` (retryable) when the lane stayed held.
+        ``session.busy`` (retryable) when the lane stayed held. Needs
+        ``session.write``.
         """
-        ref = check_ref("session", session_id)
-        return compaction.compact(self._svc, ref, timeout=check_seconds("timeout", timeout))
+        self._may(Grant.SESSION_WRITE, "compact sessions")
+        timeout = check_seconds("timeout", timeout)
+        return compaction.compact(self._svc, self._session(session_id).id, timeout=timeout)
 
 
 _TRIGGERS = (EntryType.MESSAGE, EntryType.DIRECTIVE)
@@ -545,40 +733,42 @@ _DIRECTIONS = ("in", "out", "both")
 
 
 @_translating
-class Deliveries:
+class Deliveries(_Acting):
     """Hand-offs between sessions (docs/collaboration.md#deliveries)."""
 
-    def __init__(self, services: Services) -> None:
-        self._svc = services
-
     def get(self, delivery_id: str) -> Delivery:
-        """One delivery."""
-        return self._svc.store.deliveries.get(check_ref("delivery_id", delivery_id))
+        """One delivery (of the principal's project)."""
+        self._may(Grant.HISTORY_READ, "read deliveries")
+        return self._svc.store.deliveries.get(
+            check_ref("delivery_id", delivery_id), project=self._project
+        )
 
     def list(
         self, session_id: str, *, direction: str = "both", limit: int = 100
     ) -> builtins.list[Delivery]:
         """Deliveries into (``in``), out of (``out``) or both ways of a session, newest first."""
+        self._may(Grant.HISTORY_READ, "read deliveries")
         if direction not in _DIRECTIONS:
             raise ValidationError(
                 f"direction must be one of {list(_DIRECTIONS)}", field="direction"
             )
-        session = self._svc.store.get_session(check_ref("session", session_id))
+        session = self._session(session_id)
         return self._svc.store.deliveries.list(
-            session.id, direction=direction, limit=check_limit("limit", limit)
+            session.id,
+            direction=direction,
+            limit=check_limit("limit", limit),
+            project=self._project,
         )
 
 
 @_translating
-class Jobs:
-    """Executions: observe and control admitted turns."""
-
-    def __init__(self, services: Services) -> None:
-        self._svc = services
+class Jobs(_Acting):
+    """Executions: observe and control admitted turns (of the principal's project)."""
 
     def get(self, execution_id: str) -> Job:
         """One job."""
-        return self._svc.store.get_job(check_ref("execution_id", execution_id))
+        self._may(Grant.HISTORY_READ, "read jobs")
+        return self._job(execution_id)
 
     def list(
         self,
@@ -592,19 +782,25 @@ class Jobs:
         ``newest_first`` reverses the order, so that ``limit`` keeps the latest
         (``limit``: 1 to 10,000).
         """
+        self._may(Grant.HISTORY_READ, "read jobs")
         limit = check_limit("limit", limit)
         statuses = [_status(status)] if status is not None else None
         if session_id is not None:
             check_ref("session", session_id)
-        sid = self._svc.store.get_session(session_id).id if session_id else None
+        sid = self._session(session_id).id if session_id else None
         return self._svc.store.list_jobs(
-            session_id=sid, statuses=statuses, limit=limit, newest_first=newest_first
+            session_id=sid,
+            statuses=statuses,
+            limit=limit,
+            newest_first=newest_first,
+            project=self._project,
         )
 
     def wait(self, execution_id: str, timeout: float = 60.0) -> Job:
         """Block until the job is terminal; :class:`chaz.errors.Timeout` otherwise."""
+        self._may(Grant.HISTORY_READ, "read jobs")
         timeout = check_seconds("timeout", timeout)
-        return wait_terminal(self._svc, check_ref("execution_id", execution_id), timeout)
+        return wait_terminal(self._svc, self._job(execution_id).id, timeout)
 
     def output(
         self, execution_id: str, *, block: bool = True, timeout: float = 30.0, full: bool = False
@@ -615,8 +811,9 @@ class Jobs:
         :class:`chaz.errors.ArtifactNotFound` once retention cut it
         (docs/contracts.md#result-cap).
         """
+        self._may(Grant.HISTORY_READ, "read jobs")
         timeout = check_seconds("timeout", timeout)
-        execution_id = check_ref("execution_id", execution_id)
+        execution_id = self._job(execution_id).id
         return job_output(
             self._svc, execution_id, None, block=bool(block), timeout=timeout, full=bool(full)
         )
@@ -629,13 +826,18 @@ class Jobs:
         command_id: str | None = None,
         reason: str = "",
     ) -> dict[str, Any]:
-        """The ``execution.cancel`` command (docs/contracts.md#cancel). Returns its outcome."""
+        """The ``execution.cancel`` command (docs/contracts.md#cancel). Returns its outcome.
+
+        Needs ``runtime.control``; a job of another project is ``auth.forbidden``
+        and nothing changes (docs/security.md#execution-control).
+        """
         return cancel(
             self._svc,
             execution_id,
             expected_version=expected_version,
             command_id=command_id,
             reason=reason,
+            principal=self._principal,
         )
 
 
@@ -644,20 +846,18 @@ _MAX_EVENT_ID = 2**63 - 1
 
 
 @_translating
-class Events:
+class Events(_Acting):
     """Sessions' event logs: deliveries, job state changes, archive changes, renames."""
-
-    def __init__(self, services: Services) -> None:
-        self._svc = services
 
     def list(self, session_id: str, after: int = 0, limit: int = 100) -> builtins.list[Event]:
         """The session's events with ``id > after``, in id order (``limit``: 1 to 10,000).
 
         Resuming with ``after=`` the last id returned never skips an event.
         """
+        self._may(Grant.HISTORY_READ, "read events")
         after = check_int("after", after, low=0, high=_MAX_EVENT_ID)
         limit = check_limit("limit", limit)
-        session = self._svc.store.get_session(check_ref("session", session_id))
+        session = self._session(session_id)
         return self._svc.store.events.list(session.id, after=after, limit=limit)
 
     def follow(
@@ -665,15 +865,16 @@ class Events:
     ) -> Iterator[Event]:
         """The events after ``after``, then live ones as they are recorded, in id
         order with no gap and no duplicate; forever, or until ``timeout`` seconds."""
+        self._may(Grant.HISTORY_READ, "read events")
         after = check_int("after", after, low=0, high=_MAX_EVENT_ID)
         if timeout is not None:
             timeout = check_seconds("timeout", timeout)
-        session = self._svc.store.get_session(check_ref("session", session_id))
+        session = self._session(session_id)
         return _iterating(event_log.follow(self._svc, session.id, after=after, timeout=timeout))
 
 
 @_translating
-class Schedules:
+class Schedules(_Acting):
     """Agent-owned schedules and their ledgers (docs/schedules.md).
 
     A person manages any agent's schedules here; an agent manages its own
@@ -683,19 +884,33 @@ class Schedules:
     ``run_at``, ``session_id``, ``name``, ``enabled``, ``expires_at``,
     ``max_fires``, ``overlap``, ``missed``, ``max_failures``); each is
     checked, and a refused one is ``request.invalid`` naming it.
-    """
 
-    def __init__(self, services: Services) -> None:
-        self._svc = services
+    Changes need ``schedule.manage``, reads ``history.read``; only schedules
+    of the principal's project are found (docs/security.md).
+    """
 
     def add(self, agent_id: str, *, unattended: bool = False, **fields: Any) -> Schedule:
         """A new schedule owned by ``agent_id``; it waits for its first slot.
-        ``unattended``: its fires' turns run under the unattended policy."""
-        return self._svc.store.schedules.add(agent_id, fields, unattended=bool(unattended))
+
+        It belongs to the principal's project, and its fires start turns with
+        the principal's grants; ``unattended``: under the unattended policy.
+        """
+        self._may(Grant.SCHEDULE_MANAGE, "add schedules")
+        return self._svc.store.schedules.add(
+            agent_id,
+            fields,
+            project=self._project,
+            principal=self._principal.name,
+            grants=grant_names(self._principal.grants),
+            unattended=bool(unattended),
+        )
 
     def update(self, schedule_id: str, **changes: Any) -> Schedule:
         """Change fields of a schedule (``enabled=True`` resumes a disabled one afresh)."""
-        return self._svc.store.schedules.update(check_ref("schedule", schedule_id), changes)
+        self._may(Grant.SCHEDULE_MANAGE, "change schedules")
+        return self._svc.store.schedules.update(
+            check_ref("schedule", schedule_id), changes, project=self._project
+        )
 
     def pause(self, schedule_id: str) -> Schedule:
         """Stop a schedule firing (``enabled=False``)."""
@@ -707,45 +922,91 @@ class Schedules:
 
     def remove(self, schedule_id: str) -> Schedule:
         """Delete a schedule and its ledger; the schedule as it was."""
-        return self._svc.store.schedules.remove(check_ref("schedule", schedule_id))
+        self._may(Grant.SCHEDULE_MANAGE, "remove schedules")
+        return self._svc.store.schedules.remove(
+            check_ref("schedule", schedule_id), project=self._project
+        )
 
     def get(self, schedule_id: str) -> Schedule:
         """One schedule, or ``schedule.not_found``."""
-        return self._svc.store.schedules.get(check_ref("schedule", schedule_id))
+        self._may(Grant.HISTORY_READ, "read schedules")
+        return self._svc.store.schedules.get(
+            check_ref("schedule", schedule_id), project=self._project
+        )
 
     def list(self, agent_id: str | None = None) -> builtins.list[Schedule]:
         """Every schedule (of one agent), oldest first."""
-        return self._svc.store.schedules.list(agent_id)
+        self._may(Grant.HISTORY_READ, "read schedules")
+        return self._svc.store.schedules.list(agent_id, project=self._project)
 
     def fires(self, schedule_id: str, limit: int = 100) -> builtins.list[ScheduleFire]:
         """A schedule's ledger, newest slot first: slot, fired at, session, job, outcome."""
+        self._may(Grant.HISTORY_READ, "read schedules")
         sid = check_ref("schedule", schedule_id)
-        self._svc.store.schedules.get(sid)
+        self._svc.store.schedules.get(sid, project=self._project)
         return self._svc.store.schedules.fires(sid, limit=check_limit("limit", limit))
 
 
 @_translating
-class Approvals:
-    """Tool calls waiting for a person's decision (docs/approvals.md)."""
-
-    def __init__(self, services: Services) -> None:
-        self._svc = services
+class Approvals(_Acting):
+    """Tool calls waiting for a person's decision (docs/approvals.md), of the
+    principal's project."""
 
     def decide(
-        self, request_id: str, decision: str, *, by: str = approval_cases.DEFAULT_DECIDER
+        self, request_id: str, decision: str, *, by: str | None = None
     ) -> approval_cases.Decided:
         """``approve`` or ``deny`` a request: the first decision takes effect and
         resumes the turn; a later one (or one after the timeout) is recorded
-        and changes nothing (``effective`` False)."""
-        return approval_cases.decide(self._svc, request_id, decision, by=by)
+        and changes nothing (``effective`` False).
+
+        Needs ``approval.decide``. ``by`` (default: the principal) is whom the
+        decision is recorded under; an API-key client decides only as itself.
+        """
+        return approval_cases.decide(
+            self._svc, request_id, decision, by=by, principal=self._principal
+        )
 
     def pending(self, session_id: str | None = None) -> builtins.list[Approval]:
         """Requests waiting for a decision (of one session), oldest first."""
-        return approval_cases.pending(self._svc, session_id)
+        self._may(Grant.HISTORY_READ, "read approvals")
+        if session_id is not None:
+            session_id = self._session(session_id, "session_id").id
+        return approval_cases.pending(self._svc, session_id, principal=self._principal)
 
     def get(self, request_id: str) -> Approval:
-        """One request, or ``approval.not_found``."""
-        return approval_cases.get(self._svc, request_id)
+        """One request of the project, or ``approval.not_found`` (also for
+        another project's)."""
+        self._may(Grant.HISTORY_READ, "read approvals")
+        return approval_cases.get(self._svc, request_id, principal=self._principal)
+
+
+@_translating
+class Keys(_Acting):
+    """API keys (docs/security.md#api-keys): only an operator's client manages them."""
+
+    def create(
+        self,
+        principal: str,
+        project: str,
+        grants: Iterable[str] | str | None,
+        label: str | None = None,
+    ) -> tuple[ApiKey, str]:
+        """A new key acting as ``principal`` in ``project`` with ``grants`` (names,
+        or a comma-separated string; None: every grant). Returns the key and
+        its plaintext ``chz_<id>_<secret>``, which is shown only here: only
+        its SHA-256 is stored."""
+        self._principal.require_operator("create API keys")
+        return self._svc.store.keys.create(principal, project, grants, label)
+
+    def revoke(self, key_id: str) -> ApiKey:
+        """Revoke a key (idempotent); it authenticates nobody from now on."""
+        self._principal.require_operator("revoke API keys")
+        return self._svc.store.keys.revoke(key_id)
+
+    def list(self, project: str | None = None) -> builtins.list[ApiKey]:
+        """Keys (of one project), oldest first, without their hashes."""
+        self._principal.require_operator("list API keys")
+        return self._svc.store.keys.list(project)
 
 
 def _iterating(items: Iterator[R]) -> Iterator[R]:

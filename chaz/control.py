@@ -24,6 +24,7 @@ from chaz import admission, deliveries, visibility
 from chaz.domain.artifacts import Artifact, is_excerpt
 from chaz.domain.entries import EntryType, NewEntry
 from chaz.domain.jobs import Job, JobStatus, missing_job
+from chaz.domain.principals import LOCAL, Grant, Principal
 from chaz.domain.results import RESULT_CAP, digest, excerpt
 from chaz.domain.validation import (
     MAX_SEQ,
@@ -35,6 +36,8 @@ from chaz.domain.validation import (
 from chaz.errors import (
     ArtifactNotFound,
     Conflict,
+    Forbidden,
+    IdempotencyMismatch,
     JobNotFound,
     Timeout,
     Unauthorized,
@@ -93,23 +96,36 @@ def cancel(
     expected_version: int | None = None,
     command_id: str | None = None,
     reason: str = "",
+    principal: Principal = LOCAL,
 ) -> dict[str, Any]:
     """Apply ``execution.cancel`` to ``job_id`` and its descendants; the outcome.
 
     Every argument is checked before anything changes: an over-long
     ``command_id`` used to cancel the job and then fail to record the command.
+    ``principal`` must hold ``runtime.control`` (checked before the job is
+    looked up) and the job must be of its project: knowing an execution id
+    grants nothing (``auth.forbidden``, and nothing changes; docs/security.md).
     """
+    principal.require(Grant.RUNTIME_CONTROL, "cancel jobs")
     job_id = check_ref("execution_id", job_id)
     command_id = check_command_id(command_id)
     if expected_version is not None:
         expected_version = check_int("expected_version", expected_version, low=1, high=MAX_SEQ)
     reason = check_text("reason", reason, max_chars=MAX_REASON_CHARS)
     store = services.store
+    job = store.get_job(job_id)
+    check_control(principal, job)
     if command_id is not None:
         first = store.get_command(command_id)
         if first is not None:
+            if first.get("execution_id") != job.id:
+                # Command ids are global: another job's outcome (perhaps another
+                # project's) is not this command's to return.
+                raise IdempotencyMismatch(
+                    f"command {command_id!r} was used for another job",
+                    command_id=command_id,
+                )
             return first
-    job = store.get_job(job_id)
     if expected_version is not None and job.version != expected_version:
         raise VersionConflict(
             f"job {job_id} is at version {job.version}, not {expected_version}",
@@ -126,6 +142,18 @@ def cancel(
     if command_id is not None:
         outcome = store.record_command(command_id, CANCEL_ACTION, job_id, outcome)
     return outcome
+
+
+def check_control(principal: Principal, job: Job) -> None:
+    """``auth.forbidden`` unless ``job`` is of ``principal``'s project: the check
+    every execution control command shares (docs/security.md#execution-control)."""
+    if not principal.same_project(job.project):
+        raise Forbidden(
+            f"{principal.name} may not control execution {job.id}: it is not of "
+            f"project {principal.project}",
+            execution_id=job.id,
+            project=principal.project,
+        )
 
 
 def _cancel_one(

@@ -137,6 +137,12 @@ class JobNotFound(NotFound):
     code = "job.not_found"
 
 
+class ApiKeyNotFound(NotFound):
+    """No API key has that id (``chaz keys revoke``)."""
+
+    code = "key.not_found"
+
+
 class Conflict(ChazError):
     """The request conflicts with the current state (a stale version, a taken name)."""
 

@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -91,6 +91,18 @@ class Settings(BaseSettings):
         gt=0,
         description="How often beat runs the retention sweeps (artifacts, events).",
     )
+    # -- who a client acts as (docs/security.md)
+    api_key: SecretStr | None = Field(
+        None,
+        description="An API key (chz_...): a Client without principal or project arguments "
+        "acts as the key's principal, in its project, with its grants.",
+    )
+    principal: str | None = Field(
+        None, description="Who an operator's Client acts as (null: user:local)."
+    )
+    project: str | None = Field(
+        None, description="The project an operator's Client acts in (null: default)."
+    )
 
     @property
     def embedded_redis(self) -> bool:
@@ -127,7 +139,7 @@ class Settings(BaseSettings):
                 value = str(value)
             if isinstance(value, str):
                 value = mask_url(value)
-            if name.endswith("api_key") and value:
+            if isinstance(value, SecretStr) or (name.endswith("api_key") and value):
                 value = "****"
             out[name] = value
         return out

@@ -19,6 +19,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from chaz.client import Client
 from chaz.coord import keys
 from chaz.coord.redis import ensure_embedded, stop_embedded
@@ -34,7 +36,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
     env: dict[str, str] = {}
     for name in type(settings).model_fields:
         value = getattr(settings, name)
-        if value is None:
+        if value is None or isinstance(value, SecretStr):
+            # A client's API key is the client's: no worker needs it.
             continue
         if isinstance(value, Path):
             value = value.resolve()

@@ -632,7 +632,7 @@ def cmd_send(ctx: Context) -> int:
     entry = client.sessions.post(
         args.session,
         args.text,
-        sender=args.sender,
+        sender=args.sender or ("user:you" if client.principal.operator else None),
         type=args.type,
         idempotency_key=args.idempotency_key,
     )

@@ -111,7 +111,12 @@ class Context:
             # Imported here: SQLAlchemy, Redis and Celery load only for commands that connect.
             from chaz.client import Client
 
-            self._client = Client(self.settings)
+            self._client = Client(
+                self.settings,
+                principal=getattr(self.args, "principal", None),
+                project=getattr(self.args, "project", None),
+                api_key=getattr(self.args, "api_key", None),
+            )
         return self._client
 
     def close(self) -> None:

@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help="data directory of the embedded default (overrides CHAZ_HOME)",
     )
+    # Who the command acts as (docs/security.md), before or after the subcommand.
+    identity = argparse.ArgumentParser(add_help=False)
+    _identity_options(identity, argparse.SUPPRESS)
 
     parser = argparse.ArgumentParser(
         prog="chaz",
@@ -114,13 +117,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="data directory of the embedded default (overrides CHAZ_HOME)",
     )
+    _identity_options(parser, None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(
-        parent: Any, name: str, func: Callable[[Context], int], help: str, **kw: Any
+        parent: Any,
+        name: str,
+        func: Callable[[Context], int],
+        help: str,
+        parents: Sequence[argparse.ArgumentParser] = (common, identity),
+        **kw: Any,
     ) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = parent.add_parser(
-            name, help=help, description=help, parents=[common], **kw
+            name, help=help, description=help, parents=list(parents), **kw
         )
         p.set_defaults(func=func)
         return p
@@ -267,7 +276,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = add(sub, "send", _command("cmd_send"), "post a message or directive into a session")
     p.add_argument("session", metavar="SESSION", help="session id or name")
     p.add_argument("text", metavar="TEXT", help="the content")
-    p.add_argument("--sender", default="user:you", help="user:NAME, agent:NAME or system:NAME")
+    p.add_argument(
+        "--sender",
+        default=None,
+        help="user:NAME, agent:NAME or system:NAME (default user:you; with an API key, "
+        "the key's principal, the only sender it may use)",
+    )
     p.add_argument(
         "--type",
         choices=POSTABLE_TYPES,
@@ -377,7 +391,43 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["approve", "deny", "approve_all"],
         help="the decision (approve_all: this call and the rest of its turn's gated calls)",
     )
-    p.add_argument("--by", default="user:operator", help="who decides (default user:operator)")
+    p.add_argument("--by", default=None, help="who decides (default: the principal acting)")
+
+    # -- API keys (docs/security.md#api-keys) -----------------------------------
+    def key(name: str) -> Callable[[Context], int]:
+        return _command(f"cmd_keys_{name}", "chaz.cli.keys")
+
+    # Here --principal and --project are the key's: the global ones (given
+    # before the subcommand) still name who acts.
+    keys_sub = group("keys", "API keys for clients that are not operators: create, revoke, list")
+    p = add(
+        keys_sub,
+        "create",
+        key("create"),
+        "create an API key; prints it once",
+        parents=[common],
+    )
+    p.add_argument(
+        "--principal",
+        dest="principal_of_key",
+        required=True,
+        metavar="P",
+        help="who the key acts as: user:NAME, agent:ID or system:NAME",
+    )
+    p.add_argument(
+        "--project", dest="project_of_key", required=True, metavar="X", help="its project"
+    )
+    p.add_argument(
+        "--grants",
+        required=True,
+        metavar="G,G",
+        help="comma-separated grants (history.read, session.write, ...; docs/security.md)",
+    )
+    p.add_argument("--label", help="a note for people (what the key is for)")
+    p = add(keys_sub, "revoke", key("revoke"), "revoke an API key", parents=[common])
+    p.add_argument("key_id", metavar="KEY_ID", help="the key's id (see `chaz keys ls`)")
+    p = add(keys_sub, "ls", key("ls"), "list API keys (never their secrets)", parents=[common])
+    p.add_argument("--project", dest="project_of_key", metavar="X", help="only this project's")
 
     # -- search (docs/sessions.md#session_search) ----------------------------------------
     p = add(
@@ -424,6 +474,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--reason", default="", help="why; recorded with the cancellation")
     return parser
+
+
+def _identity_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    """``--api-key``, ``--principal`` and ``--project``: who every command's client
+    acts as (docs/security.md#principals-and-projects)."""
+    parser.add_argument(
+        "--api-key",
+        metavar="KEY",
+        default=default,
+        help="act as this API key's principal (default CHAZ_API_KEY; the variable keeps "
+        "it out of the process list)",
+    )
+    parser.add_argument(
+        "--principal",
+        metavar="P",
+        default=default,
+        help="operator: act as user:NAME, agent:ID or system:NAME (default CHAZ_PRINCIPAL, "
+        "else user:local)",
+    )
+    parser.add_argument(
+        "--project",
+        metavar="X",
+        default=default,
+        help="operator: act in this project (default CHAZ_PROJECT, else default)",
+    )
 
 
 # --------------------------------------------------------------------------- entry points

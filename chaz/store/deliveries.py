@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import Connection, Table, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, Connection, Table, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from chaz.domain import events
@@ -27,7 +27,7 @@ from chaz.domain.deliveries import (
 from chaz.errors import DeliveryNotFound
 from chaz.ids import as_utc, new_id, utcnow
 from chaz.store.events import record
-from chaz.store.models import DeliveryRow
+from chaz.store.models import DeliveryRow, SessionRow
 
 if TYPE_CHECKING:
     from chaz.store.repo import Store
@@ -261,20 +261,34 @@ def as_delivery(row: Any) -> Delivery:
     )
 
 
+def _in_project(project: str) -> ColumnElement[bool]:
+    """Deliveries of ``project``: those into or out of a session of it.
+
+    Decided by the sessions, whose project is set when they are made, so a
+    delivery row whose own ``project`` column was left at its default still
+    belongs where its sessions do.
+    """
+    sessions = select(SessionRow.id).where(SessionRow.project == project)
+    return or_(
+        DELIVERIES.c.target_session_id.in_(sessions),
+        DELIVERIES.c.sender_session_id.in_(sessions),
+    )
+
+
 class DeliveryStore:
     """Reads of deliveries, and the writes that stand alone."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
 
-    def get(self, delivery_id: str) -> Delivery:
-        """One delivery, or :class:`DeliveryNotFound`."""
+    def get(self, delivery_id: str, *, project: str | None = None) -> Delivery:
+        """One delivery, or :class:`DeliveryNotFound`; with ``project``, one of
+        another project is answered exactly as a missing one."""
+        stmt = select(DELIVERIES).where(DELIVERIES.c.id == delivery_id)
+        if project is not None:
+            stmt = stmt.where(_in_project(project))
         with self._store.engine.connect() as conn:
-            row = (
-                conn.execute(select(DELIVERIES).where(DELIVERIES.c.id == delivery_id))
-                .mappings()
-                .first()
-            )
+            row = conn.execute(stmt).mappings().first()
         if row is None:
             raise DeliveryNotFound(f"no delivery {delivery_id!r}", delivery_id=delivery_id)
         return as_delivery(row)
@@ -285,10 +299,18 @@ class DeliveryStore:
             return by_key(conn, key)
 
     def list(
-        self, session_id: str, *, direction: str = "both", limit: int = 100
+        self,
+        session_id: str,
+        *,
+        direction: str = "both",
+        limit: int = 100,
+        project: str | None = None,
     ) -> builtins.list[Delivery]:
-        """Deliveries into (``in``), out of (``out``) or both ways of a session, newest first."""
+        """Deliveries into (``in``), out of (``out``) or both ways of a session, newest
+        first; ``project``: only that project's."""
         stmt = select(DELIVERIES).order_by(DELIVERIES.c.created_at.desc()).limit(limit)
+        if project is not None:
+            stmt = stmt.where(_in_project(project))
         into = DELIVERIES.c.target_session_id == session_id
         out = DELIVERIES.c.sender_session_id == session_id
         stmt = stmt.where(

@@ -71,10 +71,13 @@ class SessionDirectory:
         limit: int = 50,
         tree_id: str | None = None,
         archived: bool | None = None,
+        project: str | None = None,
     ) -> list[Session]:
         """Sessions, newest first. ``archived``: True only archived ones, False only
-        the others, None both."""
+        the others, None both; ``project``: only that project's."""
         stmt = select(SessionRow).order_by(SessionRow.created_at.desc()).limit(limit)
+        if project is not None:
+            stmt = stmt.where(SessionRow.project == project)
         if agent_id:
             stmt = stmt.where(SessionRow.agent_id == agent_id)
         if tree_id is not None:
@@ -117,6 +120,8 @@ class SessionDirectory:
             .order_by(name)
             .limit(limit)
         )
+        if project is not None:
+            stmt = stmt.where(SessionRow.project == project)
         if within_tree is not None:
             ids = list(or_ids)
             stmt = stmt.where(
@@ -249,7 +254,8 @@ class SessionDirectory:
         project: str | None = None,
     ) -> list[SessionSummary]:
         """Sessions, most recently active first (``active_at``, else ``created_at``),
-        each with its finished turns, size, tip and whether it is busy.
+        each with its finished turns, size, tip and whether it is busy
+        (``project``: only that project's).
 
         Four reads in one transaction whatever the number of sessions: the
         sessions, then the job counts, sizes and tips of all of them at once.

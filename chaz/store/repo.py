@@ -84,6 +84,7 @@ from chaz.store.todos import TodoStore
 
 if TYPE_CHECKING:
     from chaz.store.approvals import ApprovalStore
+    from chaz.store.keys import KeyStore
     from chaz.store.search import SearchStore
 
 _ACTIVE = [s.value for s in ACTIVE]
@@ -426,6 +427,13 @@ class Store(SessionDirectory):
         return ApprovalStore(self)
 
     @cached_property
+    def keys(self) -> KeyStore:
+        """API keys, stored as their hashes (docs/security.md#api-keys)."""
+        from chaz.store.keys import KeyStore
+
+        return KeyStore(self)
+
+    @cached_property
     def deliveries(self) -> dl.DeliveryStore:
         """Reads of deliveries, and their standalone writes."""
         return dl.DeliveryStore(self)
@@ -556,10 +564,14 @@ class Store(SessionDirectory):
         with self._write() as conn:
             return as_session(_insert_session(conn, new))
 
-    def get_session(self, ref: str) -> Session:
-        """A session by id or, failing that, by its unique name."""
+    def get_session(self, ref: str, *, project: str | None = None) -> Session:
+        """A session by id or, failing that, by its unique name.
+
+        ``project``: only a session of that project is found; one of another
+        project is answered exactly as a missing one (docs/security.md).
+        """
         with self._read() as conn:
-            return as_session(session_row(conn, ref))
+            return as_session(session_row(conn, ref, project=project))
 
     def turn_setup(self, session_id: str, max_context: int) -> TurnSetup | None:
         """The session's head job, its session and agent, and the job's context.
@@ -984,10 +996,14 @@ class Store(SessionDirectory):
         with self._write() as conn:
             dl.silence(conn, job_ids)
 
-    def get_job(self, job_id: str) -> Job:
-        """One job, or :class:`JobNotFound`."""
+    def get_job(self, job_id: str, *, project: str | None = None) -> Job:
+        """One job, or :class:`JobNotFound`; with ``project``, a job of another
+        project is answered exactly as a missing one."""
+        stmt = select(JobRow).where(JobRow.id == job_id)
+        if project is not None:
+            stmt = stmt.where(JobRow.project == project)
         with self._read() as conn:
-            row = conn.execute(select(JobRow).where(JobRow.id == job_id)).mappings().first()
+            row = conn.execute(stmt).mappings().first()
         if row is None:
             raise missing_job(job_id)
         return as_job(row)

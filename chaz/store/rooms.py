@@ -34,14 +34,19 @@ class RoomStore:
     def __init__(self, store: Store) -> None:
         self._store = store
 
-    def list(self, *, limit: int = 50, archived: bool = False) -> builtins.list[Session]:
-        """Rooms (sessions with members), newest first; archived ones only with ``archived``."""
+    def list(
+        self, *, limit: int = 50, archived: bool = False, project: str | None = None
+    ) -> builtins.list[Session]:
+        """Rooms (sessions with members), newest first; archived ones only with
+        ``archived``; ``project``: only that project's."""
         stmt = (
             select(SessionRow)
             .where(SessionRow.members.is_not(None), archived_filter(archived))
             .order_by(SessionRow.created_at.desc())
             .limit(limit)
         )
+        if project is not None:
+            stmt = stmt.where(SessionRow.project == project)
         with self._store._read() as conn:
             return [as_session(r) for r in conn.execute(stmt).mappings()]
 

@@ -16,10 +16,18 @@ from chaz.ids import as_utc
 from chaz.store import statements as st
 
 
-def session_row(conn: Connection, ref: str) -> Any:
-    row = conn.execute(st.SESSION_BY_ID, {"ref": ref}).mappings().first()
-    if row is None:
-        row = conn.execute(st.SESSION_BY_NAME, {"ref": ref}).mappings().first()
+def session_row(conn: Connection, ref: str, *, project: str | None = None) -> Any:
+    """The session row of an id or, failing that, a name; with ``project``, only
+    one of that project (another project's is answered as a missing one)."""
+    if project is None:
+        row = conn.execute(st.SESSION_BY_ID, {"ref": ref}).mappings().first()
+        if row is None:
+            row = conn.execute(st.SESSION_BY_NAME, {"ref": ref}).mappings().first()
+    else:
+        params = {"ref": ref, "project": project}
+        row = conn.execute(st.SESSION_IN_PROJECT, params).mappings().first()
+        if row is None:
+            row = conn.execute(st.SESSION_IN_PROJECT_BY_NAME, params).mappings().first()
     if row is None:
         raise missing_session(ref)
     return row

@@ -28,7 +28,8 @@ from chaz.domain.schedules import (
     check_owner,
     first_slot,
 )
-from chaz.errors import AgentNotFound, ScheduleNotFound, SessionArchived, SessionNotFound
+from chaz.domain.sessions import missing_session
+from chaz.errors import AgentNotFound, ScheduleNotFound, SessionArchived
 from chaz.ids import as_utc, new_id, utcnow
 from chaz.store.models import AgentRow, ScheduleFireRow, ScheduleRow, SessionRow
 
@@ -89,8 +90,10 @@ class ScheduleStore:
 
         ``schedule_id`` makes the call repeatable (a resumed turn's tool
         call): a schedule of that id and owner is returned as it is.
-        ``project``, ``principal``, ``grants`` and ``unattended`` are the
-        authority its fires run with (docs/security.md#grants-inside-turns).
+        ``project``, ``principal``, ``grants`` (sorted names, None: every
+        grant) and ``unattended`` are whose it is and the authority its fires
+        run with (docs/security.md#grants-inside-turns); a pinned session must
+        be of ``project``.
         """
         owner = check_owner(owner)
         values = check_fields(fields)
@@ -102,12 +105,16 @@ class ScheduleStore:
                     .mappings()
                     .first()
                 )
-                if found is not None and found["owner_agent_id"] == owner:
+                if (
+                    found is not None
+                    and found["owner_agent_id"] == owner
+                    and found["project"] == project
+                ):
                     return as_schedule(found)
             if conn.scalar(select(AgentRow.id).where(AgentRow.id == owner)) is None:
                 raise AgentNotFound(f"no agent {owner!r}", agent_id=owner)
             if values["session_id"] is not None:
-                values["session_id"] = _session_id(conn, values["session_id"])
+                values["session_id"] = _session_id(conn, values["session_id"], project)
             row = {
                 **values,
                 "id": schedule_id or new_id(),
@@ -135,22 +142,24 @@ class ScheduleStore:
         *,
         owner: str | None = None,
         now: datetime | None = None,
+        project: str | None = None,
     ) -> Schedule:
         """Change fields of a schedule; the whole result is checked again.
 
         A change of its timing, or enabling it, computes its next slot from
         ``now`` and clears its failures and disabled reason (a resume starts
-        afresh).
+        afresh). ``project``: only a schedule of that project is found, and a
+        newly pinned session must be of it.
         """
         now = now or utcnow()
         with self._store._write() as conn:
-            old = _locked(conn, schedule_id, owner)
+            old = _locked(conn, schedule_id, owner, project)
             merged = {k: getattr(old, k) for k in EDITABLE}
             merged = {k: v.value if hasattr(v, "value") else v for k, v in merged.items()}
             merged.update(changes)
             values = check_fields(merged)
             if values["session_id"] is not None and values["session_id"] != old.session_id:
-                values["session_id"] = _session_id(conn, values["session_id"])
+                values["session_id"] = _session_id(conn, values["session_id"], project)
             retime = bool(TIMING & set(changes)) or (values["enabled"] and not old.enabled)
             if values["enabled"] and not old.enabled:
                 values |= {"failures": 0, "disabled_reason": None}
@@ -162,28 +171,37 @@ class ScheduleStore:
             row = conn.execute(select(SCHEDULES).where(SCHEDULES.c.id == old.id)).mappings().one()
         return as_schedule(row)
 
-    def remove(self, schedule_id: str, *, owner: str | None = None) -> Schedule:
+    def remove(
+        self, schedule_id: str, *, owner: str | None = None, project: str | None = None
+    ) -> Schedule:
         """Delete a schedule and its ledger; the schedule as it was."""
         with self._store._write() as conn:
-            old = _locked(conn, schedule_id, owner)
+            old = _locked(conn, schedule_id, owner, project)
             conn.execute(delete(FIRES).where(FIRES.c.schedule_id == old.id))
             conn.execute(delete(SCHEDULES).where(SCHEDULES.c.id == old.id))
         return old
 
-    def get(self, schedule_id: str, *, owner: str | None = None) -> Schedule:
-        """One schedule (of ``owner``, when given), or :class:`ScheduleNotFound`."""
+    def get(
+        self, schedule_id: str, *, owner: str | None = None, project: str | None = None
+    ) -> Schedule:
+        """One schedule (of ``owner``, of ``project``, when given), or
+        :class:`ScheduleNotFound`, the same for one that exists elsewhere."""
         with self._store._read() as conn:
             row = conn.execute(select(SCHEDULES).where(SCHEDULES.c.id == schedule_id)).mappings()
             found = row.first()
-        if found is None or (owner is not None and found["owner_agent_id"] != owner):
+        if found is None or _elsewhere(found, owner, project):
             raise ScheduleNotFound(f"no schedule {schedule_id!r}", schedule_id=schedule_id)
         return as_schedule(found)
 
-    def list(self, owner: str | None = None) -> builtins.list[Schedule]:
-        """Schedules (of one owner), oldest first."""
+    def list(
+        self, owner: str | None = None, *, project: str | None = None
+    ) -> builtins.list[Schedule]:
+        """Schedules (of one owner, of one project), oldest first."""
         stmt = select(SCHEDULES).order_by(SCHEDULES.c.created_at, SCHEDULES.c.id)
         if owner is not None:
             stmt = stmt.where(SCHEDULES.c.owner_agent_id == owner)
+        if project is not None:
+            stmt = stmt.where(SCHEDULES.c.project == project)
         with self._store._read() as conn:
             return [as_schedule(r) for r in conn.execute(stmt).mappings()]
 
@@ -426,28 +444,37 @@ def _disable(conn: Connection, schedule_id: str, reason: str, error: dict[str, A
     conn.execute(update(SCHEDULES).where(SCHEDULES.c.id == schedule_id).values(**values))
 
 
-def _locked(conn: Connection, schedule_id: str, owner: str | None) -> Schedule:
+def _elsewhere(row: Any, owner: str | None, project: str | None) -> bool:
+    """Whether a schedule row is another owner's or another project's than asked."""
+    return (owner is not None and row["owner_agent_id"] != owner) or (
+        project is not None and row["project"] != project
+    )
+
+
+def _locked(
+    conn: Connection, schedule_id: str, owner: str | None, project: str | None = None
+) -> Schedule:
     row = (
         conn.execute(select(SCHEDULES).where(SCHEDULES.c.id == schedule_id).with_for_update())
         .mappings()
         .first()
     )
-    if row is None or (owner is not None and row["owner_agent_id"] != owner):
+    if row is None or _elsewhere(row, owner, project):
         raise ScheduleNotFound(f"no schedule {schedule_id!r}", schedule_id=schedule_id)
     return as_schedule(row)
 
 
-def _session_id(conn: Connection, ref: str) -> str:
-    """A pinned session's id, by id or name; it must exist and not be archived."""
-    row = conn.execute(
-        select(SessionRow.id, SessionRow.archived_at).where(SessionRow.id == ref)
-    ).first()
+def _session_id(conn: Connection, ref: str, project: str | None = None) -> str:
+    """A pinned session's id, by id or name; it must exist (in ``project``, when
+    given: another project's is answered as a missing one) and not be archived."""
+    stmt = select(SessionRow.id, SessionRow.archived_at)
+    if project is not None:
+        stmt = stmt.where(SessionRow.project == project)
+    row = conn.execute(stmt.where(SessionRow.id == ref)).first()
     if row is None:
-        row = conn.execute(
-            select(SessionRow.id, SessionRow.archived_at).where(SessionRow.name == ref)
-        ).first()
+        row = conn.execute(stmt.where(SessionRow.name == ref)).first()
     if row is None:
-        raise SessionNotFound(f"no session {ref!r}", session=ref)
+        raise missing_session(ref)
     if row[1] is not None:
         raise SessionArchived(f"session {ref!r} is archived", session_id=row[0])
     return str(row[0])

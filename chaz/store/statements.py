@@ -36,6 +36,9 @@ HEAD = (
 #: A session by id, and by its unique name.
 SESSION_BY_ID = select(SESSIONS).where(SESSIONS.c.id == bindparam("ref"))
 SESSION_BY_NAME = select(SESSIONS).where(SESSIONS.c.name == bindparam("ref"))
+#: The same two, limited to one project (docs/security.md).
+SESSION_IN_PROJECT = SESSION_BY_ID.where(SESSIONS.c.project == bindparam("project"))
+SESSION_IN_PROJECT_BY_NAME = SESSION_BY_NAME.where(SESSIONS.c.project == bindparam("project"))
 #: A session row, locked for update (without taking a seq).
 LOCK_SESSION = select(SESSIONS).where(SESSIONS.c.id == bindparam("sid")).with_for_update()
 #: A saved agent's spec (JSON).

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from chaz import admission, branches, event_log
 from chaz import approvals as approval_cases
+from chaz import projects as project_cases
 from chaz.control import cancel, job_output, wait_terminal
 from chaz.domain.agents import AgentSpec, Limits
 from chaz.domain.approvals import Approval
@@ -28,6 +29,8 @@ from chaz.domain.deliveries import Delivery
 from chaz.domain.entries import Entry, EntryType, KeyScope, agent_sender, parse_sender
 from chaz.domain.events import Event
 from chaz.domain.jobs import Job, JobStatus
+from chaz.domain.principals import LOCAL, Principal
+from chaz.domain.projects import Project
 from chaz.domain.rooms import MAX_BURST_BUDGET, check_members
 from chaz.domain.schedules import Schedule, ScheduleFire
 from chaz.domain.sessions import ArchivedBy, NameSource, Origin, Session
@@ -113,6 +116,7 @@ class Client:
         self.events = Events(self.services)
         self.schedules = Schedules(self.services)
         self.approvals = Approvals(self.services)
+        self.projects = Projects(self.services, getattr(self, "principal", LOCAL))
 
     def close(self) -> None:
         """Release connections."""
@@ -711,3 +715,30 @@ def _iterating(items: Iterator[R]) -> Iterator[R]:
         close = getattr(items, "close", None)
         if close is not None:
             close()
+
+
+@_translating
+class Projects:
+    """Projects' quotas: live turns and turns ever admitted (docs/security.md#project-quotas)."""
+
+    def __init__(self, services: Services, principal: Principal = LOCAL) -> None:
+        self._svc = services
+        self._principal = principal
+
+    def get(self, project: str) -> Project:
+        """One project's limits (as stored and in force) and its use of them."""
+        return project_cases.get(self._svc, project, principal=self._principal)
+
+    def set_limits(
+        self, project: str, max_live: int | None = None, max_jobs: int | None = None
+    ) -> Project:
+        """Set both limits of ``project``: a number, ``-1`` for no limit, None
+        for the default (``CHAZ_PROJECT_MAX_LIVE`` / ``CHAZ_PROJECT_MAX_JOBS``).
+        Needs an operator's client."""
+        return project_cases.set_limits(
+            self._svc, project, max_live, max_jobs, principal=self._principal
+        )
+
+    def list(self) -> builtins.list[Project]:
+        """Every project with limits or sessions (an operator's client), by id."""
+        return project_cases.list_projects(self._svc, principal=self._principal)

@@ -20,7 +20,7 @@ import pytest
 import chaz
 from chaz import admission
 from chaz.client import Projects
-from chaz.coord import keys
+from chaz.coord import keys, scripts
 from chaz.domain.jobs import JobStatus
 from chaz.domain.principals import Principal
 from chaz.domain.projects import resolve_project_limits
@@ -55,6 +55,17 @@ GATED = chaz.AgentSpec(
             ]
         }
     ],
+)
+
+#: Every echo call waits for a person's decision; a "quick" message just echoes.
+CAREFUL = chaz.AgentSpec(
+    id="careful",
+    tools=["echo"],
+    script=[
+        {"match": "^quick", "steps": [{"echo": True}]},
+        {"steps": [{"call": "echo", "args": {"text": "{input}"}}, {"say": "after"}]},
+    ],
+    tool_policies={"echo": {"approval": "always", "timeout": 300}},
 )
 
 
@@ -95,6 +106,12 @@ def quiet(mstack: Stack) -> Iterator[Services]:
     services.__dict__["dispatcher"] = RecordingDispatcher()
     yield services
     services.close()
+
+
+def freed(stack: Stack, project: str) -> None:
+    """Wait until the project's live set is empty: a turn's end reaches Redis
+    just after its commit, which is what ``jobs.wait`` sees."""
+    stack.wait_for(lambda: live_members(stack.client, project) == set(), 30, "the freed slot")
 
 
 def _jobs(client: chaz.Client, session_id: str) -> list[chaz.Job]:
@@ -360,7 +377,7 @@ def test_only_an_operator_sets_limits_and_others_read_only_their_own(
 # -- turns that end, with real workers ----------------------------------------------
 
 
-def test_a_finished_turn_and_a_cancelled_running_turn_each_free_their_slot(
+def test_finished_cancelled_and_waiting_turns_hold_and_free_their_slots(
     stack: Stack,
 ) -> None:
     client = stack.client
@@ -379,7 +396,8 @@ def test_a_finished_turn_and_a_cancelled_running_turn_each_free_their_slot(
         client.sessions.post(s2.id, "refused while the first runs")
     stack.open_gate(f"go-{s1.id}")
     assert client.jobs.wait(first.job_id, timeout=60).status is JobStatus.SUCCEEDED
-    assert live_members(client, project) == set()
+    # The turn's end tells Redis right after its commit.
+    freed(stack, project)
 
     second = client.sessions.post(s2.id, "two")
     assert second.job_id is not None
@@ -391,13 +409,35 @@ def test_a_finished_turn_and_a_cancelled_running_turn_each_free_their_slot(
         client.sessions.post(s3.id, "refused while the second stops")
     stack.open_gate(f"go-{s2.id}")
     assert client.jobs.wait(second.job_id, timeout=60).status is JobStatus.CANCELLED
-    assert live_members(client, project) == set()
+    freed(stack, project)
     third = client.sessions.post(s3.id, "three")
     assert live_members(client, project) == {third.job_id}
     stack.open_gate(f"go-{s3.id}")
     assert client.jobs.wait(third.job_id or "", timeout=60).status is JobStatus.SUCCEEDED
-    assert live_members(client, project) == set()
+    freed(stack, project)
     assert jobs_counter(client, project) == 3
+
+    # A turn waiting for a person's decision is unfinished: it keeps its
+    # slot, and cancelling it frees the slot at once.
+    client.agents.put(CAREFUL)
+    s4, s5 = session_in(client, "careful", project), session_in(client, "careful", project)
+    waiting = client.sessions.post(s4.id, "launch")
+    assert waiting.job_id is not None
+    stack.wait_for(
+        lambda: client.jobs.get(waiting.job_id).status is JobStatus.WAITING_APPROVAL,
+        60,
+        "the turn to wait for approval",
+    )
+    assert live_members(client, project) == {waiting.job_id}
+    with pytest.raises(ProjectLiveExceeded):
+        client.sessions.post(s5.id, "quick, refused while one waits")
+    client.jobs.cancel(waiting.job_id)
+    assert client.jobs.get(waiting.job_id).status is JobStatus.CANCELLED
+    assert live_members(client, project) == set()
+    quick = client.sessions.post(s5.id, "quick one")
+    assert client.sessions.wait_for_reply(s5.id, after=quick.seq, timeout=60).content == "quick one"
+    freed(stack, project)
+    assert jobs_counter(client, project) == 5
 
 
 # -- the CLI ---------------------------------------------------------------------------
@@ -438,3 +478,46 @@ def test_the_cli_sets_and_lists_project_limits(mstack: Stack, project: str) -> N
     bad = _cli(mstack.settings, "projects", "set", project, "--max-live", "lots")
     assert bad.returncode != 0
     assert "max-live" in bad.stderr + bad.stdout
+
+
+# -- the scripts themselves ------------------------------------------------------------
+
+
+def test_reserve_answers_in_order_and_counts_nothing_when_it_refuses(
+    client: chaz.Client, project: str
+) -> None:
+    r = client.services.redis
+    reserve = scripts.register(r, "reserve")
+    refund = scripts.register(r, "refund")
+    ended = scripts.register(r, "job_ended")
+    sid = f"s-{project}"
+    ks = [keys.queued(sid), keys.cumulative(sid), keys.project_live(project)]
+    ks.append(keys.project_jobs(project))
+
+    def run(max_q: int, max_c: int, max_live: int, max_pj: int, job: str = "j1") -> str:
+        return str(reserve(keys=ks, args=[max_q, max_c, 60_000, max_live, max_pj, job]))
+
+    assert run(-1, -1, -1, -1) == "rebuild"
+    r.set(ks[0], 1)
+    r.set(ks[1], 1)
+    assert run(-1, -1, -1, -1) == "rebuild_project"
+    r.zadd(ks[2], {"_": 0, "j0": 1})
+    r.set(ks[3], 1)
+    before = (r.get(ks[0]), r.get(ks[1]), r.zcard(ks[2]), r.get(ks[3]))
+    # Everything at its limit: the cumulative checks answer first.
+    assert run(1, 1, 1, 1) == "jobs_exhausted"
+    assert run(1, 2, 1, 1) == "project_jobs"
+    assert run(1, 2, 1, 2) == "queue_full"
+    assert run(2, 2, 1, 2) == "project_live"
+    assert (r.get(ks[0]), r.get(ks[1]), r.zcard(ks[2]), r.get(ks[3])) == before
+    assert run(2, 2, 2, 2) == "ok"
+    assert (r.get(ks[0]), r.get(ks[1]), r.get(ks[3])) == ("2", "2", "2")
+    assert set(r.zrange(ks[2], 0, -1)) == {"_", "j0", "j1"}
+    assert all(r.pttl(k) > 0 for k in ks)
+    # A refund undoes exactly one reservation; a job's end frees its slot once.
+    refund(keys=[ks[0], ks[1], ks[3], ks[2]], args=["j1"])
+    assert (r.get(ks[0]), r.get(ks[1]), r.get(ks[3])) == ("1", "1", "1")
+    assert ended(keys=[ks[2], ks[0]], args=["j0", "1"]) == 1
+    assert ended(keys=[ks[2], ks[0]], args=["j0", "1"]) == 0
+    assert r.get(ks[0]) == "0"
+    assert set(r.zrange(ks[2], 0, -1)) == {"_"}

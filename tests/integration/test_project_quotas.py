@@ -36,6 +36,7 @@ from chaz.reconcile import Reconciler
 from chaz.services import Services
 from chaz.settings import Settings
 from chaz.stack import settings_env
+from chaz.turns import MAX_ATTEMPTS, TurnRunner
 from tests.support.concurrency import race
 from tests.support.projects import jobs_counter, live_members, session_in
 from tests.support.stack import Stack
@@ -255,6 +256,26 @@ def test_a_reconciler_pass_frees_a_slot_whose_end_never_reached_redis(
     client.sessions.post(s2.id, "admitted after the pass")
 
 
+def test_a_turn_that_ends_interrupted_after_its_workers_died_frees_its_slot(
+    client: chaz.Client, quiet: Services, project: str
+) -> None:
+    client.projects.set_limits(project, max_live=1)
+    s1, s2 = session_in(client, "bot", project), session_in(client, "bot", project)
+    first = client.sessions.post(s1.id, "first")
+    assert first.job_id is not None
+    # Three workers started it and died (the reconciler woke it each time).
+    for n in range(MAX_ATTEMPTS):
+        quiet.store.start_turn(first.job_id, f"dead-worker-{n}")
+    with pytest.raises(ProjectLiveExceeded):
+        client.sessions.post(s2.id, "refused")
+    # The next start gives up on it: the turn ends interrupted, and its end
+    # frees the project's slot.
+    TurnRunner(quiet, client.tools).wake(s1.id, first.job_id)
+    assert client.jobs.get(first.job_id).status is JobStatus.INTERRUPTED
+    assert live_members(client, project) == set()
+    client.sessions.post(s2.id, "admitted")
+
+
 def test_a_reservation_whose_transaction_fails_is_refunded(
     client: chaz.Client, project: str
 ) -> None:
@@ -335,6 +356,27 @@ def test_the_default_limit_applies_to_a_project_without_a_row(mstack: Stack, pro
         # Its own row lifts it.
         c.projects.set_limits(project, max_live=-1)
         c.sessions.post(s2.id, "two")
+
+
+def test_an_admission_reads_the_limits_once_per_cache_period(
+    client: chaz.Client, project: str
+) -> None:
+    reads: list[str] = []
+
+    def read() -> tuple[int | None, int | None]:
+        reads.append(project)
+        return (3, None)
+
+    store = client.services.store.projects
+    assert store.stored(project, read) == (3, None)
+    assert store.stored(project, read) == (3, None)
+    assert reads == [project]  # the second came from the cache
+    # Setting the limits drops this process's entry: the next admission reads them.
+    client.projects.set_limits(project, max_live=7)
+    assert store.stored(project, read) == (3, None)
+    assert reads == [project, project]
+    s = session_in(client, "bot", project)
+    client.sessions.post(s.id, "admitted under the cached limit")
 
 
 @pytest.mark.parametrize(

@@ -57,7 +57,7 @@ class Reservation:
 
 
 class Quotas:
-    """The queued and cumulative counters of every session."""
+    """The quota counters of every session and every project."""
 
     def __init__(
         self, client: redis.Redis, counts: SessionCounts, project_counts: ProjectCounts

@@ -19,11 +19,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from chaz import projects
 from chaz.coord.pubsub import publish
-from chaz.domain.agents import AgentSpec
+from chaz.coord.quotas import Reservation
 from chaz.domain.entries import EntryType, KeyScope, NewEntry
 from chaz.domain.limits import resolve_limits
-from chaz.domain.sessions import Session, missing_session
+from chaz.domain.sessions import missing_session
 from chaz.services import Services
 from chaz.store.repo import (
     Admitting,
@@ -85,19 +86,16 @@ def room_rules(services: Services, session_id: str) -> Iterator[RoomRules]:
     """The rules a room's routing needs (its default burst budget, its quota
     reservation), for one transaction; a reservation whose transaction does
     not commit is refunded."""
-    reserved: list[str] = []
+    reserved: list[Reservation] = []
 
-    def reserve(session: Session, host: AgentSpec, counts: Callable[[], tuple[int, int]]) -> None:
-        services.quotas.reserve(
-            session.id, resolve_limits(services.settings, session, host), counts
-        )
-        reserved.append(session.id)
+    def reserve(tx: Admitting) -> None:
+        reserved.append(reserve_quota(services, tx))
 
     try:
         yield RoomRules(services.settings.room_burst_budget, reserve)
     except BaseException:
-        for sid in reserved:
-            services.quotas.refund(sid)
+        for at in reserved:
+            services.quotas.refund(at)
         raise
 
 
@@ -162,11 +160,9 @@ def _admit_once(
             draft, job_fields=job_fields, default_budget=services.settings.room_burst_budget
         )
 
-    done = transact(services, session_id, insert, replay, project=project)
-    if done.created and done.job is None:
-        # A room's agent Message that woke nobody: its reservation admitted nothing.
-        services.quotas.refund(done.entry.session_id)
-    return done
+    # A room's agent Message that woke nobody admitted no job: transact
+    # refunds its reservation.
+    return transact(services, session_id, insert, replay, project=project)
 
 
 def transact(
@@ -191,32 +187,55 @@ def transact(
     ``project``: the caller's; the locked session must belong to it, else
     the admission is answered as if the session did not exist.
     """
-    reserved = False
-    target = session_id
+    reserved: Reservation | None = None
     try:
         with services.store.admitting(session_id, create=create, entry=entry) as tx:
             # The session row is locked: its limits cannot change under the
             # check, and a refusal rolls the whole admission back.
-            target = tx.session.id
             if project is not None and tx.session.project != project:
                 raise missing_session(session_id)
-            limits = resolve_limits(services.settings, tx.session, tx.agent)
-            services.quotas.reserve(target, limits, tx.job_counts)
-            reserved = True
-            return insert(tx)
+            reserved = reserve_quota(services, tx)
+            done = insert(tx)
     except KeyTaken:
         # A concurrent admission of the same key committed first: theirs
         # stands, and ours was counted for nothing.
-        services.quotas.refund(target)
+        if reserved is not None:
+            services.quotas.refund(reserved)
         found = replay()
         if found is None:
             raise
         return found
     except BaseException:
-        if reserved:
+        if reserved is not None:
             # Counted, but the commit did not happen.
-            services.quotas.refund(target)
+            services.quotas.refund(reserved)
         raise
+    if not tx.wrote_job and reserved is not None:
+        # Committed without a job (a room's entry that woke nobody): the
+        # reservation admitted nothing.
+        services.quotas.refund(reserved)
+    return done
+
+
+def reserve_quota(services: Services, tx: Admitting) -> Reservation:
+    """Reserve one admission's place in its session's and its project's
+    quotas, in one script, or raise a :class:`~chaz.errors.QuotaError`
+    having counted nothing.
+
+    The project's limits come from this process's short cache; on a miss
+    and for a rebuild, the database is read through ``tx`` (its session row
+    is locked; a second connection could wait on a pool its fellow admitters
+    hold).
+    """
+    at = Reservation(tx.session.id, tx.session.project, tx.job_id)
+    services.quotas.reserve(
+        at,
+        resolve_limits(services.settings, tx.session, tx.agent),
+        projects.limits_for(services, tx.session.project, tx.stored_limits),
+        tx.job_counts,
+        tx.project_counts,
+    )
+    return at
 
 
 def _await_first(

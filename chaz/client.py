@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, SecretStr
 
 from chaz import admission, branches, compaction, discovery, event_log
 from chaz import approvals as approval_cases
+from chaz import projects as project_cases
 from chaz.control import cancel, job_output, wait_terminal
 from chaz.domain.addresses import parse_to
 from chaz.domain.agents import AgentSpec, Limits
@@ -45,6 +46,7 @@ from chaz.domain.principals import (
     grant_names,
     parse_grants,
 )
+from chaz.domain.projects import Project
 from chaz.domain.rooms import MAX_BURST_BUDGET, check_members
 from chaz.domain.schedules import Schedule, ScheduleFire
 from chaz.domain.search import SearchResult, SessionPage
@@ -158,6 +160,7 @@ class Client:
         self.schedules = Schedules(self.services, who)
         self.approvals = Approvals(self.services, who)
         self.keys = Keys(self.services, who)
+        self.projects = Projects(self.services, who)
 
     def close(self) -> None:
         """Release connections."""
@@ -1023,3 +1026,30 @@ def _iterating(items: Iterator[R]) -> Iterator[R]:
         close = getattr(items, "close", None)
         if close is not None:
             close()
+
+
+@_translating
+class Projects(_Acting):
+    """Projects' quotas: live turns and turns ever admitted (docs/security.md#project-quotas).
+
+    An operator's client reads and sets any project's; an API-key client reads
+    only its own.
+    """
+
+    def get(self, project: str) -> Project:
+        """One project's limits (as stored and in force) and its use of them."""
+        return project_cases.get(self._svc, project, principal=self._principal)
+
+    def set_limits(
+        self, project: str, max_live: int | None = None, max_jobs: int | None = None
+    ) -> Project:
+        """Set both limits of ``project``: a number, ``-1`` for no limit, None
+        for the default (``CHAZ_PROJECT_MAX_LIVE`` / ``CHAZ_PROJECT_MAX_JOBS``).
+        Needs an operator's client."""
+        return project_cases.set_limits(
+            self._svc, project, max_live, max_jobs, principal=self._principal
+        )
+
+    def list(self) -> builtins.list[Project]:
+        """Every project with limits or sessions (an operator's client), by id."""
+        return project_cases.list_projects(self._svc, principal=self._principal)

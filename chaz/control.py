@@ -169,10 +169,12 @@ def _cancel_one(
                 )
                 if job.status is JobStatus.WAITING_APPROVAL:
                     store.approvals.cancel_for_job(job.id)
-                elif job.attempts == 0:
-                    # Only a job that never started still counts in the queue
-                    # (one queued again by an approval decision left it).
-                    services.quotas.dequeued(job.session_id)
+                # It leaves its project's live set; only a job that never
+                # started still counts in the queue (one queued again by an
+                # approval decision left it).
+                services.quotas.ended(
+                    done, dequeued=job.status is JobStatus.QUEUED and job.attempts == 0
+                )
                 _note(services, done, reason, waiting=job.status is JobStatus.WAITING_APPROVAL)
                 try:
                     deliveries.settle(services, done)

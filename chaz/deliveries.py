@@ -37,7 +37,14 @@ from chaz.domain.deliveries import (
 from chaz.domain.entries import Entry, EntryType, NewEntry
 from chaz.domain.jobs import Job
 from chaz.domain.sessions import Origin, Session, missing_session
-from chaz.errors import ChazError, QueueFull, QuotaError, SelfDelivery, SessionArchived
+from chaz.errors import (
+    ChazError,
+    ProjectLiveExceeded,
+    QueueFull,
+    QuotaError,
+    SelfDelivery,
+    SessionArchived,
+)
 from chaz.ids import utcnow
 from chaz.services import Services
 from chaz.store import deliveries as dl
@@ -237,6 +244,11 @@ def _enqueue(services: Services, values: dict[str, object], target: Session) -> 
 # -- after a job ends, and the inbox -------------------------------------------------
 
 
+#: Refusals that pass once a job finishes (the session's queue, the project's
+#: live turns): a delivery they refuse stays ``accepted`` for a later try.
+RETRY_LATER = (QueueFull, ProjectLiveExceeded)
+
+
 def settle(services: Services, job: Job) -> None:
     """After a delivered job ended: admit the follow-up its end recorded, if any.
 
@@ -247,7 +259,7 @@ def settle(services: Services, job: Job) -> None:
         return
     found = services.store.deliveries.by_key(f"followup:{job.id}")
     if found is not None and found.state is DeliveryState.ACCEPTED:
-        with contextlib.suppress(QueueFull):
+        with contextlib.suppress(*RETRY_LATER):
             # The caller's queue is full for now: the sweep admits it later.
             admit_accepted(services, found)
 
@@ -273,7 +285,7 @@ def drain(services: Services, session_id: str) -> int:
             return admitted
         try:
             job = admit_accepted(services, waiting[0])
-        except QueueFull:
+        except RETRY_LATER:
             # The target's queue is full for now: the rest wait, flag and
             # all, for the next turn's end (or the reconciler's sweep).
             return admitted
@@ -287,8 +299,9 @@ def admit_accepted(services: Services, delivery: Delivery) -> Job | None:
     The target's archive state is checked again with its row locked: an
     archived target refuses the delivery (``refused``, and its sender is
     told); a spent cumulative allowance fails it the same way (``failed``).
-    A full queue (:class:`~chaz.errors.QueueFull`, retryable) is raised and
-    leaves the delivery ``accepted``, to be admitted when the queue has room.
+    A full queue or a project at its live limit (:data:`RETRY_LATER`) is
+    raised and leaves the delivery ``accepted``, to be admitted when there
+    is room.
     None when it was not admitted (refused, failed, or admitted by someone
     else first).
     """
@@ -332,7 +345,7 @@ def admit_accepted(services: Services, delivery: Delivery) -> Job | None:
         )
     except DeliveryGone:
         return None
-    except QueueFull:
+    except RETRY_LATER:
         raise
     except (SessionArchived, QuotaError) as exc:
         _close(services, delivery, exc)
@@ -387,7 +400,7 @@ def sweep(services: Services, grace: timedelta) -> SweepReport:
     idle_targets: set[str] = set()
     for delivery in services.store.deliveries.stranded(utcnow() - grace):
         if delivery.kind is DeliveryKind.FOLLOWUP:
-            with contextlib.suppress(QueueFull):
+            with contextlib.suppress(*RETRY_LATER):
                 if admit_accepted(services, delivery) is not None:
                     report.followups += 1
         elif services.store.head_job(delivery.target_session_id) is None:

@@ -29,6 +29,9 @@ class ReconcileReport:
     woken: list[str] = field(default_factory=list)
     orphaned: list[str] = field(default_factory=list)
     counters_rebuilt: int = 0
+    #: Jobs dropped from their project's live set: they ended (or were never
+    #: written) without Redis hearing of it.
+    project_slots_freed: list[str] = field(default_factory=list)
     #: Follow-ups a crash left unadmitted, and inbox messages of idle targets, admitted now.
     deliveries: SweepReport = field(default_factory=SweepReport)
     #: Claimed schedule fires that never got their job, admitted now.
@@ -78,6 +81,8 @@ class Reconciler:
             if waiting is not None:
                 svc.dispatcher.wake(session_id, waiting.id)
                 report.woken.append(session_id)
+        # Project live slots of jobs that ended without Redis hearing of it.
+        report.project_slots_freed = svc.quotas.prune(svc.store.get_jobs)
         # Follow-ups recorded by a job's end whose worker died before
         # admitting them; messages queued for a target that went idle while
         # its inbox flag was lost.

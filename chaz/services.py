@@ -63,8 +63,12 @@ class Services:
 
     @cached_property
     def quotas(self) -> Quotas:
-        """Per-session quota counters."""
-        return Quotas(self.redis, lambda session_id: self.store.job_counts(session_id))
+        """Per-session and per-project quota counters."""
+        return Quotas(
+            self.redis,
+            lambda session_id: self.store.job_counts(session_id),
+            lambda project: self.store.projects.counts(project),
+        )
 
     @cached_property
     def capacity(self) -> TreeCapacity:

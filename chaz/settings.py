@@ -44,6 +44,18 @@ class Settings(BaseSettings):
     max_live_per_tree: int | None = Field(
         None, gt=0, description="Turns running at once across one session tree (null: unlimited)."
     )
+    project_max_live: int | None = Field(
+        None,
+        ge=-1,
+        description="Unfinished turns (queued, running, waiting) one project may have at once, "
+        "unless its row in `projects` says otherwise (null or -1: unlimited).",
+    )
+    project_max_jobs: int | None = Field(
+        None,
+        ge=-1,
+        description="Turns one project may ever admit, unless its row in `projects` says "
+        "otherwise (null or -1: unlimited).",
+    )
     max_turn_steps: int = Field(32, gt=0, description="Model steps one turn may take.")
     max_context_entries: int = Field(
         200, gt=0, description="Newest context entries (after the latest Summary) a turn reads."

@@ -339,7 +339,7 @@ def refuse_archived(services: Services, job: Job, session: Session) -> None:
         )
     except ChazError:
         return  # it moved under us (a cancel): whoever moved it settles it
-    services.quotas.dequeued(job.session_id)
+    services.quotas.ended(done, dequeued=True)
     note = NewEntry(
         EntryType.ERROR,
         agent_sender(session.agent_id),

@@ -90,6 +90,7 @@ def reconcile() -> dict[str, Any]:
         "woken": len(report.woken),
         "orphaned": report.orphaned,
         "counters_rebuilt": report.counters_rebuilt,
+        "project_slots_freed": len(report.project_slots_freed),
         "followups": report.deliveries.followups,
         "drained": report.deliveries.drained,
     }

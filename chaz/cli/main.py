@@ -440,6 +440,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agent", help="only this agent's sessions")
     p.add_argument("--limit", type=int, default=10, help="at most this many sessions (1-50)")
 
+    # -- projects (docs/security.md#project-quotas) ------------------------------
+    def proj(name: str) -> Callable[[Context], int]:
+        return _command(f"cmd_projects_{name}", "chaz.cli.projects")
+
+    projects_sub = group("projects", "projects' quotas: live turns, turns ever admitted")
+    add(projects_sub, "ls", proj("ls"), "list projects, their limits and their use")
+    p = add(projects_sub, "set", proj("set"), "set a project's limits (others keep theirs)")
+    p.add_argument("project", metavar="NAME", help="the project")
+    limit_help = "a number, -1 or 'unlimited' (no limit), or 'default'"
+    p.add_argument("--max-live", dest="max_live", metavar="N", help=f"live turns: {limit_help}")
+    p.add_argument("--max-jobs", dest="max_jobs", metavar="N", help=f"turns ever: {limit_help}")
+
     jobs_sub = group("jobs", "jobs (admitted turns): list, inspect, read, cancel")
     p = add(jobs_sub, "ls", _command("cmd_jobs_ls"), "list jobs, oldest first")
     p.add_argument("--session", help="only this session's jobs (id or name)")

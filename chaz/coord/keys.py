@@ -13,6 +13,11 @@ key                                     type        meaning
                                                     JSON (a nudge: followers re-read the table)
 ``chaz:q:{sid}``                        string      jobs admitted and waiting in ``sid``
 ``chaz:cum:{sid}``                      string      jobs ever admitted in ``sid`` (never refunded)
+``chaz:plive:{project}``                zset        job id -> when its admission was reserved
+                                                    (ms, Redis clock) of every unfinished job of
+                                                    ``project``, plus a sentinel member ``_``
+``chaz:pjobs:{project}``                string      jobs ever admitted in ``project`` (never
+                                                    refunded)
 ``chaz:live:{tree}``                    hash        job id -> session id of turns running in a
                                                     tree, plus a sentinel field ``_``
 ``chaz:wait:{tree}``                    zset        sessions whose head job waits for tree
@@ -89,3 +94,18 @@ def worker_ready(hostname: str) -> str:
 def inbox(session_id: str) -> str:
     """Set while messages wait in a session's inbox: its turn's end drains them."""
     return f"{PREFIX}:inbox:{session_id}"
+
+
+def project_live(project: str) -> str:
+    """Sorted set of a project's unfinished jobs (the live quota), with a sentinel ``_``."""
+    return f"{PREFIX}:plive:{project}"
+
+
+def project_live_pattern() -> str:
+    """A ``SCAN`` pattern matching every project's live set (for the reconciler)."""
+    return f"{PREFIX}:plive:*"
+
+
+def project_jobs(project: str) -> str:
+    """Counter of jobs ever admitted in a project."""
+    return f"{PREFIX}:pjobs:{project}"

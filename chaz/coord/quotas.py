@@ -1,86 +1,176 @@
-"""Per-session quotas: the queued and cumulative counters, enforced in Redis.
+"""Admission quotas: per session (queued, cumulative) and per project (live,
+cumulative), enforced in Redis by one script.
 
 Per session, ``queued`` (admitted, waiting) and ``cumulative`` (ever
-admitted, never refunded) are checked and incremented by one Lua script
+admitted, never refunded); per project, ``live`` (the set of its unfinished
+jobs) and ``cumulative``. All four are checked and counted by one Lua script
 (``lua/reserve.lua``), so fifty concurrent admissions against a limit of
-five admit exactly five. An admission reserves inside its database
-transaction, once the session row is locked and before the entry is
-inserted: a refusal rolls the transaction back, and a reservation whose
-commit fails is refunded, so a rejected or failed admission leaves nothing
-behind. A missing counter is never read as zero: it is rebuilt from the
-database first. See docs/coordination.md#admission-counters-and-their-scripts.
+five admit exactly five, whichever limit binds. An admission reserves inside
+its database transaction, once the session row is locked and before the
+entry is inserted: a refusal rolls the transaction back, and a reservation
+whose commit fails is refunded, so a rejected or failed admission leaves
+nothing behind. A missing counter is never read as zero: it is rebuilt from
+the database first. A job leaves its project's live set when it ends, by
+whichever path (``lua/turn_ended.lua``, :meth:`Quotas.ended`); the
+reconciler prunes what a crash left behind (:meth:`Quotas.prune`). See
+docs/coordination.md#admission-counters-and-their-scripts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import cast
 
 import redis
 
 from chaz.coord import keys, scripts
 from chaz.domain.jobs import Job
 from chaz.domain.limits import EffectiveLimits
-from chaz.errors import JobsExhausted, QueueFull
+from chaz.domain.projects import ProjectLimits
+from chaz.errors import JobsExhausted, ProjectJobsExhausted, ProjectLiveExceeded, QueueFull
 
 #: Counters of idle sessions expire; the next admission rebuilds them.
 COUNTER_TTL_MS = 7 * 24 * 3600 * 1000
 
+#: A live-set member whose job is not in the database is an admission still
+#: between its reservation and its commit, until it is this old (then: a
+#: reservation whose producer died, pruned by the reconciler).
+RESERVATION_GRACE_MS = 60_000
+
 #: ``(queued, total)`` jobs of a session, from the database.
 SessionCounts = Callable[[str], tuple[int, int]]
+#: ``(ids of unfinished jobs, total)`` of a project, from the database.
+ProjectCounts = Callable[[str], tuple[list[str], int]]
+#: Jobs by id, from the database (missing ids are absent).
+JobsById = Callable[[list[str]], Mapping[str, Job]]
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """One admission's place in the quotas: its session, its project, and
+    the id its job takes (a member of the project's live set)."""
+
+    session_id: str
+    project: str
+    job_id: str
 
 
 class Quotas:
-    """The queued and cumulative counters of every session."""
+    """The quota counters of every session and every project."""
 
-    def __init__(self, client: redis.Redis, counts: SessionCounts) -> None:
-        """``counts(session_id)`` gives ``(queued, total)`` from the database, to
-        rebuild missing counters."""
+    def __init__(
+        self, client: redis.Redis, counts: SessionCounts, project_counts: ProjectCounts
+    ) -> None:
+        """``counts(session_id)`` gives ``(queued, total)`` and
+        ``project_counts(project)`` ``(ids of unfinished jobs, total)`` from
+        the database, to rebuild missing counters."""
         self.client = client
         self._counts = counts
+        self._project_counts = project_counts
         self._reserve = scripts.register(client, "reserve")
         self._decrement = scripts.register(client, "decrement")
         self._seed = scripts.register(client, "seed")
+        self._refund = scripts.register(client, "refund")
+        self._job_ended = scripts.register(client, "job_ended")
+        self._seed_project = scripts.register(client, "seed_project")
 
     def reserve(
         self,
-        session_id: str,
+        at: Reservation,
         limits: EffectiveLimits,
+        project: ProjectLimits,
         counts: Callable[[], tuple[int, int]] | None = None,
+        project_counts: Callable[[], tuple[list[str], int]] | None = None,
     ) -> None:
-        """Count one admission, or raise QueueFull / JobsExhausted having counted nothing.
+        """Count one admission against its session's and its project's quotas,
+        or raise (:class:`QueueFull`, :class:`JobsExhausted`,
+        :class:`ProjectLiveExceeded`, :class:`ProjectJobsExhausted`) having
+        counted nothing.
 
-        ``counts`` gives ``(queued, total)`` from the database if the counters
-        must be rebuilt, for a caller inside a transaction that must read
-        through it (default: the constructor's ``counts``).
+        ``counts`` and ``project_counts`` give the session's and the project's
+        counts from the database if they must be rebuilt, for a caller inside
+        a transaction that must read through it (default: the constructor's).
         """
-        ks = [keys.queued(session_id), keys.cumulative(session_id)]
+        ks = [
+            keys.queued(at.session_id),
+            keys.cumulative(at.session_id),
+            keys.project_live(at.project),
+            keys.project_jobs(at.project),
+        ]
         args: list[str | int | float] = [
             scripts.limit_arg(limits.max_queued_per_session),
             scripts.limit_arg(limits.max_jobs_per_session),
             COUNTER_TTL_MS,
+            scripts.limit_arg(project.max_live),
+            scripts.limit_arg(project.max_jobs),
+            at.job_id,
         ]
         answer = self._reserve(keys=ks, args=args)
-        if answer == "rebuild":
-            self._rebuild(session_id, counts)
+        # At most one rebuild of each kind: a second 'rebuild' would mean the
+        # keys vanished again at once, and the script then answers as it finds.
+        for _ in range(2):
+            if answer == "rebuild":
+                self._rebuild(at.session_id, counts)
+            elif answer == "rebuild_project":
+                self._rebuild_project(at.project, project_counts)
+            else:
+                break
             answer = self._reserve(keys=ks, args=args)
         if answer == "queue_full":
             raise QueueFull(
-                f"session {session_id} already has {limits.max_queued_per_session} "
+                f"session {at.session_id} already has {limits.max_queued_per_session} "
                 "jobs waiting; try again when one has started",
-                session_id=session_id,
+                session_id=at.session_id,
                 limit=limits.max_queued_per_session,
             )
         if answer == "jobs_exhausted":
             raise JobsExhausted(
-                f"session {session_id} has used all {limits.max_jobs_per_session} "
+                f"session {at.session_id} has used all {limits.max_jobs_per_session} "
                 "jobs it may ever admit",
-                session_id=session_id,
+                session_id=at.session_id,
                 limit=limits.max_jobs_per_session,
             )
+        if answer == "project_live":
+            raise ProjectLiveExceeded(
+                f"project {at.project} already has {project.max_live} unfinished turns; "
+                "try again when one has finished",
+                project=at.project,
+                limit=project.max_live,
+            )
+        if answer == "project_jobs":
+            raise ProjectJobsExhausted(
+                f"project {at.project} has used all {project.max_jobs} turns it may ever admit",
+                project=at.project,
+                limit=project.max_jobs,
+            )
+        if answer != "ok":
+            raise RuntimeError(f"RESERVE answered {answer!r}")
 
-    def refund(self, session_id: str) -> None:
+    def refund(self, at: Reservation) -> None:
         """Undo a reservation whose job was never written."""
-        self._decrement(keys=[keys.queued(session_id), keys.cumulative(session_id)])
+        self._refund(
+            keys=[
+                keys.queued(at.session_id),
+                keys.cumulative(at.session_id),
+                keys.project_jobs(at.project),
+                keys.project_live(at.project),
+            ],
+            args=[at.job_id],
+        )
+
+    def ended(self, job: Job, *, dequeued: bool = False) -> None:
+        """A job became terminal off the turn path (a cancel, an archived
+        target): free its project live slot and, with ``dequeued`` (it never
+        started), take it out of its session's queued counter.
+
+        Called by whoever won the job's terminal transition; a second call
+        for the same job changes nothing.
+        """
+        self._job_ended(
+            keys=[keys.project_live(job.project), keys.queued(job.session_id)],
+            args=[job.id, "1" if dequeued else "0"],
+        )
 
     def dequeued(self, session_id: str) -> None:
         """A queued job left the queue: it started, or it was cancelled.
@@ -114,3 +204,40 @@ class Quotas:
             keys=[keys.queued(session_id), keys.cumulative(session_id)],
             args=[queued, total, COUNTER_TTL_MS],
         )
+
+    def _rebuild_project(
+        self, project: str, counts: Callable[[], tuple[list[str], int]] | None = None
+    ) -> None:
+        live, total = self._project_counts(project) if counts is None else counts()
+        self._seed_project(
+            keys=[keys.project_live(project), keys.project_jobs(project)],
+            args=[COUNTER_TTL_MS, total, *live],
+        )
+
+    def prune(self, jobs: JobsById, grace_ms: int = RESERVATION_GRACE_MS) -> list[str]:
+        """Drop from every project's live set the jobs that ended without
+        saying so (their process died between the commit and Redis), and
+        reservations older than ``grace_ms`` whose job was never written.
+
+        Returns the ids dropped. A member added after this pass read its set
+        is not looked at; one whose job ends meanwhile is dropped by whoever
+        ends it or by the next pass.
+        """
+        now = self.client.time()
+        cutoff = int(now[0]) * 1000 + int(now[1]) // 1000 - grace_ms
+        dropped: list[str] = []
+        for key in self.client.scan_iter(match=keys.project_live_pattern(), count=500):
+            scored = cast(list[tuple[str, float]], self.client.zrange(key, 0, -1, withscores=True))
+            members = [(str(m), float(score)) for m, score in scored if m != "_"]
+            if not members:
+                continue
+            found = jobs([m for m, _ in members])
+            stale = [
+                m
+                for m, score in members
+                if (m in found and found[m].status.terminal) or (m not in found and score < cutoff)
+            ]
+            if stale:
+                self.client.zrem(key, *stale)
+                dropped.extend(stale)
+        return dropped

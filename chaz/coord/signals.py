@@ -66,9 +66,9 @@ class TurnSignals:
         keep_if_queued: bool = False,
     ) -> TurnEnd:
         """After a turn's last write commits: publish ``last``, and if the job
-        ``finished`` clear its cancel flag; free its live slot (``free_slot``);
-        give the lane back, unless ``keep_if_queued`` and more jobs wait in the
-        session."""
+        ``finished`` clear its cancel flag and free its project live slot;
+        free its live slot (``free_slot``); give the lane back, unless
+        ``keep_if_queued`` and more jobs wait in the session."""
         lane, woken, queued, inbox = self._ended(
             keys=[
                 keys.lane(job.session_id),
@@ -78,6 +78,7 @@ class TurnSignals:
                 keys.queued(job.session_id),
                 keys.leases(),
                 keys.inbox(job.session_id),
+                keys.project_live(job.project),
             ],
             args=[
                 token,

@@ -71,6 +71,7 @@ from chaz.errors import (
 from chaz.ids import new_id, utcnow
 from chaz.store import artifacts, completion, schedules
 from chaz.store import deliveries as dl
+from chaz.store import projects as project_store
 from chaz.store import rooms as room_store
 from chaz.store import statements as st
 from chaz.store.artifacts import ArtifactStore
@@ -171,10 +172,11 @@ class TurnSetup:
     trigger: Said | None
 
 
-#: Reserves one admission's quota in a room's routing, or raises QueueFull /
-#: JobsExhausted: given the session, its host, and its job counts read in the
-#: open transaction (see :class:`RoomRules`).
-Reserve = Callable[[Session, AgentSpec, Callable[[], tuple[int, int]]], None]
+#: Reserves one admission's quota in a room's routing, or raises a
+#: QuotaError: given the routed session's unit of work (its row locked, its
+#: counts read in the open transaction, the id its job will take; see
+#: :class:`RoomRules`).
+Reserve = Callable[["Admitting"], None]
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,21 @@ class Admitting:
         self.session = as_session(row)
         #: Its agent.
         self.agent = agent
+        #: The id the job this admission writes takes: drawn first, so the
+        #: quota reservation can name the job before it is inserted.
+        self.job_id = new_id()
+        #: Whether a job was written (a room's entry may wake nobody).
+        self.wrote_job = False
+
+    def stored_limits(self) -> tuple[int | None, int | None] | None:
+        """The session's project's stored limits, read in this transaction
+        (None: the project has no row)."""
+        return project_store.read_stored(self._conn, self.session.project)
+
+    def project_counts(self) -> tuple[list[str], int]:
+        """The ids of the project's unfinished jobs and how many it ever
+        admitted, read in this transaction (to rebuild its quota keys)."""
+        return project_store.read_counts(self._conn, self.session.project)
 
     def job_counts(self) -> tuple[int, int]:
         """``(queued, total)`` jobs of the session, read in this transaction.
@@ -243,9 +260,10 @@ class Admitting:
             job_fields = replace(job_fields or JobFields(), delivery_id=delivery["id"])
         try:
             entry_values, job_row = _insert_entry(
-                self._conn, self._row, draft, admit=True, job_fields=job_fields
+                self._conn, self._row, draft, admit=True, job_fields=job_fields, job_id=self.job_id
             )
             assert job_row is not None
+            self.wrote_job = True
             if delivery is not None:
                 dl.insert_row(
                     self._conn,
@@ -325,9 +343,12 @@ class Admitting:
             )
             if busy:
                 raise SessionBusy(self.session.id)
-        row = _new_job(self._row, self._row["last_ordinal"], None, job_fields, utcnow())
+        row = _new_job(
+            self._row, self._row["last_ordinal"], None, job_fields, utcnow(), job_id=self.job_id
+        )
         row |= {"input": input, "fire_id": fire_id}
         self._conn.execute(st.INSERT_JOB, row)
+        self.wrote_job = True
         record(self._conn, self.session.id, ev.job_event("queued"), {"job_id": row["id"]})
         schedules.fire_admitted(self._conn, fire_id, self.session.id, row["id"])
         return as_job(row)
@@ -787,10 +808,9 @@ class Store(SessionDirectory):
                 return None, ()
             return None, _room_burst(conn, row, found, entry_id, budget)
         sid = row["id"]
+        routed = Admitting(conn, row, self._agent(conn, row["agent_id"]))
         try:
-            room.reserve(
-                as_session(row), self._agent(conn, row["agent_id"]), lambda: _counts(conn, sid)
-            )
+            room.reserve(routed)
         except QuotaError as exc:
             note = NewEntry(
                 EntryType.NOTICE,
@@ -819,7 +839,7 @@ class Store(SessionDirectory):
                     grants=poster[1],
                     unattended=bool(poster[2]),
                 )
-        job_row = _new_job(row, ordinal, entry_id, fields, now)
+        job_row = _new_job(row, ordinal, entry_id, fields, now, job_id=routed.job_id)
         conn.execute(st.INSERT_JOB, job_row)
         return as_job(job_row), ()
 
@@ -1359,6 +1379,12 @@ class Store(SessionDirectory):
                 ],
             )
         return int(last)
+    # -- projects -------------------------------------------------------------
+
+    @cached_property
+    def projects(self) -> project_store.ProjectStore:
+        """Projects' limits, cached briefly per process (chaz/store/projects.py)."""
+        return project_store.ProjectStore(self)
 
 
 def _start_values(row: dict[str, Any], token: str) -> dict[str, Any]:
@@ -1578,17 +1604,20 @@ def _insert_entry(
     *,
     admit: bool,
     job_fields: JobFields | None,
+    job_id: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Insert one entry (and the job it admits) into ``session``, a row that
-    :func:`_bump` returned in this open write transaction."""
+    """Insert one entry (and the job it admits, with id ``job_id`` if given)
+    into ``session``, a row that :func:`_bump` returned in this open write
+    transaction."""
     session_id = session["id"]
     now = utcnow()
     entry_id = new_id()
     job_row: dict[str, Any] | None = None
-    job_id = draft.job_id
     if admit:
-        job_row = _new_job(session, session["last_ordinal"], entry_id, job_fields, now)
+        job_row = _new_job(session, session["last_ordinal"], entry_id, job_fields, now, job_id)
         job_id = job_row["id"]
+    else:
+        job_id = draft.job_id
     entry_values = {
         "id": entry_id,
         "session_id": session_id,
@@ -1663,12 +1692,13 @@ def _new_job(
     entry_id: str | None,
     fields: JobFields | None,
     now: datetime,
+    job_id: str | None = None,
 ) -> dict[str, Any]:
     """A job row for ``session`` (its row): the job takes the session's project,
     and runs unattended when either the fields or the session say so."""
     f = fields or JobFields()
     return {
-        "id": new_id(),
+        "id": job_id or new_id(),
         "session_id": session["id"],
         "tree_id": session["tree_id"],
         "project": session["project"],

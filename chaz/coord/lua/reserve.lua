@@ -1,26 +1,49 @@
--- RESERVE: count one admission against a session's quotas, or refuse it.
--- The cumulative check comes first: a session that can never admit again
--- says so rather than "try later".
+-- RESERVE: count one admission against its session's and its project's
+-- quotas, or refuse it. The checks that can never pass again (cumulative)
+-- come before those that may pass later (queued, live): a session or
+-- project that can never admit again says so rather than "try later".
 --
--- KEYS[1]  chaz:q:{sid}     queued counter
--- KEYS[2]  chaz:cum:{sid}   cumulative counter
+-- KEYS[1]  chaz:q:{sid}           queued counter
+-- KEYS[2]  chaz:cum:{sid}         cumulative counter
+-- KEYS[3]  chaz:plive:{project}   the project's unfinished jobs (zset, sentinel '_')
+-- KEYS[4]  chaz:pjobs:{project}   the project's cumulative counter
 -- ARGV[1]  max queued (-1: no limit)
 -- ARGV[2]  max jobs (-1: no limit)
 -- ARGV[3]  the counters' TTL in ms
--- Returns: 'rebuild' (a counter is missing; nothing counted),
---          'jobs_exhausted', 'queue_full' (nothing counted), or 'ok'
---          (both counters incremented, both TTLs reset)
+-- ARGV[4]  the project's max live (-1: no limit)
+-- ARGV[5]  the project's max jobs (-1: no limit)
+-- ARGV[6]  the id the admitted job will take
+-- Returns: 'rebuild' (a session counter is missing), 'rebuild_project'
+--          (a project key is missing; nothing counted in either case),
+--          'jobs_exhausted', 'project_jobs', 'queue_full', 'project_live'
+--          (nothing counted), or 'ok' (both session counters and the
+--          project's counter incremented, the job added to the project's
+--          live set scored by the Redis clock, every TTL reset)
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 0 then
   return 'rebuild'
 end
+if redis.call('EXISTS', KEYS[3]) == 0 or redis.call('EXISTS', KEYS[4]) == 0 then
+  return 'rebuild_project'
+end
 local q = tonumber(redis.call('GET', KEYS[1]))
 local c = tonumber(redis.call('GET', KEYS[2]))
+local live = redis.call('ZCARD', KEYS[3]) - 1
+local pj = tonumber(redis.call('GET', KEYS[4]))
 local max_q = tonumber(ARGV[1])
 local max_c = tonumber(ARGV[2])
+local max_live = tonumber(ARGV[4])
+local max_pj = tonumber(ARGV[5])
 if max_c >= 0 and c >= max_c then return 'jobs_exhausted' end
+if max_pj >= 0 and pj >= max_pj then return 'project_jobs' end
 if max_q >= 0 and q >= max_q then return 'queue_full' end
+if max_live >= 0 and live >= max_live then return 'project_live' end
 redis.call('INCR', KEYS[1])
 redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
+local t = redis.call('TIME')
+redis.call('ZADD', KEYS[3], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[6])
+redis.call('INCR', KEYS[4])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+redis.call('PEXPIRE', KEYS[4], ARGV[3])
 return 'ok'

@@ -1,5 +1,6 @@
 -- TURN_ENDED: a turn's last write has committed: announce its last entry,
--- clear its cancel flag, free its live slot (handing it to the session that
+-- clear its cancel flag and free its project live slot (the job finished),
+-- free its live slot (handing it to the session that
 -- has waited longest), give the lane back or keep it, and say how many jobs
 -- still wait in the session: one round trip.
 --
@@ -10,9 +11,11 @@
 -- KEYS[5]  chaz:q:{sid}
 -- KEYS[6]  chaz:leases
 -- KEYS[7]  chaz:inbox:{sid}
+-- KEYS[8]  chaz:plive:{project}
 -- ARGV[1]  the lease token
 -- ARGV[2]  job id
--- ARGV[3]  clear the cancel flag: '1' or '0'
+-- ARGV[3]  the job finished (clear its cancel flag, leave the project's
+--          live set): '1' or '0'
 -- ARGV[4]  free the live slot: '1' or '0'
 -- ARGV[5]  '1': release the lane; 'k': keep it if jobs wait in the session
 -- ARGV[6]  chaz:entries:{sid} (the channel)
@@ -25,7 +28,10 @@
 --          (not ours any more)
 -- uses: hand_off lease_is watch_lease
 if ARGV[7] ~= '' then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
-if ARGV[3] == '1' then redis.call('DEL', KEYS[4]) end
+if ARGV[3] == '1' then
+  redis.call('DEL', KEYS[4])
+  redis.call('ZREM', KEYS[8], ARGV[2])
+end
 local woken = ''
 if ARGV[4] == '1' then woken = hand_off(KEYS[2], KEYS[3], ARGV[2]) or '' end
 local lane = -1

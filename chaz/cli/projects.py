@@ -1,0 +1,80 @@
+"""``chaz projects``: each project's quotas and their use (docs/security.md#project-quotas)."""
+
+from __future__ import annotations
+
+from chaz.cli.context import Context
+from chaz.cli.output import EXIT_OK
+from chaz.domain.projects import Project
+from chaz.errors import ValidationError
+
+#: What ``--max-live`` / ``--max-jobs`` accept besides a number.
+DEFAULT = "default"
+UNLIMITED = ("none", "unlimited")
+
+
+def _limit(stored: int | None, effective: int | None) -> str:
+    shown = "unlimited" if effective is None else str(effective)
+    return f"{shown} (default)" if stored is None else shown
+
+
+def parse_limit(field: str, value: str) -> int | None:
+    """A limit as typed: a number, ``-1``/``none``/``unlimited`` (no limit) or
+    ``default`` (None: the install's default)."""
+    text = value.strip().lower()
+    if text == DEFAULT:
+        return None
+    if text in UNLIMITED:
+        return -1
+    try:
+        return int(text)
+    except ValueError:
+        raise ValidationError(
+            f"--{field.replace('_', '-')} takes a number, -1 or 'unlimited', or 'default'",
+            field=field,
+        ) from None
+
+
+def _print(ctx: Context, p: Project) -> int:
+    if ctx.out.json_mode:
+        ctx.out.json(p.model_dump(mode="json"))
+    else:
+        ctx.out.line(
+            f"project {p.id}: live {p.live} of {_limit(p.max_live, p.effective_max_live)}, "
+            f"jobs {p.jobs} of {_limit(p.max_jobs, p.effective_max_jobs)}"
+        )
+    return EXIT_OK
+
+
+def cmd_projects_ls(ctx: Context) -> int:
+    """List projects (with limits or sessions), their limits and their use."""
+    found = ctx.client.projects.list()
+    if ctx.out.json_mode:
+        ctx.out.json([p.model_dump(mode="json") for p in found])
+        return EXIT_OK
+    rows = [
+        [
+            p.id,
+            p.live,
+            _limit(p.max_live, p.effective_max_live),
+            p.jobs,
+            _limit(p.max_jobs, p.effective_max_jobs),
+        ]
+        for p in found
+    ]
+    ctx.out.table("projects", ["PROJECT", "LIVE", "MAX LIVE", "JOBS", "MAX JOBS"], rows)
+    return EXIT_OK
+
+
+def cmd_projects_set(ctx: Context) -> int:
+    """Set a project's limits; an option left out keeps its current value."""
+    a = ctx.args
+    projects = ctx.client.projects
+    max_live = None if a.max_live is None else parse_limit("max_live", a.max_live)
+    max_jobs = None if a.max_jobs is None else parse_limit("max_jobs", a.max_jobs)
+    if a.max_live is None or a.max_jobs is None:
+        current = projects.get(a.project)
+        if a.max_live is None:
+            max_live = current.max_live
+        if a.max_jobs is None:
+            max_jobs = current.max_jobs
+    return _print(ctx, projects.set_limits(a.project, max_live=max_live, max_jobs=max_jobs))

@@ -1,0 +1,84 @@
+"""Projects and their quotas (docs/security.md#project-quotas).
+
+A project bounds two things across all of its sessions: its *live* turns
+(admitted and not yet finished: queued, running, stopping or waiting for
+approval) and its *cumulative* turns (ever admitted; the allowance never
+refills). Each limit is stored per project in the ``projects`` table, where
+NULL means the install's default (``CHAZ_PROJECT_MAX_LIVE``,
+``CHAZ_PROJECT_MAX_JOBS``) and ``-1`` means no limit. A project without a
+row has the defaults.
+
+This module is rules only: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+
+from chaz.errors import ValidationError
+from chaz.settings import Settings
+
+#: A stored limit meaning "no limit" (NULL means "the default").
+NO_LIMIT = -1
+#: The largest limit accepted (the column is a 32-bit integer).
+MAX_LIMIT = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class ProjectLimits:
+    """The limits in force for one project; None: no limit."""
+
+    max_live: int | None
+    max_jobs: int | None
+
+
+class Project(BaseModel):
+    """A project's limits as stored, as in force, and its use of them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    #: As stored: None is the default, -1 no limit.
+    max_live: int | None = None
+    max_jobs: int | None = None
+    #: In force (stored value, else the default); None: no limit.
+    effective_max_live: int | None = None
+    effective_max_jobs: int | None = None
+    #: Unfinished jobs and jobs ever admitted, from the database.
+    live: int = 0
+    jobs: int = 0
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+def check_limit(field: str, value: object) -> int | None:
+    """A stored limit: None (the default), -1 (no limit) or 0..2**31-1;
+    anything else is ``request.invalid`` naming ``field``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(f"{field} must be an integer, -1 (no limit) or null", field=field)
+    if value < NO_LIMIT or value > MAX_LIMIT:
+        raise ValidationError(
+            f"{field} must be -1 (no limit) or between 0 and {MAX_LIMIT}", field=field
+        )
+    return value
+
+
+def _in_force(stored: int | None, default: int | None) -> int | None:
+    value = default if stored is None else stored
+    return None if value is None or value < 0 else value
+
+
+def resolve_project_limits(
+    settings: Settings, stored: tuple[int | None, int | None] | None
+) -> ProjectLimits:
+    """The limits in force for a project whose stored ``(max_live, max_jobs)``
+    are given (None: the project has no row)."""
+    live, jobs = stored if stored is not None else (None, None)
+    return ProjectLimits(
+        _in_force(live, settings.project_max_live), _in_force(jobs, settings.project_max_jobs)
+    )

@@ -90,14 +90,16 @@ def mstack(module_stack: Stack) -> Stack:
 
 
 @pytest.fixture
-def client(mstack: Stack) -> chaz.Client:
-    return mstack.client
-
-
-@pytest.fixture
 def project() -> str:
     """A project of this test's own."""
     return f"p{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def client(mstack: Stack, project: str) -> Iterator[chaz.Client]:
+    """An operator's client acting in the test's project."""
+    with chaz.Client(mstack.settings, migrate=False, project=project) as c:
+        yield c
 
 
 @pytest.fixture
@@ -304,7 +306,8 @@ def test_a_project_at_its_limit_does_not_hold_back_another(
     with pytest.raises(QuotaError):
         client.sessions.post(a2.id, "a again")
     sessions = [session_in(client, "bot", other) for _ in range(3)]
-    results = race(3, lambda i: client.sessions.post(sessions[i].id, "b"))
+    with chaz.Client(client.settings, migrate=False, project=other) as theirs:
+        results = race(3, lambda i: theirs.sessions.post(sessions[i].id, "b"))
     assert all(isinstance(r, chaz.Entry) for r in results), results
     assert len(live_members(client, other) or ()) == 3
     assert len(live_members(client, project) or ()) == 1
@@ -346,7 +349,7 @@ def test_limits_default_to_the_settings_and_minus_one_is_none() -> None:
 
 def test_the_default_limit_applies_to_a_project_without_a_row(mstack: Stack, project: str) -> None:
     settings = mstack.settings.model_copy(update={"project_max_live": 1})
-    with chaz.Client(settings, migrate=False) as c:
+    with chaz.Client(settings, migrate=False, project=project) as c:
         s1, s2 = session_in(c, "bot", project), session_in(c, "bot", project)
         c.sessions.post(s1.id, "one")
         with pytest.raises(ProjectLiveExceeded):
@@ -420,12 +423,13 @@ def test_only_an_operator_sets_limits_and_others_read_only_their_own(
 
 
 def test_finished_cancelled_and_waiting_turns_hold_and_free_their_slots(
-    stack: Stack,
+    stack: Stack, request: pytest.FixtureRequest
 ) -> None:
-    client = stack.client
-    client.agents.put(GATED)
+    stack.client.agents.put(GATED)
     stack.workers(1)
     project = "acme"
+    client = chaz.Client(stack.settings, migrate=False, project=project)
+    request.addfinalizer(client.close)
     client.projects.set_limits(project, max_live=1)
     s1, s2, s3 = (session_in(client, "gated", project) for _ in range(3))
 

@@ -33,7 +33,17 @@ def private_dir(path: Path) -> Path:
 
 
 def create_private(path: Path) -> Path:
-    """Create ``path`` as an empty 0600 file unless it exists (then leave it alone)."""
-    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+    """Create ``path`` as an empty 0600 file unless it exists (then leave it alone).
+
+    An existing file is never opened: closing any descriptor of a SQLite
+    database drops every POSIX lock this process holds on it, so a second
+    engine made in a process whose first engine has the file open would
+    leave the first one's connections reading a stale snapshot (sqlite.org,
+    "How To Corrupt An SQLite Database File", 2.2).
+    """
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return path
     os.close(fd)
     return path

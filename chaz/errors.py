@@ -167,6 +167,14 @@ class SessionArchived(Conflict):
     code = "session.archived"
 
 
+class SessionToolForbidden(ChazError):
+    """A session tool (seed 002) was called outside an interactive turn: only a
+    turn started by a person's Message may list, search, create, send to,
+    rename or inspect sessions and deliveries."""
+
+    code = "session.tool_forbidden"
+
+
 class AttachMismatch(ValidationError):
     """An attach pointer read from a session that is not the one it records as its source."""
 

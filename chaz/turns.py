@@ -28,6 +28,7 @@ from chaz.coord.pubsub import publish
 from chaz.coord.signals import TurnEnd
 from chaz.domain import rooms
 from chaz.domain.approvals import REFUSALS, Approval, ApprovalState, request_id
+from chaz.domain.deliveries import INTERRUPTED as DELIVERY_INTERRUPTED
 from chaz.domain.deliveries import Delivered, DeliveryKind, NewBranch, Reply, Sender
 from chaz.domain.entries import Entry, EntryType, NewEntry, agent_sender
 from chaz.domain.jobs import Job, JobStatus
@@ -233,6 +234,15 @@ class TurnRunner:
         # It left the queue on its first start (a resumed turn left it then).
         cancel_requested = svc.signals.started(job, ack, dequeued=job.attempts == 1)
         turn = Turn(self, job, Fence(job.id, token), setup, cancel_requested)
+        if job.attempts > 1 and _lost_request(svc, job):
+            # A session_send/session_create request is never replayed: its
+            # lost turn ends here, and its one result goes back (docs/sessions.md).
+            last = turn.fail(
+                JobStatus.INTERRUPTED,
+                ChazError("the request's turn was lost mid-flight; a request is never replayed"),
+                code=DELIVERY_INTERRUPTED,
+            )
+            return _Ran(finished=True, last=last)
         if job.attempts > MAX_ATTEMPTS and not _resumed_by_decisions(svc, job):
             last = turn.fail(
                 JobStatus.INTERRUPTED,
@@ -259,6 +269,14 @@ def _resumed_by_decisions(services: Services, job: Job) -> bool:
     decisions (docs/approvals.md), which are not failed attempts."""
     cp = Checkpoint.from_json(services.store.checkpoint(job.id))
     return job.attempts - cp.suspensions <= MAX_ATTEMPTS
+
+
+def _lost_request(services: Services, job: Job) -> bool:
+    """Whether a restarted job is a seed 002 request whose turn was lost mid-flight."""
+    if job.delivery_id is None:
+        return False
+    cp = Checkpoint.from_json(services.store.checkpoint(job.id))
+    return deliveries.lost_request(services, job, cp.suspensions)
 
 
 def hand_off(

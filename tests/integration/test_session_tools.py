@@ -235,8 +235,16 @@ def test_session_create_and_its_deliveries(client: chaz.Client) -> None:
     )[0] == {"deliveries": []}
     one, _ = _call(client, ctx, "session_deliveries", {"request_id": made["requestId"]}, "c5")
     assert [d["kind"] for d in one["deliveries"]] == ["request"]
-    # Incoming, seen from the new session's side: none of its own turns are interactive yet.
+    # Nothing came into the caller's session.
     assert _call(client, ctx, "session_deliveries", {}, "c6")[0] == {"deliveries": []}
+    # A session that neither sent nor received a request sees it as a missing one.
+    stranger = _turn(client, client.sessions.create("bot").id)
+    out, is_error = _call(client, stranger, "session_deliveries", {"request_id": made["requestId"]})
+    assert is_error and out["error"]["code"] == "delivery.not_found"
+    # The target sees it, from its side.
+    into = _turn(client, older.id)
+    seen, _ = _call(client, into, "session_deliveries", {"request_id": cont["requestId"]})
+    assert [d["requestId"] for d in seen["deliveries"]] == [cont["requestId"]]
 
 
 def test_rename_rules_for_tools_and_people(client: chaz.Client) -> None:
@@ -359,3 +367,22 @@ def test_the_cli_sends_lists_and_shows_requests(stack: Stack, client: chaz.Clien
     refused = chaz_cli("deliveries", "send", "worker", "hi", env=env)
     assert refused.returncode == 2 and "session.not_found" in refused.stderr
     assert len(client.deliveries.list(target.id)) == 1
+
+
+def test_a_cancelled_request_fails_and_answers_only_when_asked_to(client: chaz.Client) -> None:
+    me = client.sessions.create("bot")
+    target = client.sessions.create("other")
+    one_way = client.deliveries.send(target.id, "fyi", from_session=me.id)
+    asked = client.deliveries.send(target.id, "and you?", reply="completion", from_session=me.id)
+    for request in (one_way, asked):
+        client.jobs.cancel(request.job_id or "")
+        done = client.deliveries.get(request.id)
+        assert (done.state, done.code) == (DeliveryState.FAILED, "job.cancelled")
+        assert done.metadata["result"]["status"] == "failed"
+        assert client.deliveries.status(request.id) == "failed"
+    assert client.deliveries.result(one_way.id) is None
+    result = client.deliveries.result(asked.id)
+    assert result is not None and result.metadata["code"] == "job.cancelled"
+    # Cancelling again changes nothing: still one result.
+    client.jobs.cancel(asked.job_id or "")
+    assert [d.id for d in client.deliveries.list(me.id, direction="in")] == [result.id]

@@ -98,10 +98,11 @@ def _held(stack: Stack, target: str) -> str:
 def _result_turn(stack: Stack, caller: str, result: Delivery) -> Entry:
     """The caller's reply to the result it was woken by."""
     client = stack.client
-    assert result.job_id is not None
-    stack.wait_for(
-        lambda: client.jobs.get(result.job_id or "").status.terminal, 60, "the result's turn"
+    # Recorded with the target's end, admitted just after that commit.
+    job_id = stack.wait_for(
+        lambda: client.deliveries.get(result.id).job_id, 30, "the result's admission"
     )
+    stack.wait_for(lambda: client.jobs.get(job_id).status.terminal, 60, "the result's turn")
     [entry] = [e for e in client.sessions.entries(caller) if e.metadata.get("result")]
     return client.sessions.wait_for_reply(caller, after=entry.seq, timeout=30)
 

@@ -102,7 +102,7 @@ def _result_turn(stack: Stack, caller: str, result: Delivery) -> Entry:
     job_id = stack.wait_for(
         lambda: client.deliveries.get(result.id).job_id, 30, "the result's admission"
     )
-    stack.wait_for(lambda: client.jobs.get(job_id).status.terminal, 60, "the result's turn")
+    stack.wait_for(lambda: client.jobs.get(str(job_id)).status.terminal, 60, "the result's turn")
     [entry] = [e for e in client.sessions.entries(caller) if e.metadata.get("result")]
     return client.sessions.wait_for_reply(caller, after=entry.seq, timeout=30)
 
@@ -174,7 +174,7 @@ def test_a_request_whose_worker_is_killed_fails_interrupted_and_answers_once(
     stack: Stack,
 ) -> None:
     client = stack.client
-    steps = [
+    steps: list[dict[str, Any]] = [
         {"call": "echo", "args": {"text": "started"}},
         {"wait": "NEVER", "timeout": 300},
         {"say": "never"},
@@ -265,7 +265,7 @@ def test_a_delivered_turn_gets_session_tool_forbidden_so_no_loop_can_start(stack
     client.agents.put(boss("-"))
     target = client.sessions.create("helper")
     caller = client.sessions.create("boss")
-    bounce = [
+    bounce: list[dict[str, Any]] = [
         {
             "calls": [
                 {
@@ -368,3 +368,37 @@ def test_a_declined_approval_leaves_no_delivery_and_no_session(stack: Stack) -> 
     assert {s.id for s in client.sessions.list(limit=100)} == {target.id, caller.id}
     assert client.deliveries.list(caller.id) == [] and client.deliveries.list(target.id) == []
     assert client.sessions.queue(target.id) == []
+
+
+def test_session_create_runs_its_first_request_and_answers_once(stack: Stack) -> None:
+    client = stack.client
+    spec = boss("-")
+    script = [
+        {
+            "match": "^spin off",
+            "steps": [
+                {
+                    "call": "session_create",
+                    "args": {"message": "draft the plan", "description": "planning"},
+                },
+                {"say": "made {last_result}"},
+            ],
+        },
+        {"match": "draft the plan", "steps": [{"say": "the plan: ship it"}]},
+        *(spec.script or []),
+    ]
+    client.agents.put(spec.model_copy(update={"script": script}))
+    caller = client.sessions.create("boss")
+    stack.workers(1, concurrency=4, queues="chaz.turns")
+    asked = client.sessions.post(caller.id, "spin off", sender="user:alice")
+    reply = client.sessions.wait_for_reply(caller.id, after=asked.seq, timeout=60)
+    made = json.loads(reply.content.removeprefix("made "))
+    assert made["created"] and made["agentId"] == "boss"
+    child = client.sessions.get(made["sessionId"])
+    assert child.description == "planning" and child.project == caller.project
+    [result] = stack.wait_for(lambda: _results(client, caller.id), 60, "the result")
+    noted = _result_turn(stack, caller.id, result)
+    assert noted.content.endswith("\nthe plan: ship it")
+    assert client.deliveries.status(made["requestId"]) == "consumed"
+    assert client.deliveries.get(made["requestId"]).kind is DeliveryKind.SESSION_CREATE
+    assert len(_results(client, caller.id)) == 1

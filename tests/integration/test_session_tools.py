@@ -98,7 +98,7 @@ def test_bad_arguments_and_refused_targets_write_nothing(client: chaz.Client) ->
     before = _counts(client)
     huge = "x" * (client.settings.max_content_bytes + 1)
     send = "session_send"
-    cases = [
+    cases: list[tuple[str, dict[str, Any], str]] = [
         (send, {"target_session_id": target.id, "message": huge}, "request.too_large"),
         (send, {"target_session_id": target.id, "message": ""}, "tool.invalid_arguments"),
         (send, {"target_session_id": target.id, "message": "   "}, "request.invalid"),

@@ -92,6 +92,7 @@ def reconcile() -> dict[str, Any]:
         "counters_rebuilt": report.counters_rebuilt,
         "followups": report.deliveries.followups,
         "drained": report.deliveries.drained,
+        "finalized": report.deliveries.finalized,
     }
 
 

@@ -25,7 +25,9 @@ from typing import Any
 
 from chaz import admission
 from chaz.domain.deliveries import (
+    ANSWERS,
     INBOX_LIMIT,
+    REQUESTS,
     Delivered,
     Delivery,
     DeliveryKind,
@@ -33,9 +35,12 @@ from chaz.domain.deliveries import (
     NewBranch,
     Reply,
     Sender,
+    check_request_target,
+    result_key,
 )
 from chaz.domain.entries import Entry, EntryType, NewEntry
 from chaz.domain.jobs import Job
+from chaz.domain.principals import LOCAL, Principal, grant_names
 from chaz.domain.sessions import Origin, Session, missing_session
 from chaz.errors import (
     ChazError,
@@ -45,7 +50,7 @@ from chaz.errors import (
     SelfDelivery,
     SessionArchived,
 )
-from chaz.ids import utcnow
+from chaz.ids import new_id, utcnow
 from chaz.services import Services
 from chaz.store import deliveries as dl
 from chaz.store.repo import Admitting, Appended, DeliveryGone, JobFields, NewSession
@@ -126,6 +131,8 @@ def spawn(services: Services, sender: Sender, branch: NewBranch) -> Delivered:
 
     create = NewSession(
         branch.agent_id,
+        name=branch.name,
+        description=branch.description,
         tools=branch.tools,
         parent_job_id=sender.job_id,
         tree_id=sender.tree_id,
@@ -257,11 +264,12 @@ def settle(services: Services, job: Job) -> None:
     """
     if job.delivery_id is None:
         return
-    found = services.store.deliveries.by_key(f"followup:{job.id}")
-    if found is not None and found.state is DeliveryState.ACCEPTED:
-        with contextlib.suppress(*RETRY_LATER):
-            # The caller's queue is full for now: the sweep admits it later.
-            admit_accepted(services, found)
+    for key in (f"followup:{job.id}", result_key(job.delivery_id)):
+        found = services.store.deliveries.by_key(key)
+        if found is not None and found.state is DeliveryState.ACCEPTED:
+            with contextlib.suppress(*RETRY_LATER):
+                # The caller's queue is full for now: the sweep admits it later.
+                admit_accepted(services, found)
 
 
 def drain(services: Services, session_id: str) -> int:
@@ -306,7 +314,7 @@ def admit_accepted(services: Services, delivery: Delivery) -> Job | None:
     else first).
     """
     draft = _delivered_entry(delivery)
-    if delivery.kind is DeliveryKind.FOLLOWUP:
+    if delivery.kind in ANSWERS:
         # A follow-up is the caller's own turn: the child that answered is not
         # its caller (a caller may read its callee's job, and a child in
         # another tree must not read this one); the entry's metadata names it.
@@ -360,7 +368,7 @@ def _close(services: Services, delivery: Delivery, exc: ChazError) -> None:
     moved = services.store.settle_delivery(
         delivery.id, state, leaving=[DeliveryState.ACCEPTED], code=exc.code, reason=exc.message
     )
-    if moved is not None and delivery.kind is not DeliveryKind.FOLLOWUP:
+    if moved is not None and delivery.kind not in ANSWERS:
         _notify(services, delivery, f"your message was not delivered: {exc.message}", exc.code)
 
 
@@ -391,15 +399,24 @@ class SweepReport:
 
     followups: int = 0
     drained: int = 0
+    #: Deliveries left ``admitted`` after their job ended, finalized now.
+    finalized: int = 0
 
 
 def sweep(services: Services, grace: timedelta) -> SweepReport:
-    """Finish what a crash or a lost Redis flag left: follow-ups recorded but not
-    admitted, and inboxes whose target went idle without draining them."""
+    """Finish what a crash or a lost Redis flag left: follow-ups and results
+    recorded but not admitted, inboxes whose target went idle without
+    draining them, and deliveries still ``admitted`` whose job has ended
+    (their completion policy is applied now, once)."""
     report = SweepReport()
     idle_targets: set[str] = set()
+    for stuck in services.store.deliveries.stuck(utcnow() - grace):
+        if services.store.finalize_delivery(stuck):
+            report.finalized += 1
+            if stuck.job_id is not None:
+                settle(services, services.store.get_job(stuck.job_id))
     for delivery in services.store.deliveries.stranded(utcnow() - grace):
-        if delivery.kind is DeliveryKind.FOLLOWUP:
+        if delivery.kind in ANSWERS:
             with contextlib.suppress(*RETRY_LATER):
                 if admit_accepted(services, delivery) is not None:
                     report.followups += 1
@@ -408,6 +425,71 @@ def sweep(services: Services, grace: timedelta) -> SweepReport:
     for session_id in idle_targets:
         report.drained += drain(services, session_id)
     return report
+
+
+# -- seed 002's requests ------------------------------------------------------------
+
+
+def send_request(
+    services: Services,
+    target_ref: str,
+    message: str,
+    *,
+    reply: Reply,
+    sender: str,
+    from_session_id: str | None = None,
+    principal: Principal = LOCAL,
+) -> Delivered:
+    """A person's ``session_send`` (``client.deliveries.send``): one FIFO turn in
+    ``target_ref`` (an id of the principal's project), as a ``session_send``
+    delivery whose turn carries the principal's grants.
+
+    ``from_session_id`` (a session of the same project) is where a
+    ``completion`` result comes back, as a result entry and turn; without it
+    the frozen result is kept on the request only. A person has no
+    idempotency key here (seed 002): each call is a new request.
+    """
+    project = principal.project
+    origin: Session | None = None
+    if from_session_id is not None:
+        origin = services.store.get_session(from_session_id)
+        if origin.id != from_session_id or origin.project != project:
+            raise missing_session(from_session_id)
+    target = check_request_target(
+        services.store.get_session(target_ref),
+        target_ref,
+        project=project,
+        sender_session_id=from_session_id,
+    )
+    who = Sender(
+        sender=sender,
+        key=f"{DeliveryKind.SESSION_SEND.value}:{sender}:{new_id()}",
+        session_id=from_session_id,
+        tree_id=origin.tree_id if origin is not None else None,
+        project=project,
+        owner=principal.name,
+        grants=grant_names(principal.grants),
+    )
+    return deliver(services, who, target, DeliveryKind.SESSION_SEND, message, reply=reply)
+
+
+def lost_request(services: Services, job: Job, suspensions: int) -> bool:
+    """Whether ``job`` is a ``session_send``/``session_create`` request's turn that
+    was lost mid-flight: started before (its worker died, or a fault stopped
+    it) for a reason other than an approval decision.
+
+    Such a turn is not resumed like an ordinary one: it ends ``interrupted``
+    with ``delivery.interrupted`` and its one result goes back, so a request
+    is never replayed (docs/sessions.md#sending-between-sessions). Reads the
+    delivery only for a job that is both delivered and restarted.
+    """
+    if job.delivery_id is None or job.attempts - suspensions <= 1:
+        return False
+    try:
+        delivery = services.store.deliveries.get(job.delivery_id)
+    except ChazError:
+        return False
+    return delivery.kind in REQUESTS
 
 
 # -- helpers -----------------------------------------------------------------------
@@ -445,7 +527,14 @@ def _delivered_entry(delivery: Delivery) -> NewEntry:
     optional: the sender hears the result anyway, as a follow-up.
     """
     text = delivery.body
-    if delivery.kind is DeliveryKind.MESSAGE:
+    if delivery.kind is DeliveryKind.SESSION_SEND:
+        where = delivery.sender_session_id or "-"
+        if delivery.reply is Reply.COMPLETION:
+            note = "your final answer of this turn goes back to it as the request's result"
+        else:
+            note = "one-way: no reply is expected"
+        text = f"[request {delivery.id} from {delivery.sender} (session {where}); {note}]\n{text}"
+    elif delivery.kind is DeliveryKind.MESSAGE:
         where = f"{delivery.sender_session_id}:HEAD" if delivery.sender_session_id else "-"
         text = (
             f"[message from {delivery.sender} (session {where}); your answer goes back to "
@@ -454,6 +543,8 @@ def _delivered_entry(delivery: Delivery) -> NewEntry:
     meta: dict[str, object] = {"delivery_id": delivery.id, "kind": delivery.kind.value}
     if delivery.kind is DeliveryKind.FOLLOWUP:
         meta["followup"] = dict(delivery.metadata)
+    elif delivery.kind is DeliveryKind.RESULT:
+        meta["result"] = dict(delivery.metadata)
     if delivery.sender_session_id is not None:
         meta["from_session"] = delivery.sender_session_id
     return NewEntry(

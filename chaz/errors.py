@@ -174,7 +174,9 @@ class SessionArchived(Conflict):
 
 
 class SessionToolForbidden(ChazError):
-    """A session tool was called from a turn no person started
+    """A session tool (seed 002) was called outside an interactive turn: only a
+    turn started by a person's Message may list, search, create, send to,
+    rename or inspect sessions and deliveries
     (docs/sessions.md#who-may-call-session-tools)."""
 
     code = "session.tool_forbidden"

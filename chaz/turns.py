@@ -28,21 +28,23 @@ from chaz.coord.pubsub import publish
 from chaz.coord.signals import TurnEnd
 from chaz.domain import rooms
 from chaz.domain.approvals import (
+    ALWAYS_ASKED,
     REFUSALS,
     Approval,
     ApprovalState,
     ToolPolicy,
     effective_policy,
     gated,
-    held_unattended,
+    held,
     request_id,
 )
+from chaz.domain.deliveries import INTERRUPTED as DELIVERY_INTERRUPTED
 from chaz.domain.deliveries import Delivered, DeliveryKind, NewBranch, Reply, Sender
 from chaz.domain.entries import Entry, EntryType, NewEntry, agent_sender
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.limits import resolve_limits
 from chaz.domain.principals import Principal, parse_grants, turn_grants
-from chaz.domain.sessions import Session
+from chaz.domain.sessions import Session, is_interactive
 from chaz.errors import Cancelled, ChazError, IllegalTransition, LeaseLost
 from chaz.faults import is_transient
 from chaz.ids import utcnow
@@ -243,6 +245,15 @@ class TurnRunner:
         # It left the queue on its first start (a resumed turn left it then).
         cancel_requested = svc.signals.started(job, ack, dequeued=job.attempts == 1)
         turn = Turn(self, job, Fence(job.id, token), setup, cancel_requested)
+        if job.attempts > 1 and _lost_request(svc, job):
+            # A session_send/session_create request is never replayed: its
+            # lost turn ends here, and its one result goes back (docs/sessions.md).
+            last = turn.fail(
+                JobStatus.INTERRUPTED,
+                ChazError("the request's turn was lost mid-flight; a request is never replayed"),
+                code=DELIVERY_INTERRUPTED,
+            )
+            return _Ran(finished=True, last=last)
         if job.attempts > MAX_ATTEMPTS and not _resumed_by_decisions(svc, job):
             last = turn.fail(
                 JobStatus.INTERRUPTED,
@@ -273,6 +284,14 @@ def _resumed_by_decisions(services: Services, job: Job) -> bool:
     decisions (docs/approvals.md), which are not failed attempts."""
     cp = Checkpoint.from_json(services.store.checkpoint(job.id))
     return job.attempts - cp.suspensions <= MAX_ATTEMPTS
+
+
+def _lost_request(services: Services, job: Job) -> bool:
+    """Whether a restarted job is a seed 002 request whose turn was lost mid-flight."""
+    if job.delivery_id is None:
+        return False
+    cp = Checkpoint.from_json(services.store.checkpoint(job.id))
+    return deliveries.lost_request(services, job, cp.suspensions)
 
 
 def hand_off(
@@ -486,6 +505,8 @@ class Turn:
         job = self.job
         if call.name not in self._allowed_tools():
             return RUN  # the registry refuses it: nobody is asked about a tool it lacks
+        if call.name in ALWAYS_ASKED and not self._interactive():
+            return RUN  # the tool refuses it (session.tool_forbidden): nobody is asked
         policy = self._policy(call.name)
         if not gated(
             policy,
@@ -494,7 +515,7 @@ class Turn:
             permission_mode=self.setup.session.permission_mode,
         ):
             return RUN
-        if not held_unattended(call.name, job.unattended) and self._approved_all():
+        if not held(call.name, job.unattended) and self._approved_all():
             return RUN
         found = self.services.store.approvals.find(request_id(self.job.id, call.id))
         if found is None or found.state is ApprovalState.PENDING:
@@ -503,6 +524,12 @@ class Turn:
             return RUN
         code, message = REFUSALS[found.state]
         return Verdict(False, json.dumps({"error": {"code": code, "message": message}}))
+
+    def _interactive(self) -> bool:
+        """Whether a person's Message started this turn (seed 002's session tools)."""
+        job = self.job
+        trigger = self.services.store.entry(job.trigger_entry_id) if job.trigger_entry_id else None
+        return is_interactive(job, trigger)
 
     def _approved_all(self) -> bool:
         """Whether someone decided ``approve_all`` on a request of this job."""

@@ -93,6 +93,7 @@ def reconcile() -> dict[str, Any]:
         "project_slots_freed": len(report.project_slots_freed),
         "followups": report.deliveries.followups,
         "drained": report.deliveries.drained,
+        "finalized": report.deliveries.finalized,
     }
 
 

@@ -533,33 +533,6 @@ def _roster(room: Session) -> str:
     return "+".join([f"{room.agent_id} (host)", *(room.members or [])])
 
 
-def cmd_deliveries(ctx: Context) -> int:
-    """Deliveries into and out of a session, newest first."""
-    args = ctx.args
-    found = ctx.client.deliveries.list(args.session, direction=args.direction, limit=args.limit)
-    if ctx.out.json_mode:
-        ctx.out.json([d.model_dump(mode="json") for d in found])
-        return EXIT_OK
-    ctx.out.table(
-        "deliveries",
-        ["ID", "KIND", "FROM", "TO", "STATE", "JOB", "CODE", "CREATED"],
-        [
-            [
-                d.id,
-                d.kind.value,
-                d.sender_session_id or d.sender,
-                d.target_session_id,
-                d.state.value,
-                d.job_id,
-                d.code,
-                d.created_at,
-            ]
-            for d in found
-        ],
-    )
-    return EXIT_OK
-
-
 def cmd_sessions_show(ctx: Context) -> int:
     """A session's details, its timeline, and its queue (what runs, what waits)."""
     client, out = ctx.client, ctx.out

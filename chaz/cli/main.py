@@ -261,17 +261,40 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("room", metavar="ROOM", help="room id or name")
         p.add_argument("agent", metavar="AGENT", help="the agent id")
 
+    # -- deliveries (docs/collaboration.md#deliveries, docs/sessions.md) ------
+    def dlv(name: str) -> Callable[[Context], int]:
+        return _command(f"cmd_deliveries_{name}", "chaz.cli.deliveries")
+
+    deliveries_sub = group(
+        "deliveries", "hand-offs between sessions: list, inspect, send a request"
+    )
     p = add(
-        sub,
-        "deliveries",
-        _command("cmd_deliveries"),
-        "hand-offs into and out of a session (spawns, messages, follow-ups)",
+        deliveries_sub,
+        "ls",
+        dlv("ls"),
+        "hand-offs into and out of a session (spawns, messages, follow-ups, requests)",
     )
     p.add_argument("session", metavar="SESSION", help="session id or name")
     p.add_argument(
         "--direction", choices=("in", "out", "both"), default="both", help="default both"
     )
+    p.add_argument(
+        "--status",
+        choices=("accepted", "delivering", "consumed", "failed"),
+        default=None,
+        help="only deliveries in this lifecycle status",
+    )
     p.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    p = add(deliveries_sub, "get", dlv("get"), "one delivery, its status and its result")
+    p.add_argument("delivery", metavar="ID", help="delivery (request) id")
+    p = add(deliveries_sub, "send", dlv("send"), "send a request to a session: its own turn there")
+    p.add_argument("target", metavar="SESSION_ID", help="the target's session id (not a name)")
+    p.add_argument("text", metavar="TEXT", help="the request")
+    p.add_argument("--reply", choices=("none", "completion"), default="none", help="default none")
+    p.add_argument(
+        "--from", dest="from_session", metavar="SESSION_ID", help="where a result comes back"
+    )
+    p.add_argument("--sender", default="user:you", help="user:NAME or system:NAME")
 
     p = add(sub, "send", _command("cmd_send"), "post a message or directive into a session")
     p.add_argument("session", metavar="SESSION", help="session id or name")

@@ -114,18 +114,27 @@ def check_permission_mode(value: object) -> str:
     return str(value)
 
 
-def held_unattended(tool: str, unattended: bool) -> bool:
-    """Whether the unattended policy holds a call of ``tool``."""
-    return unattended and tool in UNATTENDED_HELD
+#: Tools every call of which needs a live decision of its own (seed 002: they
+#: start another session's turn), whatever the agent's policy, ``bypass`` or
+#: an ``approve_all`` say.
+ALWAYS_ASKED = frozenset({"session_send", "session_create"})
+
+
+def held(tool: str, unattended: bool) -> bool:
+    """Whether a call of ``tool`` needs its own decision whatever the policy,
+    ``permission_mode`` and ``approve_all`` say: the per-call tools of seed
+    002, and under the unattended policy its held tools."""
+    return tool in ALWAYS_ASKED or (unattended and tool in UNATTENDED_HELD)
 
 
 def effective_policy(
     policies: dict[str, ToolPolicy], tool: str, *, unattended: bool
 ) -> ToolPolicy | None:
     """The policy a call of ``tool`` runs under: the agent's, made ``always`` by the
-    unattended policy (its timeout and shown arguments kept, else the defaults)."""
+    unattended policy or :data:`ALWAYS_ASKED` (its timeout and shown arguments
+    kept, else the defaults)."""
     policy = policies.get(tool)
-    if not held_unattended(tool, unattended):
+    if not held(tool, unattended):
         return policy
     if policy is None:
         return ToolPolicy(approval="always")
@@ -134,10 +143,10 @@ def effective_policy(
 
 def gated(policy: ToolPolicy | None, tool: str, *, unattended: bool, permission_mode: str) -> bool:
     """Whether a call needs a decision before it runs (ignoring ``approve_all``,
-    which the caller checks for calls :func:`held_unattended` does not hold)."""
+    which the caller checks for calls :func:`held` does not hold)."""
     if policy is None or policy.approval == "never":
         return False
-    if held_unattended(tool, unattended):
+    if held(tool, unattended):
         return True
     return not (policy.approval == "unless_auto_approved" and permission_mode == "bypass")
 

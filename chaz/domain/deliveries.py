@@ -21,7 +21,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from chaz.domain.jobs import Job
-from chaz.domain.sessions import Session
+from chaz.domain.sessions import Session, missing_session
+from chaz.errors import SelfDelivery, SessionArchived
 
 #: A busy target's inbox holds at most this many messages; one more drops the oldest.
 INBOX_LIMIT = 50
@@ -43,10 +44,24 @@ class DeliveryKind(StrEnum):
     MESSAGE = "message"
     #: A finished job's result, back to the session that started it.
     FOLLOWUP = "followup"
+    #: Seed 002's ``session_send``: one FIFO turn in an existing session of the
+    #: caller's project, never merged with another (docs/sessions.md).
+    SESSION_SEND = "session_send"
+    #: Seed 002's ``session_create``: a new session whose first message is a
+    #: completion request.
+    SESSION_CREATE = "session_create"
+    #: The frozen result of a ``session_send``/``session_create`` request, back
+    #: to the session that asked (one per request: :func:`result_key`).
+    RESULT = "result"
 
 
 #: Kinds that create the session they deliver to.
-CREATING = frozenset({DeliveryKind.SPAWN, DeliveryKind.FORK})
+CREATING = frozenset({DeliveryKind.SPAWN, DeliveryKind.FORK, DeliveryKind.SESSION_CREATE})
+#: Seed 002's requests: their turn is never replayed, and their end is
+#: ``done`` or ``failed`` with a frozen result (docs/sessions.md#sending-between-sessions).
+REQUESTS = frozenset({DeliveryKind.SESSION_SEND, DeliveryKind.SESSION_CREATE})
+#: Kinds admitted as the receiving session's own turn (nobody called it).
+ANSWERS = frozenset({DeliveryKind.FOLLOWUP, DeliveryKind.RESULT})
 
 
 class DeliveryState(StrEnum):
@@ -78,6 +93,9 @@ class Reply(StrEnum):
     NONE = "none"
     #: One follow-up turn in the sender session, when the job ends with something to say.
     FOLLOWUP = "followup"
+    #: Seed 002's ``reply="completion"``: the job's terminal result, frozen, is
+    #: delivered back to the sender session exactly once, whatever it was.
+    COMPLETION = "completion"
 
 
 class Delivery(BaseModel):
@@ -155,6 +173,11 @@ class NewBranch:
     generation: int = 0
     reply: Reply = Reply.NONE
     archive_when_done: bool = False
+    #: A name of the caller's choosing (``conflict.name_taken`` if used), a
+    #: description, and the project of the new session (seed 002's ``session_create``).
+    name: str | None = None
+    description: str | None = None
+    project: str | None = None
 
 
 @dataclass(frozen=True)
@@ -202,3 +225,146 @@ def followup(
         detail = "" if (error or {}).get("code") in (None, "job.cancelled") else f" ({reason})"
         return f"{label} failed: cancelled{detail}", True
     return f"{label} failed ({status}): {reason}", True
+
+
+# -- seed 002's requests and results (docs/sessions.md#sending-between-sessions) ------
+
+#: The code of a request whose turn was lost mid-flight: it is never replayed.
+INTERRUPTED = "delivery.interrupted"
+
+
+class RequestStatus(StrEnum):
+    """A request's or result's lifecycle as ``session_deliveries`` shows it."""
+
+    ACCEPTED = "accepted"
+    DELIVERING = "delivering"
+    CONSUMED = "consumed"
+    FAILED = "failed"
+
+
+def result_key(request_id: str) -> str:
+    """The unique key of the one result that answers the request ``request_id``."""
+    return f"result:{request_id}"
+
+
+def request_status(state: DeliveryState, job_status: str | None) -> RequestStatus:
+    """The seed's lifecycle, from a stored delivery state and its job's status.
+
+    ``accepted``: recorded, and its turn has not started (no job yet, or the
+    job still queued behind the target's current turn); ``delivering``: its
+    turn runs (or waits for an approval); ``consumed``: its turn ended and
+    the delivery is ``done``; ``failed``: refused, dropped or failed, with
+    the delivery's code and reason.
+    """
+    if state is DeliveryState.ACCEPTED:
+        return RequestStatus.ACCEPTED
+    if state is DeliveryState.ADMITTED:
+        if job_status in (None, "queued"):
+            return RequestStatus.ACCEPTED
+        return RequestStatus.DELIVERING
+    if state is DeliveryState.DONE:
+        return RequestStatus.CONSUMED
+    return RequestStatus.FAILED
+
+
+def stored_states(status: RequestStatus) -> tuple[DeliveryState, ...]:
+    """The stored states a lifecycle status may come from (a filter's first cut)."""
+    return {
+        RequestStatus.ACCEPTED: (DeliveryState.ACCEPTED, DeliveryState.ADMITTED),
+        RequestStatus.DELIVERING: (DeliveryState.ADMITTED,),
+        RequestStatus.CONSUMED: (DeliveryState.DONE,),
+        RequestStatus.FAILED: (DeliveryState.REFUSED, DeliveryState.DROPPED, DeliveryState.FAILED),
+    }[status]
+
+
+def frozen_result(
+    request_id: str,
+    *,
+    session_id: str,
+    execution_id: str,
+    status: str,
+    text: str | None,
+    error: dict[str, Any] | None,
+    artifacts: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The terminal result of a request, frozen: final text and artifact references.
+
+    Nothing else of the turn goes in (no reasoning, tool calls or approval
+    state): the caller gets what the target answered, not how. A turn that
+    did not succeed carries its code and message instead of text.
+    """
+    frozen: dict[str, Any] = {
+        "request_id": request_id,
+        "session_id": session_id,
+        "execution_id": execution_id,
+        "status": "succeeded" if status == "succeeded" else "failed",
+        "artifacts": artifacts,
+    }
+    if status == "succeeded":
+        frozen["text"] = text or ""
+    else:
+        frozen["code"] = (error or {}).get("code") or f"job.{status}"
+        frozen["message"] = (error or {}).get("message") or status
+    return frozen
+
+
+def result_text(frozen: dict[str, Any], label: str) -> str:
+    """What the caller's model reads: who answered which request, and the answer."""
+    head = f"[result of request {frozen['request_id']} from {label}]"
+    if frozen["status"] == "succeeded":
+        return f"{head}\n{frozen.get('text', '')}"
+    return f"{head}\nfailed ({frozen['code']}): {frozen['message']}"
+
+
+#: How much of a request's text a listing shows (the whole text is the delivery's body).
+VIEW_TEXT_CHARS = 2000
+
+
+def request_view(delivery: Delivery, job_status: str | None) -> dict[str, Any]:
+    """A request or result as ``session_deliveries`` shows it (camelCase, as the seed's tools)."""
+    status = request_status(delivery.state, job_status)
+    is_result = delivery.kind is DeliveryKind.RESULT
+    view: dict[str, Any] = {
+        "requestId": delivery.metadata.get("request_id") if is_result else delivery.id,
+        "deliveryId": delivery.id,
+        "kind": "result" if is_result else "request",
+        "tool": None if is_result else delivery.kind.value,
+        "status": status.value,
+        "fromSessionId": delivery.sender_session_id,
+        "toSessionId": delivery.target_session_id,
+        "sender": delivery.sender,
+        "reply": delivery.reply.value,
+        "executionId": delivery.job_id,
+        "text": delivery.body[:VIEW_TEXT_CHARS],
+        "createdAt": delivery.created_at.isoformat(),
+        "updatedAt": delivery.updated_at.isoformat(),
+    }
+    if status is RequestStatus.FAILED:
+        view["code"] = delivery.code
+        view["message"] = delivery.reason
+    frozen = delivery.metadata if is_result else delivery.metadata.get("result")
+    if frozen:
+        view["result"] = frozen
+    return view
+
+
+def check_request_target(
+    target: Session, ref: str, *, project: str, sender_session_id: str | None
+) -> Session:
+    """``target`` (found for ``ref``) as the target of a request, or why not.
+
+    A request addresses a session by its immutable id, never by a name (seed
+    002), in the sender's project; anything else is answered as a missing
+    session. Sending to oneself is ``topology.self``; an archived target is
+    ``session.archived`` (checked again, row locked, when the job is admitted).
+    """
+    if target.id != ref or target.project != project:
+        raise missing_session(ref)
+    if sender_session_id is not None and target.id == sender_session_id:
+        raise SelfDelivery("a session cannot send a request to itself", session_id=target.id)
+    if target.archived:
+        raise SessionArchived(
+            f"session {target.name or target.id} is archived and takes no new deliveries",
+            session_id=target.id,
+        )
+    return target

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from chaz.domain.agents import Limits
+from chaz.domain.entries import EntryType
 from chaz.errors import SessionNotFound
+
+if TYPE_CHECKING:
+    from chaz.domain.entries import Entry
+    from chaz.domain.jobs import Job
 
 
 class Origin(StrEnum):
@@ -96,3 +102,18 @@ def missing_session(ref: str) -> SessionNotFound:
     the same class, message and details, whatever the reason.
     """
     return SessionNotFound(f"no session {ref!r}", session=ref)
+
+
+def is_interactive(job: Job, trigger: Entry | None) -> bool:
+    """Whether ``job`` is an interactive turn: one started by a person's Message.
+
+    Seed 002's session tools run only there. The trigger is a Message whose
+    sender is a person (``user:NAME``), and the job came from no delivery
+    (a spawn, message, follow-up, result or session request) and no schedule
+    fire. Everything else (a delivered, scheduled, bridged or agent-woken
+    turn) is not interactive, which is what makes A -> B -> A loops of
+    session tools impossible.
+    """
+    if job.delivery_id is not None or job.fire_id is not None or trigger is None:
+        return False
+    return trigger.type is EntryType.MESSAGE and trigger.sender.startswith("user:")

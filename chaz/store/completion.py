@@ -12,7 +12,17 @@ from typing import Any
 from sqlalchemy import Connection, func, select, update
 
 from chaz.domain import events as ev
-from chaz.domain.deliveries import DeliveryKind, DeliveryState, Reply, followup, followup_key
+from chaz.domain.deliveries import (
+    REQUESTS,
+    DeliveryKind,
+    DeliveryState,
+    Reply,
+    followup,
+    followup_key,
+    frozen_result,
+    result_key,
+    result_text,
+)
 from chaz.domain.jobs import JobStatus
 from chaz.domain.results import excerpt
 from chaz.domain.sessions import ArchivedBy
@@ -21,7 +31,7 @@ from chaz.store import deliveries as dl
 from chaz.store import schedules
 from chaz.store import statements as st
 from chaz.store.events import record
-from chaz.store.models import EntryRow, SessionRow
+from chaz.store.models import ArtifactRow, EntryRow, SessionRow
 
 
 def ended(
@@ -55,8 +65,18 @@ def ended(
     if delivery_id is None:
         return
     record(conn, session_id, ev.job_event(status.value), {"job_id": job_id})
-    delivery = dl.move(conn, delivery_id, DeliveryState.DONE, leaving=[DeliveryState.ADMITTED])
+    delivery = dl.move(
+        conn,
+        delivery_id,
+        DeliveryState.DONE,
+        leaving=[DeliveryState.ADMITTED],
+        unless_kinds=REQUESTS,
+    )
     if delivery is None:
+        # Moved already, or one of seed 002's requests, whose end is its own.
+        request_ended(
+            conn, job_id, session_id, status, result=result, error=error, delivery_id=delivery_id
+        )
         return
     target = conn.execute(st.SESSION_BY_ID, {"ref": session_id}).mappings().one()
     pointer = delivery.metadata.get("attach_entry_id")
@@ -102,6 +122,92 @@ def ended(
             owner=delivery.owner,
             grants=delivery.grants,
             unattended=delivery.unattended,
+        ),
+    )
+
+
+def request_ended(
+    conn: Connection,
+    job_id: str,
+    session_id: str,
+    status: JobStatus,
+    *,
+    result: str | None,
+    error: dict[str, Any] | None,
+    delivery_id: str,
+) -> None:
+    """The end of a ``session_send`` / ``session_create`` request's job, in its transaction.
+
+    The request becomes ``done`` (its turn succeeded) or ``failed`` with the
+    job's code (``delivery.interrupted`` for a turn lost mid-flight); its
+    terminal result, frozen (final text and artifact references, nothing of
+    how the turn got there), is stored on the request; and with
+    ``reply="completion"`` one result delivery back to the sender session is
+    recorded, unique per request (:func:`~chaz.domain.deliveries.result_key`),
+    so however often this end is applied there is one
+    (docs/sessions.md#sending-between-sessions).
+    """
+    request = dl.locked(conn, delivery_id)
+    if (
+        request is None
+        or request.kind not in REQUESTS
+        or request.state is not DeliveryState.ADMITTED
+    ):
+        return
+    refs = conn.execute(
+        select(ArtifactRow.id, ArtifactRow.byte_length, ArtifactRow.sha256).where(
+            ArtifactRow.job_id == job_id
+        )
+    ).all()
+    frozen = frozen_result(
+        request.id,
+        session_id=session_id,
+        execution_id=job_id,
+        status=status.value,
+        text=excerpt(result or "")[0],
+        error=error,
+        artifacts=[{"artifact_id": a, "byte_length": n, "sha256": h} for a, n, h in refs],
+    )
+    succeeded = status is JobStatus.SUCCEEDED
+    dl.move(
+        conn,
+        request.id,
+        DeliveryState.DONE if succeeded else DeliveryState.FAILED,
+        leaving=[DeliveryState.ADMITTED],
+        code=None if succeeded else frozen["code"],
+        reason=None if succeeded else frozen["message"],
+        metadata={**request.metadata, "result": frozen},
+    )
+    target = conn.execute(st.SESSION_BY_ID, {"ref": session_id}).mappings().one()
+    pointer = request.metadata.get("attach_entry_id")
+    if pointer:
+        _patch_attach(conn, pointer, status=status.value, head_seq=target["last_seq"])
+    if request.reply is not Reply.COMPLETION or request.sender_session_id is None:
+        return
+    caller_depth = conn.scalar(
+        select(SessionRow.call_depth).where(SessionRow.id == request.sender_session_id)
+    )
+    dl.insert_once(
+        conn,
+        dl.new_row(
+            kind=DeliveryKind.RESULT,
+            sender=f"agent:{target['agent_id']}",
+            sender_session_id=session_id,
+            sender_job_id=job_id,
+            target_session_id=request.sender_session_id,
+            body=result_text(frozen, f"{target['name'] or 'session'} ({session_id})"),
+            # As a follow-up's: reading a result spends no message, no generation.
+            message_count=request.message_count,
+            generation=int(caller_depth or 0),
+            state=DeliveryState.ACCEPTED,
+            answers_job_id=job_id,
+            metadata=frozen,
+            idempotency_key=result_key(request.id),
+            # The caller's turn continues with the authority it handed on.
+            project=request.project,
+            owner=request.owner,
+            grants=request.grants,
+            unattended=request.unattended,
         ),
     )
 

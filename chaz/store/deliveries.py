@@ -24,10 +24,11 @@ from chaz.domain.deliveries import (
     DeliveryState,
     Reply,
 )
+from chaz.domain.jobs import TERMINAL
 from chaz.errors import DeliveryNotFound
 from chaz.ids import as_utc, new_id, utcnow
 from chaz.store.events import record
-from chaz.store.models import DeliveryRow, SessionRow
+from chaz.store.models import DeliveryRow, JobRow, SessionRow
 
 if TYPE_CHECKING:
     from chaz.store.repo import Store
@@ -124,12 +125,15 @@ def move(
     job_id: str | None = None,
     code: str | None = None,
     reason: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    unless_kinds: Iterable[DeliveryKind] = (),
 ) -> Delivery | None:
     """Move a delivery to ``target`` if it is in one of the ``leaving`` states.
 
     The delivery as it now is, or None when it was not in those states
-    (someone else moved it first). Records the change as an event in its
-    target session (and its sender's, for the sender's log).
+    (someone else moved it first), or is of one of ``unless_kinds``.
+    ``metadata`` replaces its metadata. Records the change as an event in
+    its target session (and its sender's, for the sender's log).
     """
     values: dict[str, Any] = {"state": target.value, "updated_at": utcnow()}
     if job_id is not None:
@@ -137,16 +141,14 @@ def move(
     if code is not None:
         values["code"] = code
         values["reason"] = reason
+    if metadata is not None:
+        values["metadata"] = metadata
+    where = [DELIVERIES.c.id == delivery_id, DELIVERIES.c.state.in_([s.value for s in leaving])]
+    skipped = [k.value for k in unless_kinds]
+    if skipped:
+        where.append(DELIVERIES.c.kind.not_in(skipped))
     row = (
-        conn.execute(
-            update(DELIVERIES)
-            .where(
-                DELIVERIES.c.id == delivery_id,
-                DELIVERIES.c.state.in_([s.value for s in leaving]),
-            )
-            .values(**values)
-            .returning(*DELIVERIES.c)
-        )
+        conn.execute(update(DELIVERIES).where(*where).values(**values).returning(*DELIVERIES.c))
         .mappings()
         .first()
     )
@@ -352,6 +354,87 @@ class DeliveryStore:
         )
         with self._store.engine.connect() as conn:
             return [as_delivery(r) for r in conn.execute(stmt).mappings()]
+
+    def requests(
+        self,
+        session_id: str,
+        *,
+        direction: str,
+        kinds: Iterable[DeliveryKind] | None = None,
+        states: Iterable[DeliveryState] | None = None,
+        limit: int = 20,
+    ) -> builtins.list[tuple[Delivery, str | None]]:
+        """Deliveries (of ``kinds``: None, every kind) into (``in``) or out of
+        (``out``) a session, or both ways (``both``), newest first, each with
+        its job's status (None: no job)."""
+        jobs = cast(Table, JobRow.__table__)
+        into = DELIVERIES.c.target_session_id == session_id
+        out = DELIVERIES.c.sender_session_id == session_id
+        stmt = (
+            select(DELIVERIES, jobs.c.status.label("job_status"))
+            .outerjoin(jobs, jobs.c.id == DELIVERIES.c.job_id)
+            .where(into if direction == "in" else out if direction == "out" else or_(into, out))
+            .order_by(DELIVERIES.c.created_at.desc(), DELIVERIES.c.id.desc())
+            .limit(limit)
+        )
+        if kinds is not None:
+            stmt = stmt.where(DELIVERIES.c.kind.in_([k.value for k in kinds]))
+        if states is not None:
+            stmt = stmt.where(DELIVERIES.c.state.in_([s.value for s in states]))
+        with self._store.engine.connect() as conn:
+            return [(as_delivery(r), r["job_status"]) for r in conn.execute(stmt).mappings()]
+
+    def with_job_status(self, delivery_id: str) -> tuple[Delivery, str | None] | None:
+        """One delivery and its job's status, or None."""
+        jobs = cast(Table, JobRow.__table__)
+        stmt = (
+            select(DELIVERIES, jobs.c.status.label("job_status"))
+            .outerjoin(jobs, jobs.c.id == DELIVERIES.c.job_id)
+            .where(DELIVERIES.c.id == delivery_id)
+        )
+        with self._store.engine.connect() as conn:
+            row = conn.execute(stmt).mappings().first()
+        return (as_delivery(row), row["job_status"]) if row is not None else None
+
+    def stuck(self, older_than: datetime, limit: int = 500) -> builtins.list[Delivery]:
+        """Deliveries still ``admitted`` whose job is terminal, last changed before
+        ``older_than``: a job's end that did not apply its delivery's policy."""
+        jobs = cast(Table, JobRow.__table__)
+        stmt = (
+            select(DELIVERIES)
+            .join(jobs, jobs.c.id == DELIVERIES.c.job_id)
+            .where(
+                DELIVERIES.c.state == DeliveryState.ADMITTED.value,
+                DELIVERIES.c.updated_at < older_than,
+                jobs.c.status.in_(sorted(s.value for s in TERMINAL)),
+            )
+            .order_by(DELIVERIES.c.updated_at)
+            .limit(limit)
+        )
+        with self._store.engine.connect() as conn:
+            return [as_delivery(r) for r in conn.execute(stmt).mappings()]
+
+    def latest_session(self, agent_id: str, project: str, *, besides: str) -> str | None:
+        """The id of ``agent_id``'s most recently active live session in ``project``
+        (``besides`` left out), or None."""
+        sessions = cast(Table, SessionRow.__table__)
+        stmt = (
+            select(sessions.c.id)
+            .where(
+                sessions.c.agent_id == agent_id,
+                sessions.c.project == project,
+                sessions.c.archived_at.is_(None),
+                sessions.c.id != besides,
+            )
+            .order_by(
+                func.coalesce(sessions.c.active_at, sessions.c.created_at).desc(),
+                sessions.c.id.desc(),
+            )
+            .limit(1)
+        )
+        with self._store.engine.connect() as conn:
+            found = conn.scalar(stmt)
+        return str(found) if found is not None else None
 
     def count(self, session_id: str, state: DeliveryState) -> int:
         """How many deliveries into ``session_id`` are in ``state``."""

@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from chaz.domain.events import SESSION_ARCHIVED, SESSION_RENAMED
 from chaz.domain.sessions import ArchivedBy, NameSource, Session, missing_session
 from chaz.domain.validation import check_session_name
-from chaz.errors import NameTaken
+from chaz.errors import NameTaken, SessionArchived
 from chaz.ids import utcnow
 from chaz.store import session_queries as sq
 from chaz.store import statements as st
@@ -203,7 +203,13 @@ class SessionDirectory:
             return session, True
 
     def rename_session(
-        self, session_id: str, name: str, *, source: NameSource, only_if_auto: bool = False
+        self,
+        session_id: str,
+        name: str,
+        *,
+        source: NameSource,
+        only_if_auto: bool = False,
+        live_only: bool = False,
     ) -> Session | None:
         """Set a session's name and who named it, with a ``session.renamed`` event.
 
@@ -211,7 +217,8 @@ class SessionDirectory:
         written only while ``name_source`` is still ``auto`` and the session
         is not archived, so a person's concurrent rename (or archive) wins;
         None when it was not written. A name in use is
-        :class:`~chaz.errors.NameTaken`.
+        :class:`~chaz.errors.NameTaken`. ``live_only`` refuses an archived
+        session in the same UPDATE (:class:`~chaz.errors.SessionArchived`).
         """
         name = check_session_name(name)
         stmt = update(SessionRow).where(SessionRow.id == session_id)
@@ -219,6 +226,8 @@ class SessionDirectory:
             stmt = stmt.where(
                 SessionRow.name_source == NameSource.AUTO.value, SessionRow.archived_at.is_(None)
             )
+        if live_only:
+            stmt = stmt.where(SessionRow.archived_at.is_(None))
         stmt = stmt.values(name=name, name_source=source.value).returning(*st.SESSIONS.c)
         try:
             with self._write() as conn:
@@ -226,6 +235,13 @@ class SessionDirectory:
                 if row is None:
                     if only_if_auto:
                         return None
+                    if live_only and conn.scalar(
+                        select(SessionRow.archived_at).where(SessionRow.id == session_id)
+                    ):
+                        raise SessionArchived(
+                            f"session {session_id} is archived and cannot be renamed",
+                            session_id=session_id,
+                        )
                     raise missing_session(session_id)
                 record(conn, session_id, SESSION_RENAMED, {"name": name, "source": source.value})
         except IntegrityError as exc:

@@ -1011,6 +1011,30 @@ class Store(SessionDirectory):
         with self._write() as conn:
             return dl.move(conn, delivery_id, state, leaving=leaving, code=code, reason=reason)
 
+    def finalize_delivery(self, delivery: Delivery) -> bool:
+        """Apply the completion policy of a delivery left ``admitted`` after its job
+        ended (the reconciler's sweep); whether it moved. Its job's row is
+        locked, and every move is a compare-and-set, so a concurrent end and
+        this one cannot both apply it."""
+        if delivery.job_id is None:
+            return False
+        with self._write() as conn:
+            row = _lock_job(conn, delivery.job_id)
+            status = JobStatus(row["status"])
+            if not status.terminal:
+                return False
+            completion.ended(
+                conn,
+                delivery.job_id,
+                row["session_id"],
+                status,
+                result=row["result"],
+                error=row["error"],
+                delivery_id=delivery.id,
+            )
+            after = dl.locked(conn, delivery.id)
+            return after is not None and after.state is not DeliveryState.ADMITTED
+
     def silence_followups(self, job_ids: Iterable[str]) -> None:
         """The jobs' ends will send no follow-up (a caller's cancel cascades to them)."""
         with self._write() as conn:

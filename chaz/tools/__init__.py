@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from chaz.runtime.registry import ToolRegistry
-from chaz.tools import agents, branches, builtin, collab
+from chaz.tools import agents, branches, builtin, collab, session_delivery
 from chaz.tools import schedules as scheduling
 from chaz.tools import sessions as session_tools
 from chaz.tools import todos as planning
@@ -17,5 +17,7 @@ def default_registry() -> ToolRegistry:
     for tool in scheduling.TOOLS:
         registry.register(tool)
     for tool in session_tools.TOOLS:
+        registry.register(tool)
+    for tool in session_delivery.TOOLS:
         registry.register(tool)
     return registry

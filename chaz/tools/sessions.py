@@ -14,37 +14,31 @@ import json
 from pydantic import BaseModel, ConfigDict, Field
 
 from chaz import discovery
-from chaz.domain.entries import EntryType, parse_sender
 from chaz.domain.principals import Grant
 from chaz.domain.search import MAX_LIST_LIMIT, MAX_SEARCH_LIMIT
-from chaz.domain.sessions import Session
+from chaz.domain.sessions import Session, is_interactive
 from chaz.errors import SessionToolForbidden
 from chaz.runtime.registry import Tool, ToolContext
 
 
-def require_interactive(ctx: ToolContext) -> Session:
+def require_interactive(ctx: ToolContext, tool: str = "session tools") -> Session:
     """The calling session, if a person's Message started this turn; else
     :class:`~chaz.errors.SessionToolForbidden`.
 
-    Interactive: the job was admitted by a Message whose sender is a person
-    (``user:...``), not by a delivery, a schedule fire, a follow-up or an
-    agent's message in a room. Every session tool calls this first.
+    The rule is :func:`chaz.domain.sessions.is_interactive` (a Message from a
+    ``user:`` sender, admitted by no delivery and no schedule fire); the
+    turn's job and trigger are read from the store, never taken from the
+    model. Every session tool calls this first.
     """
     store = ctx.need_services().store
     job = store.get_job(ctx.job_id)
     trigger = store.entry(job.trigger_entry_id) if job.trigger_entry_id else None
-    interactive = (
-        job.delivery_id is None
-        and job.fire_id is None
-        and trigger is not None
-        and trigger.type == EntryType.MESSAGE
-        and parse_sender(trigger.sender)[0] == "user"
-    )
-    if not interactive:
+    if not is_interactive(job, trigger):
         raise SessionToolForbidden(
-            "session tools are only for turns a person's message started; "
-            "this turn was started by a schedule, a delivery, a follow-up or an agent",
+            f"{tool} run only in a turn started by a person's message; this turn was "
+            "started by a delivery, a schedule, a follow-up or another agent",
             job_id=ctx.job_id,
+            tool=tool,
         )
     return store.get_session(ctx.session_id)
 

@@ -294,7 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--from", dest="from_session", metavar="SESSION_ID", help="where a result comes back"
     )
-    p.add_argument("--sender", default="user:you", help="user:NAME or system:NAME")
+    p.add_argument(
+        "--sender", default=None, help="user:NAME or system:NAME (default: the acting principal)"
+    )
 
     p = add(sub, "send", _command("cmd_send"), "post a message or directive into a session")
     p.add_argument("session", metavar="SESSION", help="session id or name")

@@ -290,9 +290,11 @@ def test_a_persons_request_and_the_sweep_of_a_stuck_one(client: chaz.Client) -> 
     target = client.sessions.create("other")
     with pytest.raises(ValidationError):
         client.deliveries.send(target.id, "m", reply="followup")
-    with pytest.raises(SessionNotFound):
-        with chaz.Client(client.settings, migrate=False, project="another") as elsewhere:
-            elsewhere.deliveries.send(target.id, "m")
+    with (
+        chaz.Client(client.settings, migrate=False, project="another") as elsewhere,
+        pytest.raises(SessionNotFound),
+    ):
+        elsewhere.deliveries.send(target.id, "m")
     request = client.deliveries.send(target.id, "report", reply="completion", from_session=me.id)
     assert request.kind is DeliveryKind.SESSION_SEND and request.sender_session_id == me.id
     assert client.deliveries.status(request.id) == "accepted"

@@ -14,6 +14,7 @@ from sqlalchemy import Connection, func, select, update
 from chaz.domain import events as ev
 from chaz.domain.deliveries import (
     REQUESTS,
+    Delivery,
     DeliveryKind,
     DeliveryState,
     Reply,
@@ -91,38 +92,21 @@ def ended(
     if said is None:
         return
     text, is_error = said
-    caller_depth = conn.scalar(
-        select(SessionRow.call_depth).where(SessionRow.id == delivery.sender_session_id)
-    )
-    dl.insert_once(
+    _answer(
         conn,
-        dl.new_row(
-            kind=DeliveryKind.FOLLOWUP,
-            sender=f"agent:{target['agent_id']}",
-            sender_session_id=session_id,
-            sender_job_id=job_id,
-            target_session_id=delivery.sender_session_id,
-            body=text,
-            # The chain's counters travel back unchanged: reading a result
-            # spends no message and no generation (docs/contracts.md#topology).
-            message_count=delivery.message_count,
-            generation=int(caller_depth or 0),
-            state=DeliveryState.ACCEPTED,
-            answers_job_id=job_id,
-            metadata={
-                "is_error": is_error,
-                "status": status.value,
-                "session_id": session_id,
-                "execution_id": job_id,
-                "head_seq": target["last_seq"],
-            },
-            idempotency_key=followup_key(job_id),
-            # The caller's turn continues with the authority it handed on.
-            project=delivery.project,
-            owner=delivery.owner,
-            grants=delivery.grants,
-            unattended=delivery.unattended,
-        ),
+        delivery,
+        DeliveryKind.FOLLOWUP,
+        target,
+        job_id,
+        body=text,
+        metadata={
+            "is_error": is_error,
+            "status": status.value,
+            "session_id": session_id,
+            "execution_id": job_id,
+            "head_seq": target["last_seq"],
+        },
+        key=followup_key(job_id),
     )
 
 
@@ -184,30 +168,60 @@ def request_ended(
         _patch_attach(conn, pointer, status=status.value, head_seq=target["last_seq"])
     if request.reply is not Reply.COMPLETION or request.sender_session_id is None:
         return
+    label = f"{target['name'] or 'session'} ({session_id})"
+    _answer(
+        conn,
+        request,
+        DeliveryKind.RESULT,
+        target,
+        job_id,
+        body=result_text(frozen, label),
+        metadata=frozen,
+        key=result_key(request.id),
+    )
+
+
+def _answer(
+    conn: Connection,
+    delivery: Delivery,
+    kind: DeliveryKind,
+    target: Any,
+    job_id: str,
+    *,
+    body: str,
+    metadata: dict[str, Any],
+    key: str,
+) -> None:
+    """Record, once per ``key``, the delivery that answers ``delivery`` from its
+    target (a follow-up or a request's result) back into its sender session.
+
+    The chain's counters travel back unchanged: reading a result spends no
+    message and no generation (docs/contracts.md#topology); and the caller's
+    turn continues with the authority it handed on.
+    """
+    assert delivery.sender_session_id is not None
     caller_depth = conn.scalar(
-        select(SessionRow.call_depth).where(SessionRow.id == request.sender_session_id)
+        select(SessionRow.call_depth).where(SessionRow.id == delivery.sender_session_id)
     )
     dl.insert_once(
         conn,
         dl.new_row(
-            kind=DeliveryKind.RESULT,
+            kind=kind,
             sender=f"agent:{target['agent_id']}",
-            sender_session_id=session_id,
+            sender_session_id=target["id"],
             sender_job_id=job_id,
-            target_session_id=request.sender_session_id,
-            body=result_text(frozen, f"{target['name'] or 'session'} ({session_id})"),
-            # As a follow-up's: reading a result spends no message, no generation.
-            message_count=request.message_count,
+            target_session_id=delivery.sender_session_id,
+            body=body,
+            message_count=delivery.message_count,
             generation=int(caller_depth or 0),
             state=DeliveryState.ACCEPTED,
             answers_job_id=job_id,
-            metadata=frozen,
-            idempotency_key=result_key(request.id),
-            # The caller's turn continues with the authority it handed on.
-            project=request.project,
-            owner=request.owner,
-            grants=request.grants,
-            unattended=request.unattended,
+            metadata=metadata,
+            idempotency_key=key,
+            project=delivery.project,
+            owner=delivery.owner,
+            grants=delivery.grants,
+            unattended=delivery.unattended,
         ),
     )
 

@@ -68,10 +68,25 @@ def boss(target_id: str, **extra: Any) -> chaz.AgentSpec:
     )
 
 
+def _approve(stack: Stack, job_id: str | None, tool: str) -> None:
+    """Approve the call of ``tool`` that the job waits on: seed 002 asks a
+    person for every call of session_send and session_create."""
+    client = stack.client
+
+    def pending() -> Any:
+        waiting = client.approvals.pending()
+        return next((a for a in waiting if a.job_id == job_id and a.tool == tool), None)
+
+    request = stack.wait_for(pending, 30, f"the approval of {tool}")
+    assert client.approvals.decide(request.request_id, "approve", by="user:alice").effective
+
+
 def _delegate(stack: Stack, caller: str) -> dict[str, Any]:
-    """A person asks the caller to delegate; the tool's answer (the request)."""
+    """A person asks the caller to delegate and approves the call; the tool's
+    answer (the request)."""
     client = stack.client
     asked = client.sessions.post(caller, "delegate", sender="user:alice")
+    _approve(stack, asked.job_id, "session_send")
     reply = client.sessions.wait_for_reply(caller, after=asked.seq, timeout=60)
     assert reply.type is EntryType.MESSAGE and reply.content.startswith("sent "), reply.content
     answer: dict[str, Any] = json.loads(reply.content.removeprefix("sent "))
@@ -254,6 +269,7 @@ def test_an_archived_target_fails_its_pending_requests_with_results_back(stack: 
         if e.job_id == sent["executionId"] and e.type is EntryType.ACK
     ]
     again = client.sessions.post(caller.id, "delegate", sender="user:alice")
+    _approve(stack, again.job_id, "session_send")
     refused = client.sessions.wait_for_reply(caller.id, after=again.seq, timeout=30)
     assert "session.archived" in refused.content
     assert len(_results(client, caller.id)) == 1
@@ -314,15 +330,11 @@ def test_a_delivered_turn_gets_session_tool_forbidden_so_no_loop_can_start(stack
 def test_a_declined_approval_leaves_no_delivery_and_no_session(stack: Stack) -> None:
     client = stack.client
     client.agents.put(helper([{"say": "never asked"}]))
-    policies = {
-        "session_send": {"approval": "always"},
-        "session_create": {"approval": "always"},
-    }
     target = client.sessions.create("helper")
     spec = chaz.AgentSpec(
         id="boss",
         tools=SESSION_TOOLS,
-        tool_policies=policies,
+        # No tool_policies: seed 002 asks for every call of these two anyway.
         script=[
             {
                 "steps": [
@@ -391,6 +403,7 @@ def test_session_create_runs_its_first_request_and_answers_once(stack: Stack) ->
     caller = client.sessions.create("boss")
     stack.workers(1, concurrency=4, queues="chaz.turns")
     asked = client.sessions.post(caller.id, "spin off", sender="user:alice")
+    _approve(stack, asked.job_id, "session_create")
     reply = client.sessions.wait_for_reply(caller.id, after=asked.seq, timeout=60)
     made = json.loads(reply.content.removeprefix("made "))
     assert made["created"] and made["agentId"] == "boss"

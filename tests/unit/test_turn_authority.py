@@ -65,6 +65,10 @@ def test_a_tool_context_refuses_a_missing_grant_with_auth_forbidden() -> None:
         ("unless_auto_approved", "bypass", True, "agent", True),
         ("never", "default", True, "echo", False),  # echo is not held
         (None, "default", True, "session_create", True),
+        # Seed 002's per-call tools: asked for attended or not, whatever the policy.
+        (None, "default", False, "session_send", True),
+        ("never", "bypass", False, "session_create", True),
+        ("unless_auto_approved", "bypass", False, "session_send", True),
     ],
 )
 def test_which_calls_are_gated(

@@ -93,6 +93,27 @@ def test_no_beat_fails_the_beat_check_with_its_fix(stack: Stack) -> None:
     assert "chaz worker --beat" in beat[1]
 
 
+def test_a_stopped_beat_fails_once_its_heartbeat_lapses(embedded_stack: Stack) -> None:
+    embedded_stack.client  # noqa: B018
+    embedded_stack.workers(1)  # takes turns; beat runs in the housekeeper only
+    housekeeper = embedded_stack.housekeeper()
+    redis = connect(embedded_stack.settings)
+    embedded_stack.wait_for(lambda: redis.exists(keys.beat_heartbeat()), 60, "a beat heartbeat")
+    env = cli_env(settings=embedded_stack.settings)
+    _, checks = doctor_json(env)
+    assert checks["beat"]["ok"], checks["beat"]
+    housekeeper.stop()
+    # No tick renews the heartbeat now: wait for it to lapse, then ask.
+    embedded_stack.wait_for(
+        lambda: not redis.exists(keys.beat_heartbeat()), 60, "the heartbeat to lapse"
+    )
+    status, checks = doctor_json(env)
+    assert status == 1
+    assert checks["workers"]["ok"], checks["workers"]
+    assert not checks["beat"]["ok"]
+    assert "celery -A workers beat" in checks["beat"]["fix"]
+
+
 def test_no_worker_fails_the_workers_check(embedded_stack: Stack) -> None:
     embedded_stack.client  # noqa: B018
     status, checks = doctor_json(cli_env(settings=embedded_stack.settings))

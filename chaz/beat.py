@@ -24,6 +24,7 @@ from typing import Any
 from celery.beat import PersistentScheduler
 
 from chaz import schedules
+from chaz.coord import keys
 from chaz.ids import utcnow
 from chaz.services import Services
 from chaz.settings import get_settings
@@ -35,6 +36,9 @@ POLL_SECONDS = 1.0
 #: The task a due slot sends, and its queue (chaz.celery_settings.task_routes).
 FIRE_TASK = "chaz.fire"
 FIRE_QUEUE = "chaz.schedules"
+#: How long a tick's heartbeat key lives: a beat that has not ticked for this
+#: long is taken for stopped (``chaz doctor``). Ticks come every POLL_SECONDS.
+HEARTBEAT_SECONDS = 10.0
 
 
 class ChazScheduler(PersistentScheduler):  # type: ignore[misc]
@@ -66,7 +70,17 @@ class ChazScheduler(PersistentScheduler):  # type: ignore[misc]
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Run the static entries' tick, then the schedules'; the seconds to sleep."""
         static: float = super().tick(*args, **kwargs)
+        self._heartbeat()
         return min(static, self._tick_schedules())
+
+    def _heartbeat(self) -> None:
+        try:
+            self.services.redis.set(
+                keys.beat_heartbeat(), utcnow().isoformat(), px=int(HEARTBEAT_SECONDS * 1000)
+            )
+        except Exception:
+            # Redis is away: beat goes on, and chaz doctor reports no heartbeat.
+            log.warning("beat: heartbeat could not be written", exc_info=True)
 
     def _tick_schedules(self) -> float:
         now = utcnow()

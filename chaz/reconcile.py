@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from chaz import approvals
+from chaz.coord import keys
 from chaz.deliveries import SweepReport, sweep
 from chaz.domain.jobs import Job, JobStatus
 from chaz.ids import utcnow
@@ -20,6 +21,12 @@ from chaz.schedules import resume_stranded
 from chaz.services import Services
 
 log = logging.getLogger(__name__)
+
+#: A pass's record lasts this many reconcile periods: ``chaz doctor`` calls the
+#: reconciler stale once it is gone (a beat missed a few periods in a row).
+RECORD_PERIODS = 3
+#: ...and never less than this, so a short period does not flap on a busy host.
+RECORD_MIN_SECONDS = 15.0
 
 
 @dataclass
@@ -103,7 +110,14 @@ class Reconciler:
                 "reconciler re-sent %d wake-ups for unclaimed jobs",
                 len(report.woken) - len(report.orphaned),
             )
+        self.record_pass()
         return report
+
+    def record_pass(self) -> None:
+        """Note in Redis that a pass completed now (read by ``chaz doctor``)."""
+        svc = self.services
+        ttl = max(RECORD_PERIODS * svc.settings.reconcile_seconds, RECORD_MIN_SECONDS)
+        svc.redis.set(keys.reconciled(), utcnow().isoformat(), px=int(ttl * 1000))
 
     def rebuild_counters(self, active: list[Job]) -> int:
         """Restore missing quota counters and live hashes from the database.

@@ -183,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     add(sub, "migrate", _command("cmd_migrate"), "bring the database schema up to date")
+    doctor = _command("cmd_doctor", "chaz.cli.doctor")
+    add(sub, "doctor", doctor, "check settings, database, Redis, workers and beat; say what to fix")
     config = _command("cmd_config", "chaz.cli.info")
     add(sub, "config", config, "print the effective settings (secrets masked)")
 

@@ -28,6 +28,10 @@ key                                     type        meaning
 ``chaz:worker:{hostname}``              string      pid of a worker that is ready for tasks
 ``chaz:inbox:{sid}``                    string      set while messages wait in ``sid``'s inbox
                                                     (a hint: the deliveries table is the record)
+``chaz:reconciled``                     string      when a reconciler pass last completed (ISO
+                                                    time), expiring a few reconcile periods later
+``chaz:beat``                           string      when a beat last ticked (ISO time), expiring
+                                                    soon after: no key, no beat (``chaz doctor``)
 ======================================  ==========  ==========================================
 """
 
@@ -109,3 +113,13 @@ def project_live_pattern() -> str:
 def project_jobs(project: str) -> str:
     """Counter of jobs ever admitted in a project."""
     return f"{PREFIX}:pjobs:{project}"
+
+
+def reconciled() -> str:
+    """When a reconciler pass last completed; its TTL makes a stale pass a missing key."""
+    return f"{PREFIX}:reconciled"
+
+
+def beat_heartbeat() -> str:
+    """When a beat last ticked; it expires soon after, so no key means no beat."""
+    return f"{PREFIX}:beat"

@@ -127,3 +127,14 @@ def current_revision(engine: Engine) -> str | None:
     with engine.connect() as conn:
         rev: str | None = MigrationContext.configure(conn).get_current_revision()
         return rev
+
+
+def head_revision() -> str | None:
+    """The newest bundled revision (Alembic decides when the files' text does not say)."""
+    head = bundled_head()
+    if head is not None:
+        return head
+    from alembic.script import ScriptDirectory
+
+    found: str | None = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    return found

@@ -16,7 +16,7 @@ import redis
 
 from chaz.coord.capacity import TreeCapacity
 from chaz.coord.claims import IdempotencyClaims
-from chaz.coord.flags import CancelFlags
+from chaz.coord.flags import CancelFlags, CancelWatcher
 from chaz.coord.inbox import InboxFlags
 from chaz.coord.lanes import Lanes, LeaseKeeper
 from chaz.coord.quotas import Quotas
@@ -88,6 +88,12 @@ class Services:
     def flags(self) -> CancelFlags:
         """Cancel flags of running jobs."""
         return CancelFlags(self.redis)
+
+    @cached_property
+    def cancel_watcher(self) -> CancelWatcher:
+        """Sets the cancel tokens of the turns this process runs
+        (docs/runtime.md#preemptive-cancel)."""
+        return CancelWatcher(self.redis)
 
     @cached_property
     def claims(self) -> IdempotencyClaims:

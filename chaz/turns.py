@@ -50,6 +50,7 @@ from chaz.faults import is_transient
 from chaz.ids import utcnow
 from chaz.runtime.backends import make_backend
 from chaz.runtime.backends.base import ToolCallRequest, TurnContext
+from chaz.runtime.cancel import CancelToken
 from chaz.runtime.context import build_context
 from chaz.runtime.events import EventSink, RuntimeEvent, ToolCallEvent
 from chaz.runtime.loop import RUN, Checkpoint, LoopPorts, Suspend, Verdict, run_loop
@@ -264,6 +265,9 @@ class TurnRunner:
         if job.attempts > 1:
             turn.announce_resume()
         turn.heartbeat = svc.lease_keeper.hold(job.session_id, token)
+        # From here the worker's one watcher sets the turn's token as soon as
+        # the job's cancel flag appears (docs/runtime.md#preemptive-cancel).
+        svc.cancel_watcher.watch(job.id, turn.cancel)
         try:
             last = turn.run()
             if not turn.suspended:
@@ -276,6 +280,7 @@ class TurnRunner:
             log.warning("lost the lease of job %s; leaving it to its new holder", job.id)
             return _Ran(finished=False)
         finally:
+            svc.cancel_watcher.unwatch(job.id, turn.cancel)
             svc.lease_keeper.drop(turn.heartbeat)
 
 
@@ -393,6 +398,11 @@ class Turn:
         self.fence = fence
         self.setup = setup
         self.cancel_requested = cancel_requested
+        #: Set as soon as the job's cancel is seen (by the worker's watcher or
+        #: a step boundary): what blocks inside the turn waits on it.
+        self.cancel = CancelToken()
+        if cancel_requested:
+            self.cancel.set()
         #: Set while the turn runs (see :meth:`TurnRunner._run`).
         self.heartbeat: Lease | None = None
         #: The agent the turn runs for: in a room, the member the job woke.
@@ -410,6 +420,9 @@ class Turn:
         try:
             text = self.think(sink)
             sink.close()
+            # The last check before the reply commits: a cancel seen by now
+            # means no reply (docs/contracts.md#cancel).
+            self.cancel.raise_if_set()
         except LeaseLost:
             _close_quietly(sink)
             raise
@@ -466,15 +479,17 @@ class Turn:
             principal=self.principal(),
             unattended=job.unattended,
             owner=job.owner,
+            cancel=self.cancel,
         )
         assert self.heartbeat is not None, "a turn thinks only while its lease is kept"
         ports = LoopPorts(
-            backend=make_backend(spec, svc.settings),
+            backend=make_backend(spec, svc.settings, self.cancel),
             registry=self.runner.registry,
             sink=sink,
             save=lambda cp: svc.store.save_checkpoint(self.fence, cp.to_json()),
-            stop_check=_StopCheck(svc, job.id, self.heartbeat, self.cancel_requested),
+            stop_check=_StopCheck(svc, job.id, self.heartbeat, self.cancel),
             approve=self.approve,
+            cancel=self.cancel,
         )
         max_steps = min(
             limits.max_turn_steps or svc.settings.max_turn_steps, svc.settings.max_turn_steps
@@ -711,25 +726,27 @@ class _StopCheck:
     """The runtime's check at each step boundary: lease lost, or cancel requested.
 
     The first check uses what the turn's start saw (the start's signal to
-    Redis also read the cancel flag), sparing a round trip on every turn.
+    Redis also read the cancel flag, and set the token), sparing a round
+    trip on every turn; later ones read the flag, since the watcher's poll
+    may not have run yet, and set the token when they find it.
     """
 
     def __init__(
-        self, services: Services, job_id: str, heartbeat: Lease, cancel_requested: bool
+        self, services: Services, job_id: str, heartbeat: Lease, cancel: CancelToken
     ) -> None:
         self._services = services
         self._job_id = job_id
         self._heartbeat = heartbeat
-        self._seen: bool | None = cancel_requested
+        self._cancel = cancel
+        self._first = True
 
     def __call__(self) -> None:
         if self._heartbeat.lost.is_set():
             raise LeaseLost(f"job {self._job_id} lost its lane lease")
-        seen, self._seen = self._seen, None
-        if seen is None:
-            seen = self._services.flags.requested(self._job_id)
-        if seen:
-            raise Cancelled("the job was cancelled")
+        first, self._first = self._first, False
+        if not first and not self._cancel.is_set() and self._services.flags.requested(self._job_id):
+            self._cancel.set()
+        self._cancel.raise_if_set()
 
 
 def _close_quietly(sink: EventSink) -> None:

@@ -1,16 +1,29 @@
 """Cancel flags: ``chaz:cancel:{job}``, set while a running job's cancellation is requested.
 
 ``execution.cancel`` sets the flag once the job is ``stopping`` in the
-database; the turn checks it at every step boundary. ``lua/turn_started.lua``
+database; the turn checks it at every step boundary, and the worker's
+:class:`CancelWatcher` polls it for the turns the worker runs, so a turn
+blocked inside a step learns of it within :data:`WATCH_SECONDS`. ``lua/turn_started.lua``
 reads it and ``lua/turn_ended.lua`` deletes it when the turn ends the job.
 See docs/coordination.md#cancel-flags.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from typing import Protocol
+
 import redis
 
 from chaz.coord import keys
+
+log = logging.getLogger(__name__)
+
+#: How often the watcher reads the flags of the turns its process runs: a
+#: blocked turn stops within about this long of its cancel.
+WATCH_SECONDS = 0.1
 
 #: The reason a flag holds when none was given, or when the reconciler restored it.
 DEFAULT_REASON = "cancelled"
@@ -36,3 +49,74 @@ class CancelFlags:
         An existing flag keeps its reason.
         """
         self.client.set(keys.cancel(job_id), DEFAULT_REASON, nx=True)
+
+
+class Settable(Protocol):
+    """What the watcher sets when a job's flag appears (a turn's cancel token)."""
+
+    def set(self) -> None:
+        """Mark the cancel seen."""
+        ...
+
+
+class CancelWatcher:
+    """Watches the cancel flags of the jobs this process runs, from one thread.
+
+    One thread per process, not one per turn (as :class:`~chaz.coord.lanes.LeaseKeeper`):
+    every :data:`WATCH_SECONDS` it reads all watched flags in one ``MGET``
+    and sets the token of each job whose flag is there. Polling rather than
+    a pub/sub channel: the flag is already the truth (the reconciler
+    restores a lost one), a poll cannot miss a message published before it
+    subscribed or while it reconnected, and one round trip per tenth of a
+    second per worker, only while turns run, costs Redis nothing.
+    """
+
+    def __init__(self, client: redis.Redis, interval: float = WATCH_SECONDS) -> None:
+        self.client = client
+        self._interval = interval
+        self._watched: dict[str, list[Settable]] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+
+    def watch(self, job_id: str, token: Settable) -> None:
+        """Set ``token`` once ``job_id``'s flag appears, until :meth:`unwatch`."""
+        with self._lock:
+            self._watched.setdefault(job_id, []).append(token)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="chaz-cancel-watcher", daemon=True
+                )
+                self._thread.start()
+            self._wake.notify()
+
+    def unwatch(self, job_id: str, token: Settable) -> None:
+        """Stop watching for ``token`` (its turn is over)."""
+        with self._lock:
+            tokens = self._watched.get(job_id, [])
+            if token in tokens:
+                tokens.remove(token)
+            if not tokens:
+                self._watched.pop(job_id, None)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._watched:
+                    # Idle: no turn runs, so no round trips until one starts.
+                    self._wake.wait()
+                job_ids = list(self._watched)
+            try:
+                flags = self.client.mget([keys.cancel(j) for j in job_ids])
+            except Exception:
+                # A Redis hiccup: the step boundary checks still see the flag.
+                log.warning("reading cancel flags failed", exc_info=True)
+                flags = [None] * len(job_ids)
+            for job_id, flag in zip(job_ids, flags, strict=True):
+                if flag is None:
+                    continue
+                with self._lock:
+                    tokens = list(self._watched.get(job_id, []))
+                for token in tokens:
+                    token.set()
+            time.sleep(self._interval)

@@ -16,6 +16,7 @@ from pathlib import Path
 from chaz.domain.script import GATE_NAME
 from chaz.errors import ValidationError
 from chaz.files import create_private, private_dir
+from chaz.runtime.cancel import CancelToken
 
 _POLL_SECONDS = 0.02
 
@@ -39,12 +40,18 @@ def close_gate(home: Path, name: str) -> None:
     gate_path(home, name).unlink(missing_ok=True)
 
 
-def wait_gate(home: Path, name: str, timeout: float) -> bool:
-    """Block until the gate is open; False if ``timeout`` seconds passed first."""
+def wait_gate(home: Path, name: str, timeout: float, cancel: CancelToken | None = None) -> bool:
+    """Block until the gate is open; False if ``timeout`` seconds passed first.
+
+    Raises :class:`~chaz.errors.Cancelled` as soon as ``cancel`` is set.
+    """
     path = gate_path(home, name)
     deadline = time.monotonic() + timeout
     while not path.exists():
         if time.monotonic() >= deadline:
             return False
-        time.sleep(_POLL_SECONDS)
+        if cancel is None:
+            time.sleep(_POLL_SECONDS)
+        elif cancel.wait(_POLL_SECONDS):
+            cancel.raise_if_set()
     return True

@@ -27,6 +27,7 @@ from chaz.runtime.backends.base import (
     ToolCallRequest,
     TurnContext,
 )
+from chaz.runtime.cancel import CancelToken
 from chaz.runtime.events import EventSink, ToolCallEvent, ToolResultEvent
 from chaz.runtime.registry import ToolContext, ToolOutcome, ToolRegistry
 
@@ -117,6 +118,9 @@ class LoopPorts:
     stop_check: Callable[[], None]
     #: The approval gate: :data:`RUN`, a refusal, or :class:`Suspend` (None: run all).
     approve: Callable[[ToolCallRequest], Verdict] | None = None
+    #: The turn's cancel token: an answer that arrives after it is set is
+    #: dropped (docs/runtime.md#preemptive-cancel).
+    cancel: CancelToken = field(default_factory=CancelToken)
 
 
 def run_loop(
@@ -140,6 +144,9 @@ def run_loop(
             raise StepLimitExceeded(f"the turn took {max_steps} model steps without answering")
         step_turn = turn.model_copy(update={"step": cp.steps, "last_result": cp.last_result})
         response = ports.backend.complete(context + cp.transcript, tools, step_turn)
+        # An answer that came back after the cancel was seen is neither
+        # acted on nor replied: no Redis read here, the token is local.
+        ports.cancel.raise_if_set()
         cp.steps += 1
         if not response.tool_calls:
             # A model may answer with text no database stores (PostgreSQL

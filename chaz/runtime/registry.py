@@ -32,6 +32,7 @@ from chaz.domain.validation import (
 )
 from chaz.errors import ChazError, ConfigError
 from chaz.runtime.backends.base import ToolCallRequest, ToolSpec
+from chaz.runtime.cancel import CancelToken
 from chaz.services import Services
 from chaz.store.repo import Appended, JobFields
 
@@ -73,6 +74,10 @@ class ToolContext:
     unattended: bool = False
     #: The principal who started the chain of turns (the job's ``owner``).
     owner: str = DEFAULT_PRINCIPAL
+    #: Set as soon as the turn's cancel is seen: a long tool checks it
+    #: (``raise_if_set``) or waits on it instead of sleeping
+    #: (docs/runtime.md#preemptive-cancel).
+    cancel: CancelToken = field(default_factory=CancelToken)
 
     def require(self, grant: Grant, action: str) -> None:
         """Refuse a call the turn's principal lacks ``grant`` for: ``auth.forbidden``,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from chaz.ids import utcnow
@@ -38,9 +36,11 @@ def _word_count(args: _Text, _ctx: ToolContext) -> str:
     return str(len(args.text.split()))
 
 
-def _sleep(args: _Sleep, _ctx: ToolContext) -> str:
-    # A stand-in for a slow side effect (tests kill workers in the middle of it).
-    time.sleep(args.seconds)
+def _sleep(args: _Sleep, ctx: ToolContext) -> str:
+    # A stand-in for a slow side effect (tests kill workers in the middle of
+    # it); a cancel ends it early, as any long tool should (ctx.cancel).
+    if ctx.cancel.wait(args.seconds):
+        ctx.cancel.raise_if_set()
     return f"slept {args.seconds:g}s"
 
 

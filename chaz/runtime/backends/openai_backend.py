@@ -6,12 +6,21 @@ to the official ``openai`` client, configured with ``timeout`` and
 ``max_retries``. This module only translates between chaz's backend port and
 the Chat Completions wire format, and turns every failure into
 :class:`chaz.errors.ModelError`.
+
+A turn's cancel token (docs/runtime.md#preemptive-cancel) interrupts a
+request in flight: the request runs on a helper thread while the turn waits
+for either its answer or the cancel. On a cancel the turn raises
+:class:`chaz.errors.Cancelled` at once and closes the client; the helper
+thread is abandoned (httpx cannot interrupt a blocked read from another
+thread) and ends when the server answers or the timeout passes, its answer
+discarded.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
@@ -23,7 +32,7 @@ from openai.types.chat import (
 )
 
 from chaz.domain.agents import AgentSpec
-from chaz.errors import ConfigError, ModelError
+from chaz.errors import Cancelled, ConfigError, ModelError
 from chaz.runtime.backends.base import (
     ChatMessage,
     ModelResponse,
@@ -31,6 +40,7 @@ from chaz.runtime.backends.base import (
     ToolSpec,
     TurnContext,
 )
+from chaz.runtime.cancel import CancelToken
 from chaz.settings import Settings
 
 #: Model used for a bare ``model="openai"`` spec.
@@ -65,6 +75,7 @@ class OpenAIBackend:
         timeout: float,
         max_retries: int,
         options: Mapping[str, Any] | None = None,
+        cancel: CancelToken | None = None,
     ) -> None:
         reserved = sorted(_RESERVED_OPTIONS.intersection(options or {}))
         if reserved:
@@ -76,6 +87,8 @@ class OpenAIBackend:
         self.timeout = timeout
         self.max_retries = max_retries
         self.options: dict[str, Any] = dict(options or {})
+        #: The turn's cancel token (None outside a turn: the call is made inline).
+        self.cancel = cancel
         try:
             self._client = openai.OpenAI(
                 api_key=api_key,
@@ -89,7 +102,9 @@ class OpenAIBackend:
             raise ConfigError(f"cannot configure OpenAI client: {exc}") from exc
 
     @classmethod
-    def from_spec(cls, spec: AgentSpec, settings: Settings) -> OpenAIBackend:
+    def from_spec(
+        cls, spec: AgentSpec, settings: Settings, cancel: CancelToken | None = None
+    ) -> OpenAIBackend:
         """Build a backend for an ``"openai"`` or ``"openai:MODEL_NAME"`` agent.
 
         ``base_url`` and ``api_key`` come from ``spec.options`` first, then
@@ -115,12 +130,44 @@ class OpenAIBackend:
             timeout=timeout,
             max_retries=max_retries,
             options={k: v for k, v in options.items() if k not in _CLIENT_OPTIONS},
+            cancel=cancel,
         )
 
     def complete(
         self, messages: list[ChatMessage], tools: list[ToolSpec], turn: TurnContext
     ) -> ModelResponse:
-        """Ask the model for its next step; raise :class:`ModelError` on any failure."""
+        """Ask the model for its next step; raise :class:`ModelError` on any failure,
+        :class:`Cancelled` as soon as the turn's cancel token is set."""
+        if self.cancel is None:
+            return self._complete(messages, tools)
+        cancel = self.cancel
+        cancel.raise_if_set()
+        answer: list[ModelResponse | BaseException] = []
+        settled = threading.Event()
+
+        def call() -> None:
+            try:
+                answer.append(self._complete(messages, tools))
+            except BaseException as exc:  # handed to the turn's thread
+                answer.append(exc)
+            finally:
+                settled.set()
+
+        forget = cancel.on_cancel(settled.set)
+        threading.Thread(target=call, name="chaz-model-call", daemon=True).start()
+        settled.wait()
+        forget()
+        if not answer:
+            # Woken by the cancel: stop waiting now, and drop the client's
+            # connections so the abandoned request's answer goes nowhere.
+            self.close()
+            raise Cancelled("the job was cancelled during a model request")
+        result = answer[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _complete(self, messages: list[ChatMessage], tools: list[ToolSpec]) -> ModelResponse:
         try:
             completion = self._client.chat.completions.create(
                 model=self.model,

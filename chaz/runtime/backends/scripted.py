@@ -3,7 +3,9 @@
 A turn takes the first rule whose ``match`` is found in the triggering entry's
 content (or that has no ``match``) and plays its steps in order, one model
 response per step; ``sleep`` and ``wait`` steps only delay the response after
-them (``wait`` until a gate opens, see :mod:`chaz.runtime.gates`). The
+them (``wait`` until a gate opens, see :mod:`chaz.runtime.gates`). Both end
+early, raising :class:`~chaz.errors.Cancelled`, once the turn's cancel token
+is set (docs/runtime.md#preemptive-cancel). The
 position in the script is derived from how many model steps the turn has
 taken, so a resumed turn continues where the dead one stopped.
 """
@@ -12,13 +14,12 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
 from chaz.domain.compaction import SUMMARY_HEADER
 from chaz.domain.script import ScriptRule, ScriptStep, parse_script
-from chaz.errors import ChazError, ModelError, TurnNotMatched
+from chaz.errors import Cancelled, ChazError, ModelError, TurnNotMatched
 from chaz.runtime.backends.base import (
     ChatMessage,
     ModelResponse,
@@ -26,6 +27,7 @@ from chaz.runtime.backends.base import (
     ToolSpec,
     TurnContext,
 )
+from chaz.runtime.cancel import CancelToken
 from chaz.runtime.context import SUMMARY_PREFIX
 from chaz.runtime.gates import wait_gate
 
@@ -36,15 +38,27 @@ DEFAULT_WAIT_SECONDS = 600.0
 class ScriptedBackend:
     """A :class:`~chaz.runtime.backends.base.ModelBackend` that plays a script."""
 
-    def __init__(self, rules: list[ScriptRule], home: Path | None = None) -> None:
+    def __init__(
+        self,
+        rules: list[ScriptRule],
+        home: Path | None = None,
+        cancel: CancelToken | None = None,
+    ) -> None:
         self.rules = rules
         #: The ``CHAZ_HOME`` whose gates ``wait`` steps watch.
         self.home = home or Path(".chaz")
+        #: The turn's cancel token: ``sleep`` and ``wait`` steps wait on it.
+        self.cancel = cancel or CancelToken()
 
     @classmethod
-    def from_script(cls, script: list[dict[str, Any]], home: Path | None = None) -> ScriptedBackend:
+    def from_script(
+        cls,
+        script: list[dict[str, Any]],
+        home: Path | None = None,
+        cancel: CancelToken | None = None,
+    ) -> ScriptedBackend:
         """Build from an AgentSpec's raw ``script`` (validated again here)."""
-        return cls(parse_script(script), home)
+        return cls(parse_script(script), home, cancel)
 
     def complete(
         self, messages: list[ChatMessage], tools: list[ToolSpec], turn: TurnContext
@@ -96,12 +110,15 @@ class ScriptedBackend:
 
     def _delay(self, step: ScriptStep, turn: TurnContext) -> None:
         if step.wait is None:
-            time.sleep(step.sleep or 0.0)
+            if self.cancel.wait(step.sleep or 0.0):
+                raise Cancelled("the job was cancelled")
             return
         name = _fill(step.wait, turn)
         timeout = step.timeout or DEFAULT_WAIT_SECONDS
         try:
-            opened = wait_gate(self.home, name, timeout)
+            opened = wait_gate(self.home, name, timeout, self.cancel)
+        except Cancelled:
+            raise
         except ChazError as exc:
             raise ModelError(f"wait step: {exc.message}") from exc
         if not opened:

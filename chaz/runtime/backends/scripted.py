@@ -5,9 +5,10 @@ content (or that has no ``match``) and plays its steps in order, one model
 response per step; ``sleep`` and ``wait`` steps only delay the response after
 them (``wait`` until a gate opens, see :mod:`chaz.runtime.gates`). Both end
 early, raising :class:`~chaz.errors.Cancelled`, once the turn's cancel token
-is set (docs/runtime.md#preemptive-cancel). The
-position in the script is derived from how many model steps the turn has
-taken, so a resumed turn continues where the dead one stopped.
+is set (docs/runtime.md#preemptive-cancel).
+
+The position in the script is derived from how many model steps the turn
+has taken, so a resumed turn continues where the dead one stopped.
 """
 
 from __future__ import annotations

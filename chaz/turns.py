@@ -649,12 +649,20 @@ class Turn:
             # A schedule fire's empty reply writes nothing (docs/schedules.md).
             draft = None
         finish = Finish(job.id, JobStatus.SUCCEEDED, result=text)
-        if self.setup.session.members is None or draft is None:
-            done = self.services.store.end_turn(self.fence, finish, job.session_id, draft)
-            return done.entry if done is not None and done.created else None
-        # A room: the reply may wake the member it mentions, in the same transaction.
-        with admission.room_rules(self.services, job.session_id) as room:
-            ended = self.services.store.end_turn(self.fence, finish, job.session_id, draft, room)
+        try:
+            if self.setup.session.members is None or draft is None:
+                done = self.services.store.end_turn(self.fence, finish, job.session_id, draft)
+                return done.entry if done is not None and done.created else None
+            # A room: the reply may wake the member it mentions, in the same transaction.
+            with admission.room_rules(self.services, job.session_id) as room:
+                ended = self.services.store.end_turn(
+                    self.fence, finish, job.session_id, draft, room
+                )
+        except IllegalTransition:
+            # The cancel committed after the turn's last look at its token and
+            # before this end: it wins, and the reply is not written
+            # (docs/contracts.md#cancel).
+            return self.fail(JobStatus.CANCELLED, Cancelled("the job was cancelled"))
         assert ended is not None, "a reply with an entry returns it"
         for note in ended.notices:
             publish(self.services.redis, note)

@@ -55,9 +55,10 @@ _ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
     ),
     # A decision (or its timeout) queues the turn again; a cancel ends it at once.
     JobStatus.WAITING_APPROVAL: frozenset({JobStatus.QUEUED, JobStatus.CANCELLED}),
-    JobStatus.STOPPING: frozenset(
-        {JobStatus.CANCELLED, JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.INTERRUPTED}
-    ),
+    # Never ``succeeded``: a reply is written with its job's end, so one that
+    # commits after the cancel would be a reply after the cancel. The turn
+    # ends ``cancelled`` instead (docs/executions.md#the-state-machine).
+    JobStatus.STOPPING: frozenset({JobStatus.CANCELLED, JobStatus.FAILED, JobStatus.INTERRUPTED}),
 }
 
 

@@ -89,7 +89,6 @@ ALLOWED: set[tuple[JobStatus, JobStatus]] = {
     (R, S),
     (R, INTR),
     (S, CANC),
-    (S, OK),
     (S, FAIL),
     (S, INTR),
     # Approvals (docs/approvals.md): suspend, then a decision or a cancel.

@@ -20,11 +20,13 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from chaz import projects
+from chaz.coord import refusals
 from chaz.coord.pubsub import publish
 from chaz.coord.quotas import Reservation
 from chaz.domain.entries import EntryType, KeyScope, NewEntry
 from chaz.domain.limits import resolve_limits
 from chaz.domain.sessions import missing_session
+from chaz.errors import ChazError
 from chaz.services import Services
 from chaz.store.repo import (
     Admitting,
@@ -205,10 +207,13 @@ def transact(
         if found is None:
             raise
         return found
-    except BaseException:
+    except BaseException as exc:
         if reserved is not None:
             # Counted, but the commit did not happen.
             services.quotas.refund(reserved)
+        if isinstance(exc, ChazError):
+            # Refused: for the fleet's metrics (chaz exporter, docs/operations.md).
+            refusals.count(services.redis, exc.code)
         raise
     if not tx.wrote_job and reserved is not None:
         # Committed without a job (a room's entry that woke nobody): the

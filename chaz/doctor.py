@@ -19,17 +19,12 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from chaz.coord import keys
+from chaz.coord.broker import QUEUES, queue_depths
 from chaz.errors import ChazError
 from chaz.settings import Settings, broker_url_for, mask_url
 
-#: The queues chaz's tasks are routed to (chaz.celery_settings.task_routes).
-QUEUES = ("chaz.turns", "chaz.control", "chaz.schedules")
 #: Seconds a probe (Redis, a worker's reply) may take before it counts as no answer.
 PROBE_SECONDS = 2.0
-#: kombu's Redis transport keeps a queue's messages of priority P > 0 in the
-#: list ``NAME\\x06\\x16P`` (its default priority steps), beside ``NAME``.
-_PRIORITY_STEPS = (3, 6, 9)
-_PRIORITY_SEP = "\x06\x16"
 
 START_BEAT = "start one beat: `chaz worker --beat` (in one worker only) or `celery -A workers beat`"
 START_WORKER = "start a worker: `chaz worker` (or `chaz up` for the embedded default)"
@@ -171,18 +166,6 @@ def check_redis(settings: Settings, client: redis.Redis) -> CheckResult:
         )
         return CheckResult("redis", False, f"{url} does not answer: {_first_line(exc)}", fix)
     return CheckResult("redis", True, f"{url} answers")
-
-
-def queue_depths(client: redis.Redis) -> dict[str, int]:
-    """Messages waiting in each of chaz's queues (every priority level)."""
-    pipe = client.pipeline(transaction=False)
-    for queue in QUEUES:
-        pipe.llen(queue)
-        for step in _PRIORITY_STEPS:
-            pipe.llen(f"{queue}{_PRIORITY_SEP}{step}")
-    lengths = iter(pipe.execute())
-    per_queue = 1 + len(_PRIORITY_STEPS)
-    return {queue: sum(next(lengths) for _ in range(per_queue)) for queue in QUEUES}
 
 
 def check_queues(client: redis.Redis) -> CheckResult:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from chaz import metrics
 from chaz.coord.lanes import heartbeat_seconds
 from chaz.services import Services
 
@@ -44,6 +45,7 @@ class LeaseWatch:
                 )
                 if svc.dispatcher.wake(session_id, head.id, patient=True):
                     woken.append(session_id)
+                    metrics.LANE_TAKEOVERS.inc()
                     continue
             except Exception:
                 log.warning("could not wake session %s", session_id, exc_info=True)

@@ -81,6 +81,13 @@ class Settings(BaseSettings):
         "larger tool results are truncated.",
     )
     worker_concurrency: int = Field(8, gt=0, description="Threads per worker process.")
+    metrics_port: int | None = Field(
+        None,
+        gt=0,
+        lt=65536,
+        description="A worker serves its Prometheus metrics on this port, all interfaces "
+        "(`chaz worker --metrics-port`; null: no endpoint; docs/operations.md).",
+    )
     openai_base_url: str | None = Field(None, description="Default base URL for model='openai'.")
     openai_api_key: str | None = Field(None, description="API key for model='openai'.")
     openai_timeout: float = Field(60.0, gt=0, description="Seconds per model request.")

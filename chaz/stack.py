@@ -149,6 +149,7 @@ class WorkerProcess:
         loglevel: str = "WARNING",
         log_file: Path | None = None,
         queues: str = QUEUES,
+        metrics_port: int | None = None,
     ) -> None:
         self.settings = settings
         self.concurrency = concurrency
@@ -157,6 +158,8 @@ class WorkerProcess:
         self.loglevel = loglevel
         self.log_file = log_file
         self.queues = queues
+        #: Where this worker serves its metrics (overrides the settings' port).
+        self.metrics_port = metrics_port
         self.proc: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
@@ -175,6 +178,8 @@ class WorkerProcess:
         """Launch the process (returns at once; see :meth:`wait_ready`)."""
         private_dir(self.settings.home.resolve())
         env = {**os.environ, **settings_env(self.settings)}
+        if self.metrics_port is not None:
+            env["CHAZ_METRICS_PORT"] = str(self.metrics_port)
         out = create_private(self.log_file).open("ab") if self.log_file else subprocess.DEVNULL
         self.proc = subprocess.Popen(
             self.command(),

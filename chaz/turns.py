@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from chaz import admission, compaction, control, deliveries, naming
+from chaz import admission, compaction, control, deliveries, metrics, naming
 from chaz.coord.lanes import Lease
 from chaz.coord.pubsub import publish
 from chaz.coord.signals import TurnEnd
@@ -278,7 +278,11 @@ class TurnRunner:
         except LeaseLost:
             # Another worker took this job over; it owns the session now.
             log.warning("lost the lease of job %s; leaving it to its new holder", job.id)
+            metrics.turn_ended("lease_lost", turn.began)
             return _Ran(finished=False)
+        except Exception as exc:
+            metrics.turn_ended("retry" if is_transient(exc) else "error", turn.began)
+            raise
         finally:
             svc.cancel_watcher.unwatch(job.id, turn.cancel)
             svc.lease_keeper.drop(turn.heartbeat)
@@ -413,6 +417,8 @@ class Turn:
         self.suspended = False
         #: Set once an ``approve_all`` decision of this job is seen.
         self.all_approved = False
+        #: When it started, for its duration (counted here: one Turn per start).
+        self.began = metrics.turn_started(job.attempts, job.created_at, job.started_at)
 
     def run(self) -> Entry | None:
         """The turn itself; its last entry (reply or Error), committed with the job's end."""
@@ -590,6 +596,7 @@ class Turn:
         except IllegalTransition:
             return self.fail(JobStatus.CANCELLED, Cancelled("the job was cancelled"))
         self.suspended = True
+        metrics.turn_ended("suspended", self.began)
         return entry
 
     # -- rooms (docs/rooms.md) ------------------------------------------------
@@ -652,6 +659,7 @@ class Turn:
         try:
             if self.setup.session.members is None or draft is None:
                 done = self.services.store.end_turn(self.fence, finish, job.session_id, draft)
+                metrics.turn_ended(JobStatus.SUCCEEDED.value, self.began)
                 return done.entry if done is not None and done.created else None
             # A room: the reply may wake the member it mentions, in the same transaction.
             with admission.room_rules(self.services, job.session_id) as room:
@@ -664,6 +672,7 @@ class Turn:
             # (docs/contracts.md#cancel).
             return self.fail(JobStatus.CANCELLED, Cancelled("the job was cancelled"))
         assert ended is not None, "a reply with an entry returns it"
+        metrics.turn_ended(JobStatus.SUCCEEDED.value, self.began)
         for note in ended.notices:
             publish(self.services.redis, note)
         return ended.entry if ended.created else None
@@ -686,6 +695,7 @@ class Turn:
                 idempotency_key=f"job:{job.id}:error",
             ),
         )
+        metrics.turn_ended(status.value, self.began)
         return done.entry if done is not None and done.created else None
 
 

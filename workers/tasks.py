@@ -13,7 +13,7 @@ from typing import Any
 
 from celery.signals import worker_process_shutdown, worker_ready, worker_shutting_down
 
-from chaz import naming
+from chaz import metrics, naming
 from chaz import schedules as schedule_fires
 from chaz.coord import keys
 from chaz.lease_watch import LeaseWatch
@@ -52,6 +52,14 @@ def _announce(sender: Any, **_: Any) -> None:
     # Launchers (chaz.embedded, tests) wait for this key rather than a control
     # ping: a broadcast ping over Redis takes seconds to gather replies.
     global _watch
+    port = services().settings.metrics_port
+    if port is not None:
+        # Before the ready key: whoever waits for it may scrape at once.
+        try:
+            metrics.serve(port)
+        except OSError:
+            # The worker still takes turns; the scrape's `up` shows the gap.
+            log.exception("could not serve metrics on port %d", port)
     services().redis.set(keys.worker_ready(sender.hostname), os.getpid(), ex=24 * 3600)
     # Every worker watches for expired leases: a dead worker's turn is
     # resumed about a lease after its last heartbeat, with or without beat.
@@ -86,15 +94,19 @@ def turn(session_id: str, execution_id: str) -> dict[str, Any]:
 def reconcile() -> dict[str, Any]:
     """Rebuild coordination state from the database and wake stranded work."""
     report = Reconciler(services()).run()
-    return {
+    repairs = {
         "woken": len(report.woken),
-        "orphaned": report.orphaned,
+        "orphaned": len(report.orphaned),
         "counters_rebuilt": report.counters_rebuilt,
         "project_slots_freed": len(report.project_slots_freed),
         "followups": report.deliveries.followups,
         "drained": report.deliveries.drained,
         "finalized": report.deliveries.finalized,
+        "fires": report.fires,
+        "approvals_expired": len(report.approvals_expired),
     }
+    metrics.reconciled(repairs)
+    return {**repairs, "orphaned": report.orphaned}
 
 
 @app.task(name="chaz.expire_artifacts", ignore_result=True)

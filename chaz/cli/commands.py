@@ -280,6 +280,9 @@ def cmd_worker(ctx: Context) -> int:
     env = dict(os.environ)
     # --home must reach chaz.celery_settings and the tasks, which read CHAZ_HOME themselves.
     env["CHAZ_HOME"] = str(home)
+    if args.metrics_port is not None:
+        # The tasks module starts the endpoint when the worker is ready (chaz.metrics).
+        env["CHAZ_METRICS_PORT"] = str(args.metrics_port)
     out.note(f"exec: {shlex.join(cmd)}")
     sys.stdout.flush()
     sys.stderr.flush()

@@ -65,6 +65,17 @@ def _command(name: str, module_name: str = "chaz.cli.commands") -> Callable[[Con
     return run_command
 
 
+def _port(text: str) -> int:
+    """A TCP port number, for argparse."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}")
+    return port
+
+
 def _show_help(_ctx: Context) -> int:
     return EXIT_USAGE  # replaced by _help_of(parser) once the parser exists
 
@@ -179,7 +190,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beat", action="store_true", help="also run beat in this worker")
     p.add_argument("--loglevel", default="INFO", help="celery log level (default INFO)")
     p.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics on this port (default CHAZ_METRICS_PORT; e.g. 9809)",
+    )
+    p.add_argument(
         "--dry-run", action="store_true", help="print the celery command instead of running it"
+    )
+
+    p = add(
+        sub,
+        "exporter",
+        _command("cmd_exporter", "chaz.cli.exporter"),
+        "serve fleet-wide Prometheus metrics (queues, jobs, deliveries, refusals)",
+    )
+    p.add_argument(
+        "--port", type=_port, default=9808, metavar="PORT", help="listen port (default 9808)"
+    )
+    p.add_argument(
+        "--addr", default="0.0.0.0", metavar="ADDR", help="listen address (default 0.0.0.0)"
     )
 
     add(sub, "migrate", _command("cmd_migrate"), "bring the database schema up to date")

@@ -1,4 +1,8 @@
-"""The Celery broker on Redis: a workaround that lets a worker ride through a Redis restart.
+"""The Celery broker on Redis: its queues' depths, and a workaround that lets a
+worker ride through a Redis restart.
+
+Each chaz queue is a Redis list named after it (kombu's Redis transport);
+:func:`queue_depths` reads them for ``chaz doctor`` and ``chaz exporter``.
 
 When the broker connection drops, Celery's consumer (5.7) first *collects*
 the broken connection, which detaches its kombu transport
@@ -21,6 +25,15 @@ from __future__ import annotations
 
 import threading
 from typing import Any
+
+import redis
+
+#: The queues chaz's tasks are routed to (chaz.celery_settings.task_routes).
+QUEUES = ("chaz.turns", "chaz.control", "chaz.schedules")
+#: kombu's Redis transport keeps a queue's messages of priority P > 0 in the
+#: list ``NAME\\x06\\x16P`` (its default priority steps), beside ``NAME``.
+_PRIORITY_STEPS = (3, 6, 9)
+_PRIORITY_SEP = "\x06\x16"
 
 _installed = False
 _lock = threading.Lock()
@@ -59,3 +72,15 @@ def install_restart_workaround() -> None:
         channel_cls.__init__ = __init__
         channel_cls._connparams = _connparams
         _installed = True
+
+
+def queue_depths(client: redis.Redis) -> dict[str, int]:
+    """Messages waiting in each of chaz's queues (every priority level)."""
+    pipe = client.pipeline(transaction=False)
+    for queue in QUEUES:
+        pipe.llen(queue)
+        for step in _PRIORITY_STEPS:
+            pipe.llen(f"{queue}{_PRIORITY_SEP}{step}")
+    lengths = iter(pipe.execute())
+    per_queue = 1 + len(_PRIORITY_STEPS)
+    return {queue: sum(next(lengths) for _ in range(per_queue)) for queue in QUEUES}

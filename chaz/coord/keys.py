@@ -32,6 +32,8 @@ key                                     type        meaning
                                                     time), expiring a few reconcile periods later
 ``chaz:beat``                           string      when a beat last ticked (ISO time), expiring
                                                     soon after: no key, no beat (``chaz doctor``)
+``chaz:refusals``                       hash        error code -> admissions refused with it,
+                                                    fleet-wide, ever (``chaz exporter``)
 ======================================  ==========  ==========================================
 """
 
@@ -123,3 +125,8 @@ def reconciled() -> str:
 def beat_heartbeat() -> str:
     """When a beat last ticked; it expires soon after, so no key means no beat."""
     return f"{PREFIX}:beat"
+
+
+def refusals() -> str:
+    """Admissions refused, by error code, counted by every producer (the exporter reads it)."""
+    return f"{PREFIX}:refusals"

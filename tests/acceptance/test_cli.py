@@ -28,6 +28,8 @@ from chaz.domain.jobs import JobStatus
 from chaz.runtime.gates import open_gate
 from chaz.settings import Settings
 from chaz.stack import settings_env
+from tests.conftest import free_port
+from tests.support.metrics import scrape
 from tests.support.stack import Stack
 
 CLI = [sys.executable, "-m", "chaz.cli"]
@@ -559,8 +561,18 @@ def test_worker_execs_celery_on_chaz_queues(tmp_path: Path) -> None:
     assert "--queues chaz.turns,chaz.control" in cmd
     assert cmd.strip().endswith("-O fair")
 
+    port = free_port()
     worker = subprocess.Popen(
-        [*CLI, "worker", "--concurrency", "2", "--loglevel", "WARNING"],
+        [
+            *CLI,
+            "worker",
+            "--concurrency",
+            "2",
+            "--loglevel",
+            "WARNING",
+            "--metrics-port",
+            str(port),
+        ],
         env=env,
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
@@ -574,6 +586,13 @@ def test_worker_execs_celery_on_chaz_queues(tmp_path: Path) -> None:
             "send", sid, "a b c d e", "--wait", "--timeout", "120", env=env, timeout=180
         )
         assert ok(reply).strip() == "5"
+        # --metrics-port reached the worker: its endpoint counts the turn
+        # (just after the reply commits, so the count is waited for).
+        succeeded = ("chaz_turns_ended_total", (("outcome", "succeeded"),))
+        deadline = time.monotonic() + 30
+        while scrape(port).get(succeeded) != 1:
+            assert time.monotonic() < deadline, scrape(port)
+            time.sleep(0.05)
         # exec kept the pid: the process we started *is* the celery worker.
         assert "celery" in Path(f"/proc/{worker.pid}/cmdline").read_text()
         worker.terminate()

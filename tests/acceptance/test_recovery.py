@@ -10,6 +10,8 @@ import redis as redis_lib
 import chaz
 from chaz.coord import keys
 from chaz.domain.entries import EntryType
+from tests.conftest import free_port
+from tests.support.metrics import Sample, scrape
 from tests.support.stack import Stack
 
 CRASHY = chaz.AgentSpec(
@@ -173,7 +175,8 @@ def test_redis_flushed_while_jobs_are_queued(stack: Stack) -> None:
 def test_a_killed_workers_turn_resumes_with_no_beat_running(stack: Stack) -> None:
     # No housekeeper: nothing runs the reconciler. The surviving worker's
     # lease watch finds the dead worker's expired lease and wakes the session.
-    workers = stack.workers(2, concurrency=2)
+    ports = [free_port(), free_port()]
+    workers = stack.workers(2, concurrency=2, metrics_ports=ports)
     client = stack.client
     client.agents.put(CRASHY)
     s = client.sessions.create(agent_id="crashy")
@@ -205,3 +208,13 @@ def test_a_killed_workers_turn_resumes_with_no_beat_running(stack: Stack) -> Non
     assert [a.content for a in acks] == ["processing", "resumed: attempt 2"]
     assert acks[1].metadata["resumed"] == 2 and acks[1].metadata["pid"] == survivor.pid
     assert acks[1].seq < reply.seq
+    # The survivor's metrics say so too (docs/operations.md).
+    port = ports[workers.index(survivor)]
+
+    def counted() -> dict[Sample, float] | None:
+        got = scrape(port)
+        return got if got.get(("chaz_turns_ended_total", (("outcome", "succeeded"),))) else None
+
+    got = stack.wait_for(counted, 30, "the survivor's turn counters")
+    assert got[("chaz_lane_takeovers_total", ())] >= 1
+    assert got[("chaz_turns_resumed_total", ())] >= 1

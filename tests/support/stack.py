@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -94,8 +94,12 @@ class Stack:
         concurrency: int = 4,
         beat: bool = False,
         queues: str = "chaz.turns,chaz.control,chaz.schedules",
+        metrics_ports: Sequence[int] = (),
     ) -> list[WorkerProcess]:
-        """Start ``n`` real ``celery worker`` processes and wait until they consume."""
+        """Start ``n`` real ``celery worker`` processes and wait until they consume.
+
+        ``metrics_ports``: none, or one per worker, where it serves its metrics."""
+        assert not metrics_ports or len(metrics_ports) == n, "one metrics port per worker"
         client = self.client
         started = []
         for i in range(n):
@@ -109,6 +113,7 @@ class Stack:
                     log_file=log,
                     loglevel="INFO",
                     queues=queues,
+                    metrics_port=metrics_ports[i] if metrics_ports else None,
                 ).start()
             )
         for w in started:

@@ -11,11 +11,16 @@ import threading
 from datetime import datetime
 from typing import Any
 
-from celery.signals import worker_process_shutdown, worker_ready, worker_shutting_down
+from celery.signals import (
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
+    worker_shutting_down,
+)
 
 from chaz import metrics, naming
 from chaz import schedules as schedule_fires
-from chaz.coord import keys
+from chaz.heartbeat import BEAT_SECONDS, Heartbeat
 from chaz.lease_watch import LeaseWatch
 from chaz.reconcile import Reconciler
 from chaz.retention import expire_artifacts as expire_artifacts_now
@@ -31,6 +36,7 @@ log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _services: Services | None = None
 _watch: LeaseWatch | None = None
+_heartbeat: Heartbeat | None = None
 
 
 #: The tools this worker's agents may call: built here, where the worker starts.
@@ -51,7 +57,7 @@ def services() -> Services:
 def _announce(sender: Any, **_: Any) -> None:
     # Launchers (chaz.embedded, tests) wait for this key rather than a control
     # ping: a broadcast ping over Redis takes seconds to gather replies.
-    global _watch
+    global _watch, _heartbeat
     port = services().settings.metrics_port
     if port is not None:
         # Before the ready key: whoever waits for it may scrape at once.
@@ -60,19 +66,43 @@ def _announce(sender: Any, **_: Any) -> None:
         except OSError:
             # The worker still takes turns; the scrape's `up` shows the gap.
             log.exception("could not serve metrics on port %d", port)
-    services().redis.set(keys.worker_ready(sender.hostname), os.getpid(), ex=24 * 3600)
+    _heartbeat = Heartbeat(services().redis, services().settings.home, sender.hostname, os.getpid())
+    _heartbeat.beat()
+    # On the consumer's timer, in its event loop: a loop that stops turning
+    # stops the beat, which is what `chaz probe worker --live` looks for.
+    sender.timer.call_repeatedly(BEAT_SECONDS, _beat)
     # Every worker watches for expired leases: a dead worker's turn is
     # resumed about a lease after its last heartbeat, with or without beat.
     _watch = LeaseWatch(services())
     _watch.start()
 
 
+def _beat() -> None:
+    if _heartbeat is None:
+        return
+    try:
+        _heartbeat.beat()
+    except Exception:
+        # Redis is away: the worker is unready until a later beat gets through.
+        log.warning("heartbeat: could not refresh the ready key", exc_info=True)
+
+
 @worker_shutting_down.connect
 def _retract(sender: Any, **_: Any) -> None:
+    # Warm shutdown (SIGTERM): no new turns; running ones finish (docs/operations.md).
     if _watch is not None:
         _watch.stop()
-    if _services is not None:
-        _services.redis.delete(keys.worker_ready(str(sender)))
+    if _heartbeat is not None:
+        try:
+            _heartbeat.stop()
+        except Exception:
+            log.warning("heartbeat: could not retract the ready key", exc_info=True)
+
+
+@worker_shutdown.connect
+def _gone(**_: Any) -> None:
+    if _heartbeat is not None:
+        _heartbeat.remove()
 
 
 @worker_process_shutdown.connect

@@ -213,6 +213,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--addr", default="0.0.0.0", metavar="ADDR", help="listen address (default 0.0.0.0)"
     )
 
+    probe_sub = group("probe", "cheap health checks for a platform's probes (exit 0 = healthy)")
+    p = add(
+        probe_sub,
+        "worker",
+        _command("cmd_probe_worker", "chaz.cli.probe"),
+        "is this machine's worker ready for turns (or, with --live, still working)?",
+    )
+    p.add_argument(
+        "--live",
+        action="store_true",
+        help="check only that the worker's event loop still beats (no Redis); a worker "
+        "in warm shutdown is live",
+    )
+    p.add_argument(
+        "--node", metavar="NAME@HOST", help="this worker only (default: every worker of CHAZ_HOME)"
+    )
+    p.add_argument(
+        "--max-age",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="with --live: the oldest beat that counts as live (default 60)",
+    )
+
     add(sub, "migrate", _command("cmd_migrate"), "bring the database schema up to date")
     doctor = _command("cmd_doctor", "chaz.cli.doctor")
     add(sub, "doctor", doctor, "check settings, database, Redis, workers and beat; say what to fix")

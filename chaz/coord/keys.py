@@ -25,7 +25,9 @@ key                                     type        meaning
 ``chaz:cancel:{job}``                   string      set while cancellation of ``job`` is requested
 ``chaz:idem:{sid}:{key}``               string      held while one caller admits with that
                                                     idempotency key (retries wait for it)
-``chaz:worker:{hostname}``              string      pid of a worker that is ready for tasks
+``chaz:worker:{hostname}``              string      pid of a worker that is ready for tasks,
+                                                    re-set on each of its beats with a short
+                                                    expiry (``chaz.heartbeat``)
 ``chaz:inbox:{sid}``                    string      set while messages wait in ``sid``'s inbox
                                                     (a hint: the deliveries table is the record)
 ``chaz:reconciled``                     string      when a reconciler pass last completed (ISO

@@ -1,0 +1,130 @@
+"""What SIGTERM does to a worker mid-turn (a Kubernetes pod stopping; deploy/k8s).
+
+SIGTERM starts Celery's warm shutdown: the worker takes no more turns and
+waits for the ones it runs. Either the turn finishes inside the grace
+period, or the platform's SIGKILL ends the process and another worker
+resumes the turn from its checkpoint once the lease expires. Both ways the
+turn runs once: no completed step repeats, one reply. The turn waits on a
+gate the test opens, so "mid-turn" is a known point, not a guess.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import chaz
+from chaz.domain.entries import EntryType
+from chaz.stack import WorkerProcess, settings_env
+from tests.support.stack import Stack
+
+#: A turn that does one step, then holds at its session's gate until the test opens it.
+HELD = chaz.AgentSpec(
+    id="held",
+    tools=["echo"],
+    script=[
+        {"match": "^quick", "steps": [{"echo": True}]},
+        {
+            "steps": [
+                {"call": "echo", "args": {"text": "before"}},
+                {"wait": "go-{session_id}", "timeout": 300},
+                {"say": "after {last_result}"},
+            ]
+        },
+    ],
+)
+WAIT = 60
+
+
+def _node(worker: WorkerProcess) -> str:
+    return f"{worker.name}@{socket.gethostname()}"
+
+
+def _probe(stack: Stack, worker: WorkerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **settings_env(stack.settings)}
+    return subprocess.run(
+        [sys.executable, "-m", "chaz.cli", "probe", "worker", "--node", _node(worker), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _held_turn(stack: Stack) -> tuple[chaz.Session, chaz.Entry]:
+    """A turn past its first tool call, now waiting at its gate."""
+    client = stack.client
+    client.agents.put(HELD)
+    s = client.sessions.create("held")
+    posted = client.sessions.post(s.id, "hold on", sender="user:alice")
+    stack.wait_for(
+        lambda: any(e.type is EntryType.TOOL_RESULT for e in client.sessions.entries(s.id)),
+        WAIT,
+        "the echo step done",
+    )
+    return s, posted
+
+
+def _shutting_down(stack: Stack, worker: WorkerProcess) -> None:
+    """SIGTERM, then wait until the worker says it is in warm shutdown."""
+    worker.kill(signal.SIGTERM)
+    stack.wait_for(
+        lambda: "shutting down" in _probe(stack, worker).stderr, WAIT, "warm shutdown to begin"
+    )
+    # Unready (no new work), yet live: a liveness probe must not kill it mid-grace.
+    assert _probe(stack, worker, "--live").returncode == 0
+
+
+def _ran_once(stack: Stack, s: chaz.Session, posted: chaz.Entry) -> list[chaz.Entry]:
+    client = stack.client
+    reply = client.sessions.wait_for_reply(s.id, after=posted.seq, timeout=WAIT)
+    assert reply.type is EntryType.MESSAGE and reply.content == "after before", reply
+    mine = [e for e in client.sessions.entries(s.id) if e.job_id == posted.job_id]
+    assert [e.metadata.get("tool") for e in mine if e.type is EntryType.TOOL_CALL] == ["echo"]
+    assert [e.type for e in mine].count(EntryType.MESSAGE) == 2  # the trigger and one reply
+    assert client.jobs.get(posted.job_id or "").status is chaz.JobStatus.SUCCEEDED
+    return mine
+
+
+def test_sigterm_lets_the_running_turn_finish_and_takes_no_new_one(stack: Stack) -> None:
+    [first] = stack.workers(1, concurrency=1, queues="chaz.turns")
+    s, posted = _held_turn(stack)
+    [second] = stack.workers(1, concurrency=1, queues="chaz.turns")
+    _shutting_down(stack, first)
+
+    # New work goes to the other worker while the first finishes its turn.
+    client = stack.client
+    other = client.sessions.create("held")
+    quick = client.sessions.post(other.id, "quick one", sender="user:bob")
+    assert client.sessions.wait_for_reply(other.id, after=quick.seq, timeout=WAIT).content == (
+        "quick one"
+    )
+    [ack] = [e for e in client.sessions.entries(other.id) if e.type is EntryType.ACK]
+    assert ack.metadata["pid"] == second.pid
+
+    stack.open_gate(f"go-{s.id}")
+    mine = _ran_once(stack, s, posted)
+    assert [e.metadata["pid"] for e in mine if e.type is EntryType.ACK] == [first.pid]
+    assert client.jobs.get(posted.job_id or "").attempts == 1
+    assert first.proc is not None and first.proc.wait(WAIT) == 0  # a clean exit
+
+
+def test_a_turn_outliving_the_grace_period_resumes_elsewhere_once(stack: Stack) -> None:
+    [first] = stack.workers(1, concurrency=1, queues="chaz.turns")
+    s, posted = _held_turn(stack)
+    [second] = stack.workers(1, concurrency=1, queues="chaz.turns")
+    _shutting_down(stack, first)
+    # terminationGracePeriodSeconds ran out: the kubelet's SIGKILL.
+    first.kill(signal.SIGKILL)
+    assert first.proc is not None
+    first.proc.wait(WAIT)
+    stack.open_gate(f"go-{s.id}")
+
+    mine = _ran_once(stack, s, posted)
+    acks = [e for e in mine if e.type is EntryType.ACK]
+    assert [e.content for e in acks] == ["processing", "resumed: attempt 2"]
+    assert [e.metadata["pid"] for e in acks] == [first.pid, second.pid]
+    assert stack.client.jobs.get(posted.job_id or "").attempts == 2

@@ -67,7 +67,10 @@ def _announce(sender: Any, **_: Any) -> None:
             # The worker still takes turns; the scrape's `up` shows the gap.
             log.exception("could not serve metrics on port %d", port)
     _heartbeat = Heartbeat(services().redis, services().settings.home, sender.hostname, os.getpid())
-    _heartbeat.beat()
+    # The first beat sets the ready key; a failure (CHAZ_HOME not writable,
+    # Redis away) is logged and retried by the next beat, and must not keep
+    # the lease watch below from starting.
+    _beat()
     # On the consumer's timer, in its event loop: a loop that stops turning
     # stops the beat, which is what `chaz probe worker --live` looks for.
     sender.timer.call_repeatedly(BEAT_SECONDS, _beat)
@@ -83,8 +86,9 @@ def _beat() -> None:
     try:
         _heartbeat.beat()
     except Exception:
-        # Redis is away: the worker is unready until a later beat gets through.
-        log.warning("heartbeat: could not refresh the ready key", exc_info=True)
+        # Until a beat gets through, `chaz probe worker` says not ready (Redis
+        # away) or not live (the beat file cannot be written).
+        log.warning("heartbeat: could not beat", exc_info=True)
 
 
 @worker_shutting_down.connect

@@ -28,6 +28,7 @@ from chaz.domain.validation import SafeText, check_content, check_session_name
 from chaz.errors import (
     ToolError,
     ValidationError,
+    WaitCycle,
 )
 from chaz.runtime.registry import Tool, ToolContext
 from chaz.services import Services
@@ -210,6 +211,8 @@ def _continue(args: AgentArgs, ctx: ToolContext, svc: Services) -> str:
     )
     _expect_agent(target, args.agent_id)
     check_messages(ctx)
+    if not args.run_in_background:
+        _refuse_wait_cycle(svc, ctx, target)
     done = ctx.need_delegation().deliver(
         sender_of(svc, ctx, DeliveryKind.AGENT),
         target,
@@ -218,6 +221,22 @@ def _continue(args: AgentArgs, ctx: ToolContext, svc: Services) -> str:
         Reply.FOLLOWUP if args.run_in_background else Reply.NONE,
     )
     return _answer(ctx, done, args.run_in_background, args.timeout)
+
+
+def _refuse_wait_cycle(svc: Services, ctx: ToolContext, target: Session) -> None:
+    """A foreground call into a session where one of this turn's ancestors
+    still runs would wait for that turn's lane, which that turn holds while
+    it waits (directly or through others) on this one: refuse it up front,
+    rather than hang until the timeout."""
+    ancestor = svc.store.unfinished_ancestor_in(ctx.job_id, target.id, visibility.MAX_HOPS)
+    if ancestor is not None:
+        raise WaitCycle(
+            f"session {target.name or target.id} is running job {ancestor}, which this "
+            "turn descends from: a foreground call there would wait on itself; use "
+            "run_in_background=True (the answer comes back as a follow-up) or send_message",
+            session_id=target.id,
+            execution_id=ancestor,
+        )
 
 
 def _answer(ctx: ToolContext, done: Delivered, background: bool, timeout: float) -> str:

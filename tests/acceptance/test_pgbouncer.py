@@ -78,6 +78,9 @@ def test_the_acceptance_load_runs_through_pgbouncer(bstack: Stack, bouncer: PgBo
     settings = bstack.settings.model_copy(update={"db_pool_size": PRODUCERS})
     producer = chaz.Client(settings)
     try:
+        with producer.services.store.engine.connect() as conn:
+            # No server-side prepared statements behind the pooler.
+            assert conn.connection.driver_connection.prepare_threshold is None  # type: ignore[union-attr]
         with connections.PeakBackends(_database(bstack)) as peak:
             load = connections.producer_load(producer, PRODUCERS, ROUNDS)
     finally:
@@ -86,6 +89,10 @@ def test_the_acceptance_load_runs_through_pgbouncer(bstack: Stack, bouncer: PgBo
     assert load.replies == PRODUCERS * ROUNDS
     # PostgreSQL saw no more than pgbouncer's pool, whatever the clients held.
     assert 0 < peak.peak <= bouncer.pool_size
+    # Each worker kept at most a connection per turn thread, plus its two fixed ones.
+    for w in bstack._workers:
+        held = connections.tcp_connections_to(w.pid, bouncer.port)
+        assert 0 < held <= w.concurrency + 2, (w.pid, held)
 
 
 def test_follow_ups_run_in_order(bstack: Stack) -> None:

@@ -162,6 +162,32 @@ def backend_cpu(database: str) -> Iterator[list[float]]:
     out[0] = sum(_cpu_seconds(pid) - before.get(pid, 0.0) for pid in backends(database))
 
 
+def tcp_connections_to(pid: int, port: int) -> int:
+    """Established TCP connections process ``pid`` holds to ``port`` (read from /proc)."""
+    inodes = set()
+    fd_dir = Path(f"/proc/{pid}/fd")
+    for fd in fd_dir.iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue  # closed while we looked
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    count = 0
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            remote_port = int(cols[2].rsplit(":", 1)[1], 16)
+            # State 01 is ESTABLISHED; column 9 the socket's inode.
+            if remote_port == port and cols[3] == "01" and cols[9] in inodes:
+                count += 1
+    return count
+
+
 def _claim_redis() -> tuple[str, redis.Redis, str]:
     admin = redis.Redis.from_url("redis://127.0.0.1:6379/0")
     for n in (n for n in range(1, 16) if n != 13):

@@ -24,7 +24,7 @@ from chaz.coord.redis import connect
 from chaz.coord.signals import TurnSignals
 from chaz.dispatch import Dispatcher
 from chaz.settings import Settings
-from chaz.store.db import DEFAULT_POOL_SIZE, PoolOptions
+from chaz.store.db import PoolOptions
 from chaz.store.repo import Store
 
 
@@ -41,12 +41,7 @@ class Services:
     @property
     def pool(self) -> PoolOptions:
         """The PostgreSQL pool this process's store opens."""
-        s = self.settings
-        return PoolOptions(
-            size=s.db_pool_size or self.db_threads or DEFAULT_POOL_SIZE,
-            max_overflow=s.db_max_overflow,
-            prepare_threshold=5 if s.db_prepared_statements else None,
-        )
+        return PoolOptions.of(self.settings, self.db_threads)
 
     @cached_property
     def store(self) -> Store:

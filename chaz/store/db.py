@@ -7,13 +7,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
 from chaz.files import create_private, private_dir
+from chaz.settings import Settings, get_settings
 
 #: A process's pool when nobody sized it (docs/capacity.md#postgresql-connections).
 DEFAULT_POOL_SIZE = 10
+#: psycopg's own default: statements run this often on a connection are prepared.
+PREPARE_THRESHOLD = 5
 
 
 @dataclass(frozen=True)
@@ -34,15 +38,36 @@ class PoolOptions:
     #: one connection; None never does (what a transaction-mode PgBouncer
     #: needs: the prepared statement would live on a server connection the
     #: next transaction may not get).
-    prepare_threshold: int | None = 5
+    prepare_threshold: int | None = PREPARE_THRESHOLD
+
+    @classmethod
+    def of(cls, settings: Settings, threads: int | None = None) -> PoolOptions:
+        """The pool ``settings`` ask for, in a process with ``threads`` threads
+        using the database at once (CHAZ_DB_POOL_SIZE wins; neither: the default)."""
+        return cls(
+            size=settings.db_pool_size or threads or DEFAULT_POOL_SIZE,
+            max_overflow=settings.db_max_overflow,
+            prepare_threshold=PREPARE_THRESHOLD if settings.db_prepared_statements else None,
+        )
 
 
 def make_engine(url: str, pool: PoolOptions | None = None) -> Engine:
-    """An engine for ``url``; SQLite gets WAL, a busy timeout and IMMEDIATE writes."""
+    """An engine for ``url``; SQLite gets WAL, a busy timeout and IMMEDIATE writes.
+
+    Without ``pool``, the process's settings (``CHAZ_DB_*``) size it: a
+    one-off engine (``chaz migrate``, ``chaz doctor``) behind PgBouncer must
+    not prepare statements either.
+    """
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(url)
-    pool = pool or PoolOptions()
+    if pool is None:
+        try:
+            pool = PoolOptions.of(get_settings())
+        except ValidationError:
+            # Settings that do not parse are reported by whoever reads them
+            # (chaz doctor, chaz config); an engine still gets made.
+            pool = PoolOptions()
     connect_args: dict[str, Any] = {}
     if parsed.get_driver_name() == "psycopg":
         connect_args["prepare_threshold"] = pool.prepare_threshold

@@ -11,7 +11,9 @@ installed the module skips, or fails under CI=true.
 
 from __future__ import annotations
 
+import os
 import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +22,9 @@ import pytest
 
 import chaz
 from chaz.domain.entries import EntryType
+from chaz.store import Store
+from chaz.store.db import PoolOptions
+from chaz.store.migrate import current_revision, head_revision, upgrade
 from tests.conftest import IN_CI, PG_ADMIN
 from tests.support import connections, pgbouncer
 from tests.support.pgbouncer import PgBouncer
@@ -93,6 +98,38 @@ def test_the_acceptance_load_runs_through_pgbouncer(bstack: Stack, bouncer: PgBo
     for w in bstack._workers:
         held = connections.tcp_connections_to(w.pid, bouncer.port)
         assert 0 < held <= w.concurrency + 2, (w.pid, held)
+
+
+def test_migrations_run_through_pgbouncer_at_once(bouncer: PgBouncer) -> None:
+    """Three processes' worth of `chaz migrate` on a fresh database, through
+    the pooler: one runs the revisions, the others wait for its lock."""
+    name = f"chaz_bouncer_migrate_{os.getpid()}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = bouncer.url.rsplit("/", 1)[0] + f"/{name}"
+    stores = [Store(url, PoolOptions(size=1, prepare_threshold=None)) for _ in range(3)]
+    try:
+        failures: list[BaseException] = []
+
+        def migrate(store: Store) -> None:
+            try:
+                upgrade(store.engine)
+            except BaseException as exc:
+                failures.append(exc)
+
+        threads = [threading.Thread(target=migrate, args=(s,)) for s in stores]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert failures == []
+        assert current_revision(stores[0].engine) == head_revision()
+    finally:
+        for s in stores:
+            s.close()
+        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def test_follow_ups_run_in_order(bstack: Stack) -> None:

@@ -211,3 +211,5 @@ def test_many_threads_share_few_connections_without_churn(bstack: Stack) -> None
         producer.close()
     assert load.errors == [] and load.replies == 60, load.errors[:5]
     assert 0 < load.producer_connects <= 10
+    # No thread ever asked for a second connection while holding one.
+    assert load.most_held_by_a_thread == 1

@@ -41,6 +41,10 @@ class LoadResult:
     errors: list[str] = field(default_factory=list)
     #: Connections the producer's engine opened (SQLAlchemy ``connect`` events).
     producer_connects: int = 0
+    #: The most connections one producer thread held at once: above 1, a
+    #: thread asked for a second connection while holding one, which a full
+    #: pool without overflow could make wait forever.
+    most_held_by_a_thread: int = 0
     seconds: float = 0.0
 
 
@@ -57,8 +61,20 @@ def producer_load(client: chaz.Client, threads: int, rounds: int) -> LoadResult:
         with lock:
             connects[0] += 1
 
+    held = threading.local()
+
+    def checkout(*_: Any) -> None:
+        held.n = getattr(held, "n", 0) + 1
+        with lock:
+            result.most_held_by_a_thread = max(result.most_held_by_a_thread, held.n)
+
+    def checkin(*_: Any) -> None:
+        held.n = getattr(held, "n", 1) - 1
+
     engine = client.services.store.engine
     event.listen(engine, "connect", count)
+    event.listen(engine.pool, "checkout", checkout)
+    event.listen(engine.pool, "checkin", checkin)
     start = threading.Barrier(threads)
 
     def run(sid: str) -> None:
@@ -85,6 +101,8 @@ def producer_load(client: chaz.Client, threads: int, rounds: int) -> LoadResult:
         t.join()
     result.seconds = time.monotonic() - began
     event.remove(engine, "connect", count)
+    event.remove(engine.pool, "checkout", checkout)
+    event.remove(engine.pool, "checkin", checkin)
     result.producer_connects = connects[0]
     return result
 

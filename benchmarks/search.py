@@ -346,6 +346,29 @@ def measure(store: Store, repeat: int) -> dict[str, Any]:
     }
 
 
+def _load_and_measure(
+    store: Store,
+    entries: int,
+    sessions: int,
+    repeat: int,
+    load: Callable[[tuple[list[Any], list[Any]]], dict[str, float]],
+) -> dict[str, Any]:
+    """Migrate ``store``, generate the corpus, ``load`` it (the stack's bulk
+    path, returning its phase times) and time the queries against it."""
+    upgrade(store.engine)
+    t0 = time.perf_counter()
+    rows = _sessions_and_entries(entries, sessions)
+    gen = time.perf_counter() - t0
+    times = load(rows)
+    return {
+        "entries": entries,
+        "sessions": sessions,
+        "generate": gen,
+        **times,
+        **measure(store, repeat),
+    }
+
+
 def _postgres(entries: int, sessions: int, repeat: int, keep: bool) -> dict[str, Any]:
     with psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=5) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{PG_DATABASE}" WITH (FORCE)')
@@ -354,18 +377,9 @@ def _postgres(entries: int, sessions: int, repeat: int, keep: bool) -> dict[str,
     url = f"{base}/{PG_DATABASE}"
     store = Store(url)
     try:
-        upgrade(store.engine)
-        t0 = time.perf_counter()
-        rows = _sessions_and_entries(entries, sessions)
-        gen = time.perf_counter() - t0
-        times = load_postgres(url, *rows)
-        return {
-            "entries": entries,
-            "sessions": sessions,
-            "generate": gen,
-            **times,
-            **measure(store, repeat),
-        }
+        return _load_and_measure(
+            store, entries, sessions, repeat, lambda rows: load_postgres(url, *rows)
+        )
     finally:
         store.close()
         if not keep:
@@ -377,18 +391,9 @@ def _sqlite(entries: int, sessions: int, repeat: int) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="chaz-search-bench-"))
     store = Store(f"sqlite:///{home / 'chaz.db'}")
     try:
-        upgrade(store.engine)
-        t0 = time.perf_counter()
-        rows = _sessions_and_entries(entries, sessions)
-        gen = time.perf_counter() - t0
-        times = load_sqlite(store, *rows)
-        return {
-            "entries": entries,
-            "sessions": sessions,
-            "generate": gen,
-            **times,
-            **measure(store, repeat),
-        }
+        return _load_and_measure(
+            store, entries, sessions, repeat, lambda rows: load_sqlite(store, *rows)
+        )
     finally:
         store.close()
         shutil.rmtree(home, ignore_errors=True)

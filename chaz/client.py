@@ -239,6 +239,23 @@ class _Acting:
     def _may(self, grant: Grant, action: str) -> None:
         self._principal.require(grant, action)
 
+    def _sender(self, sender: str | None, operator_default: str | None = None) -> str:
+        """Whom a write is from: ``sender`` if this principal may write as it.
+
+        An operator's client writes as anyone (``None``: ``operator_default``,
+        else itself); an API-key client writes only as its own principal, so
+        it cannot pose as a person or an agent (``auth.forbidden``)."""
+        principal = self._principal
+        if sender is None:
+            sender = operator_default if principal.operator and operator_default else principal.name
+        parse_sender(check_text("sender", sender))
+        if not principal.operator and sender != principal.name:
+            raise Forbidden(
+                f"{principal.name} may not write as {sender}: an API key writes as itself",
+                sender=sender,
+            )
+        return sender
+
     def _session(self, ref: str, field: str = "session") -> Session:
         """The session of an id or exact name, in the principal's project."""
         return self._svc.store.get_session(check_ref(field, ref), project=self._project)
@@ -496,14 +513,7 @@ class Sessions(_Acting):
         etype = check_entry_type(type)
         cap = self._svc.settings.max_content_bytes
         content = check_content(etype, content, max_bytes=cap)
-        if sender is None:
-            sender = "user:user" if self._principal.operator else self._principal.name
-        parse_sender(check_text("sender", sender))
-        if not self._principal.operator and sender != self._principal.name:
-            raise Forbidden(
-                f"{self._principal.name} may not write as {sender}: an API key writes as itself",
-                sender=sender,
-            )
+        sender = self._sender(sender, operator_default="user:user")
         metadata = check_json("metadata", metadata, max_bytes=cap)
         idempotency_key = check_idempotency_key(idempotency_key)
         fields = JobFields(owner=self._principal.name, grants=grant_names(self._principal.grants))
@@ -823,13 +833,7 @@ class Deliveries(_Acting):
         if reply not in (Reply.NONE.value, Reply.COMPLETION.value):
             raise ValidationError("reply must be 'none' or 'completion'", field="reply")
         mode = Reply(reply)
-        sender = self._principal.name if sender is None else sender
-        parse_sender(check_text("sender", sender))
-        if not self._principal.operator and sender != self._principal.name:
-            raise Forbidden(
-                f"{self._principal.name} may not write as {sender}: an API key writes as itself",
-                sender=sender,
-            )
+        sender = self._sender(sender)
         origin = check_ref("from_session", from_session) if from_session is not None else None
         done = delivery_cases.send_request(
             self._svc,

@@ -293,6 +293,12 @@ class SelfDelivery(TopologyError):
     code = "topology.self"
 
 
+class WaitCycle(TopologyError):
+    """A foreground call would wait on a turn that waits on the caller."""
+
+    code = "topology.cycle"
+
+
 class Timeout(ChazError):
     """A wait ran out before the awaited thing happened."""
 

@@ -24,19 +24,29 @@ from chaz.coord.redis import connect
 from chaz.coord.signals import TurnSignals
 from chaz.dispatch import Dispatcher
 from chaz.settings import Settings
+from chaz.store.db import PoolOptions
 from chaz.store.repo import Store
 
 
 class Services:
     """Store, Redis and broker for one process; cheap to share across threads."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, db_threads: int | None = None) -> None:
+        """``db_threads``: how many of this process's threads use the database at
+        once (a worker's turn threads and its fixed ones); it sizes the pool
+        unless CHAZ_DB_POOL_SIZE does."""
         self.settings = settings
+        self.db_threads = db_threads
+
+    @property
+    def pool(self) -> PoolOptions:
+        """The PostgreSQL pool this process's store opens."""
+        return PoolOptions.of(self.settings, self.db_threads)
 
     @cached_property
     def store(self) -> Store:
         """The database."""
-        return Store(self.settings.effective_database_url())
+        return Store(self.settings.effective_database_url(), self.pool)
 
     @cached_property
     def redis(self) -> redis.Redis:

@@ -28,6 +28,26 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(
         None, description="Redis URL; default the embedded server at $CHAZ_HOME/redis.sock."
     )
+    # -- PostgreSQL connections (docs/capacity.md#postgresql-connections)
+    db_pool_size: int | None = Field(
+        None,
+        gt=0,
+        description="PostgreSQL connections one process may keep open; it opens only as many "
+        "as it has transactions in flight, and threads past the cap wait for one (null: a "
+        "worker's threads plus 2, any other process 10).",
+    )
+    db_max_overflow: int = Field(
+        0,
+        ge=0,
+        description="Connections a process may open past CHAZ_DB_POOL_SIZE in a burst; each is "
+        "closed when returned, so under a steady load they churn.",
+    )
+    db_prepared_statements: bool = Field(
+        True,
+        description="Let psycopg prepare often-run statements on the server; false behind a "
+        "transaction-mode pooler such as PgBouncer, whose server connections change between "
+        "transactions.",
+    )
     lease_seconds: float = Field(
         10.0,
         gt=0,

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from celery.signals import (
+    worker_init,
     worker_process_shutdown,
     worker_ready,
     worker_shutdown,
@@ -37,6 +38,11 @@ _lock = threading.Lock()
 _services: Services | None = None
 _watch: LeaseWatch | None = None
 _heartbeat: Heartbeat | None = None
+#: This worker's turn threads (``--concurrency``), known once Celery built it.
+_threads: int | None = None
+#: Database users beside the turn threads: the lease watch, and one spare for
+#: a turn's event-sink writer overlapping its own thread's transaction.
+FIXED_DB_THREADS = 2
 
 
 #: The tools this worker's agents may call: built here, where the worker starts.
@@ -49,8 +55,18 @@ def services() -> Services:
     if _services is None:
         with _lock:
             if _services is None:
-                _services = Services(get_settings())
+                threads = _threads if _threads is not None else get_settings().worker_concurrency
+                _services = Services(get_settings(), db_threads=threads + FIXED_DB_THREADS)
     return _services
+
+
+@worker_init.connect
+def _count_threads(sender: Any, **_: Any) -> None:
+    # The --concurrency of the command line, which CHAZ_WORKER_CONCURRENCY
+    # only defaults: the pool is sized to the threads that really run.
+    global _threads
+    if isinstance(sender.concurrency, int):
+        _threads = sender.concurrency
 
 
 @worker_ready.connect

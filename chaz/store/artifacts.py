@@ -14,13 +14,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Connection, Table, bindparam, delete, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from chaz.domain.artifacts import Artifact
 from chaz.domain.jobs import TERMINAL
 from chaz.domain.results import RESULT_CAP, TEXT, digest, excerpt
 from chaz.ids import as_utc, new_id, utcnow
+from chaz.store import upsert
 from chaz.store.models import ArtifactRow, JobRow
 
 if TYPE_CHECKING:
@@ -61,9 +60,10 @@ def record(conn: Connection, job_id: str, session_id: str, text: str) -> None:
         "sha256": found.sha256,
         "created_at": utcnow(),
     }
-    insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
     conn.execute(
-        insert(ARTIFACTS).values(**values).on_conflict_do_nothing(index_elements=["job_id"])
+        upsert.insert(conn, ARTIFACTS)
+        .values(**values)
+        .on_conflict_do_nothing(index_elements=["job_id"])
     )
 
 

@@ -1,25 +1,86 @@
-"""Engine creation, with the SQLite settings that make several processes safe."""
+"""Engine creation: PostgreSQL pools sized to the threads that use them, and
+the SQLite settings that make several processes safe."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
 from chaz.files import create_private, private_dir
+from chaz.settings import Settings, get_settings
+
+#: A process's pool when nobody sized it (docs/capacity.md#postgresql-connections).
+DEFAULT_POOL_SIZE = 10
+#: psycopg's own default: statements run this often on a connection are prepared.
+PREPARE_THRESHOLD = 5
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for ``url``; SQLite gets WAL, a busy timeout and IMMEDIATE writes."""
+@dataclass(frozen=True)
+class PoolOptions:
+    """How many PostgreSQL connections one process keeps, and how it talks to them.
+
+    ``size`` is a cap, not a reservation: the pool opens a connection only
+    when every open one is in use, so a process opens at most as many as it
+    has transactions in flight at once. Connections past ``size`` (up to
+    ``max_overflow`` more) are closed as soon as they are returned; under a
+    steady load above the cap they are opened and closed over and over,
+    which is why the default allows none.
+    """
+
+    size: int = DEFAULT_POOL_SIZE
+    max_overflow: int = 0
+    #: psycopg prepares a statement on the server after it ran this often on
+    #: one connection; None never does (what a transaction-mode PgBouncer
+    #: needs: the prepared statement would live on a server connection the
+    #: next transaction may not get).
+    prepare_threshold: int | None = PREPARE_THRESHOLD
+
+    @classmethod
+    def of(cls, settings: Settings, threads: int | None = None) -> PoolOptions:
+        """The pool ``settings`` ask for, in a process with ``threads`` threads
+        using the database at once (CHAZ_DB_POOL_SIZE wins; neither: the default)."""
+        return cls(
+            size=settings.db_pool_size or threads or DEFAULT_POOL_SIZE,
+            max_overflow=settings.db_max_overflow,
+            prepare_threshold=PREPARE_THRESHOLD if settings.db_prepared_statements else None,
+        )
+
+
+def make_engine(url: str, pool: PoolOptions | None = None) -> Engine:
+    """An engine for ``url``; SQLite gets WAL, a busy timeout and IMMEDIATE writes.
+
+    Without ``pool``, the process's settings (``CHAZ_DB_*``) size it: a
+    one-off engine (``chaz migrate``, ``chaz doctor``) behind PgBouncer must
+    not prepare statements either.
+    """
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(url)
+    if pool is None:
+        try:
+            pool = PoolOptions.of(get_settings())
+        except ValidationError:
+            # Settings that do not parse are reported by whoever reads them
+            # (chaz doctor, chaz config); an engine still gets made.
+            pool = PoolOptions()
+    connect_args: dict[str, Any] = {}
+    if parsed.get_driver_name() == "psycopg":
+        connect_args["prepare_threshold"] = pool.prepare_threshold
     # No pool_pre_ping: a round trip per transaction (docs/performance.md).
     # A connection that died with its server raises once, SQLAlchemy then
     # drops the whole pool, and callers see backend.unavailable and retry.
-    return create_engine(url, pool_size=10, max_overflow=20, pool_recycle=1800)
+    return create_engine(
+        url,
+        pool_size=pool.size,
+        max_overflow=pool.max_overflow,
+        pool_recycle=1800,
+        connect_args=connect_args,
+    )
 
 
 def _sqlite_engine(url: str) -> Engine:

@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import ColumnElement, Connection, Table, func, insert, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 
 from chaz.domain import events
 from chaz.domain.deliveries import (
@@ -27,6 +26,7 @@ from chaz.domain.deliveries import (
 from chaz.domain.jobs import TERMINAL
 from chaz.errors import DeliveryNotFound
 from chaz.ids import as_utc, new_id, utcnow
+from chaz.store import upsert
 from chaz.store.events import record
 from chaz.store.models import DeliveryRow, JobRow, SessionRow
 
@@ -104,9 +104,8 @@ def insert_once(conn: Connection, values: dict[str, Any]) -> bool:
     a failed statement would abort the caller's whole transaction (the end
     of a job, which must commit whatever happens to its follow-up).
     """
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     stmt = (
-        dialect.insert(DELIVERIES)
+        upsert.insert(conn, DELIVERIES)
         .values(**values)
         .on_conflict_do_nothing(index_elements=["idempotency_key"])
     )

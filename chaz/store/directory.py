@@ -151,6 +151,14 @@ class SessionDirectory:
             rows = conn.execute(sq.JOB_ANCESTORS, {"jid": job_id, "hops": max_hops})
             return [r[0] for r in rows]
 
+    def unfinished_ancestor_in(self, job_id: str, session_id: str, max_hops: int) -> str | None:
+        """The nearest unfinished ancestor job of ``job_id`` (``parent_job_id``
+        upwards, at most ``max_hops``) that runs in ``session_id``, if any."""
+        with self._read() as conn:
+            params = {"jid": job_id, "sid": session_id, "hops": max_hops}
+            found: str | None = conn.scalar(sq.UNFINISHED_ANCESTOR_IN, params)
+            return found
+
     def archive_session(
         self, session_id: str, *, reason: str | None, by: ArchivedBy
     ) -> tuple[Session, bool]:

@@ -1,6 +1,6 @@
 """Running the Alembic migrations, safely when several processes start at once.
 
-PostgreSQL serializes concurrent runs with an advisory lock; SQLite with an
+PostgreSQL serializes concurrent runs with a transaction's advisory lock; SQLite with an
 exclusive file lock beside the database. Inside the lock, Alembic's own
 version table makes a second run a no-op.
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
-#: An arbitrary, fixed key for pg_advisory_lock: "chaz" in ASCII.
+#: An arbitrary, fixed key for pg_advisory_xact_lock: "chaz" in ASCII.
 _PG_LOCK_KEY = 0x6368617A
 
 
@@ -96,15 +96,14 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
                 fcntl.flock(fh, fcntl.LOCK_UN)
         return
     with engine.connect() as conn:
-        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_LOCK_KEY})
+        # A transaction's lock, and Alembic runs inside that one transaction
+        # (PostgreSQL's DDL is transactional): behind a transaction-mode
+        # PgBouncer, a session lock would stay held on whichever server
+        # connection took it, and its unlock would run on another.
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK_KEY})
+        cfg.attributes["connection"] = conn
+        _alembic_upgrade(cfg, revision)
         conn.commit()
-        try:
-            cfg.attributes["connection"] = conn
-            _alembic_upgrade(cfg, revision)
-            conn.commit()
-        finally:
-            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_LOCK_KEY})
-            conn.commit()
 
 
 def _run(engine: Engine, cfg: Config, revision: str) -> None:

@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, case, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, case, func, select
 
 from chaz.domain.jobs import ACTIVE
 from chaz.ids import as_utc, utcnow
+from chaz.store import upsert
 from chaz.store.models import JobRow, ProjectRow, SessionRow
 
 if TYPE_CHECKING:
@@ -104,20 +104,14 @@ class ProjectStore:
         """Set both limits of a project (None: the default), creating its row."""
         now = utcnow()
         values = {"max_live": max_live, "max_jobs": max_jobs, "updated_at": now}
-        for _ in range(2):
-            try:
-                with self._store._write() as conn:
-                    done = conn.execute(
-                        update(ProjectRow).where(ProjectRow.id == project).values(**values)
-                    ).rowcount
-                    if not done:
-                        conn.execute(
-                            insert(ProjectRow).values(id=project, created_at=now, **values)
-                        )
-                break
-            except IntegrityError:
-                # Another writer created the row between our update and insert.
-                continue
+        with self._store._write() as conn:
+            # One statement: a concurrent put of the same new project cannot
+            # fail between a check and an insert.
+            conn.execute(
+                upsert.insert(conn, ProjectRow.__table__)
+                .values(id=project, created_at=now, **values)
+                .on_conflict_do_update(index_elements=["id"], set_=values)
+            )
         with self._lock:
             self._cache.pop(project, None)
         return self.get(project)

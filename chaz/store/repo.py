@@ -75,7 +75,7 @@ from chaz.store import projects as project_store
 from chaz.store import rooms as room_store
 from chaz.store import statements as st
 from chaz.store.artifacts import ArtifactStore
-from chaz.store.db import make_engine
+from chaz.store.db import PoolOptions, make_engine
 from chaz.store.directory import SessionDirectory
 from chaz.store.events import EventLog, record
 from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
@@ -427,9 +427,9 @@ class Fence:
 class Store(SessionDirectory):
     """Typed access to the chaz database."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, pool: PoolOptions | None = None) -> None:
         self.url = url
-        self.engine = make_engine(url)
+        self.engine = make_engine(url, pool)
         # Parsed agent specs by id, with the stored JSON they came from: every
         # turn and admission needs its agent, and validating the spec again
         # each time cost more than reading it.

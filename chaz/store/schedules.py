@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Connection, Table, delete, func, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 
 from chaz.domain.jobs import JobStatus
 from chaz.domain.principals import DEFAULT_PRINCIPAL, DEFAULT_PROJECT
@@ -31,6 +30,7 @@ from chaz.domain.schedules import (
 from chaz.domain.sessions import missing_session
 from chaz.errors import AgentNotFound, ScheduleNotFound, SessionArchived
 from chaz.ids import as_utc, new_id, utcnow
+from chaz.store import upsert
 from chaz.store.models import AgentRow, ScheduleFireRow, ScheduleRow, SessionRow
 
 if TYPE_CHECKING:
@@ -321,9 +321,8 @@ class ScheduleStore:
                 return None
             if row["max_fires"] is not None and row["fires"] >= row["max_fires"]:
                 return None
-            dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
             inserted = conn.execute(
-                dialect.insert(FIRES)
+                upsert.insert(conn, FIRES)
                 .values(**values)
                 .on_conflict_do_nothing(index_elements=["schedule_id", "slot"])
                 .returning(FIRES.c.id)

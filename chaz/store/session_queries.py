@@ -55,6 +55,7 @@ def _descendants() -> Any:
 
 def _job_ancestors() -> Any:
     # up(jid, sid, depth): the job's parent, then each parent's parent.
+    # The CTE itself: the statements below select from it.
     me = JOBS.alias("me")
     parent = select(me.c.parent_job_id).where(me.c.id == bindparam("jid")).scalar_subquery()
     start = (
@@ -78,15 +79,23 @@ def _job_ancestors() -> Any:
         )
         .where(found.c.depth < bindparam("hops"))
     )
-    up = start.union_all(step)
-    return select(up.c.sid).order_by(up.c.depth)
+    return start.union_all(step)
 
 
 #: Sessions below ``:sid`` through ``parent_job_id`` (at most ``:hops`` generations)
 #: and their trees.
 DESCENDANTS = _descendants()
+_UP = _job_ancestors()
 #: Sessions of the jobs above ``:jid`` through ``parent_job_id``, nearest first.
-JOB_ANCESTORS = _job_ancestors()
+JOB_ANCESTORS = select(_UP.c.sid).order_by(_UP.c.depth)
+#: The nearest unfinished job above ``:jid`` that runs in session ``:sid``.
+UNFINISHED_ANCESTOR_IN = (
+    select(_UP.c.jid)
+    .join(JOBS, JOBS.c.id == _UP.c.jid)
+    .where(_UP.c.sid == bindparam("sid"), JOBS.c.status.in_(_ACTIVE))
+    .order_by(_UP.c.depth)
+    .limit(1)
+)
 
 _finished = and_(JOBS.c.status.in_(_TERMINAL), JOBS.c.started_at.is_not(None))
 #: A session's finished turns: jobs that started and ended (docs/collaboration.md#list-agents).

@@ -10,7 +10,6 @@ a refused call writes nothing (DESIGN invariant 7).
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
 from typing import Any
@@ -19,26 +18,21 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from chaz import branches, visibility
 from chaz.domain.addresses import StartMode, parse_start_from
-from chaz.domain.deliveries import Delivered, DeliveryKind, NewBranch, Reply, Sender
-from chaz.domain.entries import EntryType, agent_sender
+from chaz.domain.deliveries import Delivered, DeliveryKind, NewBranch, Reply
+from chaz.domain.entries import EntryType
 from chaz.domain.jobs import Job, JobStatus
-from chaz.domain.naming import candidates, stage1_label
-from chaz.domain.principals import Grant, grant_names
+from chaz.domain.principals import Grant
 from chaz.domain.results import excerpt
 from chaz.domain.sessions import Session
 from chaz.domain.validation import SafeText, check_content, check_session_name
 from chaz.errors import (
-    DepthExceeded,
-    FanoutExceeded,
-    MessagesExceeded,
     ToolError,
     ValidationError,
+    WaitCycle,
 )
 from chaz.runtime.registry import Tool, ToolContext
 from chaz.services import Services
-
-#: Automatic names tried for a new session before it is left unnamed.
-NAME_CANDIDATES = 20
+from chaz.tools.handoff import check_creation, check_messages, sender_of, stage1_names
 
 
 class AgentArgs(BaseModel):
@@ -179,7 +173,7 @@ def _create(
     timeout: float,
 ) -> str:
     spec = svc.store.get_agent(agent_id)
-    generation = _check_creation(svc, ctx)
+    generation = check_creation(svc, ctx)
     # Transitive narrowing: a child never gets a tool its caller lacks,
     # whichever configuration it runs (seed 003 §5.7).
     tools = sorted(set(spec.tools) & ctx.allowed_tools)
@@ -189,12 +183,12 @@ def _create(
         kind=kind,
         tools=tools,
         fork=fork,
-        names=_names(label, prompt),
+        names=stage1_names(label, prompt),
         generation=generation,
         reply=Reply.FOLLOWUP if background else Reply.NONE,
         archive_when_done=archive_when_done,
     )
-    done = ctx.need_delegation().spawn(_sender(svc, ctx, kind), branch)
+    done = ctx.need_delegation().spawn(sender_of(svc, ctx, kind), branch)
     return _answer(ctx, done, background, timeout)
 
 
@@ -216,15 +210,33 @@ def _continue(args: AgentArgs, ctx: ToolContext, svc: Services) -> str:
         svc, args.to, deliverable=True, project=ctx.principal.project
     )
     _expect_agent(target, args.agent_id)
-    _check_messages(ctx)
+    check_messages(ctx)
+    if not args.run_in_background:
+        _refuse_wait_cycle(svc, ctx, target)
     done = ctx.need_delegation().deliver(
-        _sender(svc, ctx, DeliveryKind.AGENT),
+        sender_of(svc, ctx, DeliveryKind.AGENT),
         target,
         DeliveryKind.AGENT,
         args.prompt,
         Reply.FOLLOWUP if args.run_in_background else Reply.NONE,
     )
     return _answer(ctx, done, args.run_in_background, args.timeout)
+
+
+def _refuse_wait_cycle(svc: Services, ctx: ToolContext, target: Session) -> None:
+    """A foreground call into a session where one of this turn's ancestors
+    still runs would wait for that turn's lane, which that turn holds while
+    it waits (directly or through others) on this one: refuse it up front,
+    rather than hang until the timeout."""
+    ancestor = svc.store.unfinished_ancestor_in(ctx.job_id, target.id, visibility.MAX_HOPS)
+    if ancestor is not None:
+        raise WaitCycle(
+            f"session {target.name or target.id} is running job {ancestor}, which this "
+            "turn descends from: a foreground call there would wait on itself; use "
+            "run_in_background=True (the answer comes back as a follow-up) or send_message",
+            session_id=target.id,
+            execution_id=ancestor,
+        )
 
 
 def _answer(ctx: ToolContext, done: Delivered, background: bool, timeout: float) -> str:
@@ -293,9 +305,9 @@ def send_message(args: SendMessageArgs, ctx: ToolContext) -> str:
         svc, args.to, deliverable=True, project=ctx.principal.project
     )
     _expect_agent(target, "" if args.agent_id == "main" else args.agent_id)
-    _check_messages(ctx)
+    check_messages(ctx)
     done = ctx.need_delegation().deliver(
-        _sender(svc, ctx, DeliveryKind.MESSAGE),
+        sender_of(svc, ctx, DeliveryKind.MESSAGE),
         target,
         DeliveryKind.MESSAGE,
         args.message,
@@ -316,26 +328,6 @@ def send_message(args: SendMessageArgs, ctx: ToolContext) -> str:
 # -- checks --------------------------------------------------------------------------
 
 
-def _check_creation(svc: Services, ctx: ToolContext) -> int:
-    """Depth, message depth and fan-out of a new session (docs/contracts.md#topology).
-
-    Returns the new session's generation. A refusal creates nothing.
-    """
-    depth = ctx.call_depth + 1
-    limit = ctx.limits.topology("max_call_depth")
-    if limit and depth > limit:
-        raise DepthExceeded(
-            f"creating a session would nest {depth} deep; {ctx.agent_id} allows {limit}",
-            depth=depth,
-            max_call_depth=limit,
-        )
-    _check_messages(ctx)
-    limit = ctx.limits.topology("max_spawn_fanout")
-    if limit and svc.store.count_created(ctx.job_id) >= limit:
-        raise FanoutExceeded(
-            f"this turn has already created {limit} sessions", max_spawn_fanout=limit
-        )
-    return depth
 
 
 def _expect_agent(target: Session, agent_id: str) -> None:
@@ -349,36 +341,8 @@ def _expect_agent(target: Session, agent_id: str) -> None:
         )
 
 
-def _check_messages(ctx: ToolContext) -> None:
-    """Message depth: every delivery spends one along its lineage; 0 disables the check."""
-    messages = ctx.message_count + 1
-    limit = ctx.limits.topology("max_messages")
-    if limit and messages > limit:
-        raise MessagesExceeded(
-            f"this lineage has used its {limit} messages",
-            message_count=messages,
-            max_messages=limit,
-        )
 
 
-def _sender(svc: Services, ctx: ToolContext, kind: DeliveryKind) -> Sender:
-    ctx.flush()  # the ToolCall entry first: the hand-off points to it
-    call = svc.store.find_idempotent(ctx.session_id, f"job:{ctx.job_id}:call:{ctx.call_id}")
-    return Sender(
-        sender=agent_sender(ctx.agent_id),
-        # One hand-off per tool call: a resumed turn's retry finds the first.
-        key=f"{kind.value}:{ctx.job_id}:{ctx.call_id}",
-        session_id=ctx.session_id,
-        job_id=ctx.job_id,
-        entry_id=call.entry.id if call is not None else None,
-        tree_id=ctx.tree_id,
-        message_count=ctx.message_count,
-        # Grants only narrow: what this hand-off admits holds this turn's grants.
-        project=ctx.principal.project,
-        owner=ctx.owner,
-        grants=grant_names(ctx.principal.grants),
-        unattended=ctx.unattended,
-    )
 
 
 def _fork_point(svc: Services, ctx: ToolContext, ref: str, seq: int | None) -> tuple[str, int]:
@@ -398,9 +362,6 @@ def _fork_point(svc: Services, ctx: ToolContext, ref: str, seq: int | None) -> t
     return source.id, at
 
 
-def _names(label: str, prompt: str) -> tuple[str, ...]:
-    """Stage-1 names to try in turn (docs/collaboration.md#names)."""
-    return tuple(itertools.islice(candidates(stage1_label(label, prompt)), NAME_CANDIDATES))
 
 
 TOOLS = [

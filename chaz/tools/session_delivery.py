@@ -39,7 +39,7 @@ from chaz.domain.validation import SafeText, check_content, check_session_name
 from chaz.errors import DeliveryNotFound
 from chaz.runtime.registry import Tool, ToolContext
 from chaz.services import Services
-from chaz.tools.agents import _check_creation, _check_messages, _names, _sender
+from chaz.tools.handoff import check_creation, check_messages, sender_of, stage1_names
 from chaz.tools.sessions import require_interactive
 
 #: The longest description ``session_create`` stores.
@@ -124,12 +124,12 @@ def session_send(args: SessionSendArgs, ctx: ToolContext) -> str:
         EntryType.DIRECTIVE, args.message, max_bytes=svc.settings.max_content_bytes
     )
     reply = Reply.COMPLETION if args.reply == "completion" else Reply.NONE
-    sender = _sender(svc, ctx, DeliveryKind.SESSION_SEND)
+    sender = sender_of(svc, ctx, DeliveryKind.SESSION_SEND)
     first = svc.store.deliveries.by_key(sender.key)
     if first is None:
         caller = svc.store.get_session(ctx.session_id)
         target = _target(svc, caller, args.target_session_id)
-        _check_messages(ctx)
+        check_messages(ctx)
         done = ctx.need_delegation().deliver(
             sender, target, DeliveryKind.SESSION_SEND, message, reply
         )
@@ -171,7 +171,7 @@ def session_create(args: SessionCreateArgs, ctx: ToolContext) -> str:
     description = (args.description.strip() or None) if args.description is not None else None
     # One key for the call whichever path it takes: a redelivered call finds the first.
     sender = replace(
-        _sender(svc, ctx, DeliveryKind.SESSION_CREATE),
+        sender_of(svc, ctx, DeliveryKind.SESSION_CREATE),
         key=f"{DeliveryKind.SESSION_CREATE.value}:{ctx.job_id}:{ctx.call_id}",
     )
     first = svc.store.deliveries.by_key(sender.key)
@@ -183,20 +183,20 @@ def session_create(args: SessionCreateArgs, ctx: ToolContext) -> str:
     if args.target_agent_id:
         latest = svc.store.deliveries.latest_session(agent_id, caller.project, besides=caller.id)
         if latest is not None:
-            _check_messages(ctx)
+            check_messages(ctx)
             target = svc.store.get_session(latest)
             done = ctx.need_delegation().deliver(
                 sender, target, DeliveryKind.SESSION_SEND, message, Reply.COMPLETION
             )
             return json.dumps(_created(svc, done.delivery, created=False))
-    generation = _check_creation(svc, ctx)
+    generation = check_creation(svc, ctx)
     branch = NewBranch(
         agent_id=agent_id,
         prompt=message,
         kind=DeliveryKind.SESSION_CREATE,
         # Never wider than the caller's own tools, whichever agent runs it.
         tools=sorted(set(spec.tools) & ctx.allowed_tools),
-        names=() if name is not None else _names(description or "", message),
+        names=() if name is not None else stage1_names(description or "", message),
         generation=generation,
         reply=Reply.COMPLETION,
         name=name,

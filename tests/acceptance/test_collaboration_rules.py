@@ -176,6 +176,57 @@ def test_bad_input_from_the_model_is_a_tool_error_and_writes_nothing(st: Stack) 
     assert st.client.jobs.list(session_id=one.id) == []
 
 
+def test_a_foreground_call_into_a_waiting_ancestor_is_refused(st: Stack) -> None:
+    # top's turn waits in the foreground on child's; child's foreground call
+    # back into top's session could only run once top's turn ends, which
+    # waits on child: it is refused at once (it used to hang until its
+    # timeout). The same call in the background is admitted and runs after.
+    top_name = "cycle-top"
+    agent(
+        st,
+        "cycle-child",
+        [
+            on(
+                "go",
+                {"call": "agent", "args": {"prompt": "ping", "to": top_name}},
+                {
+                    "call": "agent",
+                    "args": {"prompt": "later", "to": top_name, "run_in_background": True},
+                },
+                {"say": "child survived"},
+            ),
+            NOTED,
+            NAMING,
+        ],
+        tools=("agent",),
+    )
+    agent(
+        st,
+        "cycle-top",
+        [
+            on(
+                "start",
+                {"call": "agent", "args": {"prompt": "go", "agent_id": "cycle-child"}},
+                {"say": "top: {last_result}"},
+            ),
+            on("later", {"say": "later done"}),
+            NAMING,
+        ],
+        tools=("agent",),
+    )
+    top = st.client.sessions.create("cycle-top", name=top_name)
+    assert ask(st, top.id, "start").content == "top: child survived"
+    child = next(
+        s for s in st.client.sessions.list() if s.parent_job_id and s.agent_id == "cycle-child"
+    )
+    refused, admitted = results_of(st, child.id)
+    assert refused["error"]["code"] == "topology.cycle"
+    assert refused["error"]["details"]["session_id"] == top.id
+    # The background call's job runs in top's session once top's turn has ended.
+    job = st.client.jobs.wait(admitted["execution_id"], timeout=WAIT)
+    assert job.status is chaz.JobStatus.SUCCEEDED and job.result == "later done"
+
+
 def test_c3_archived_target_refuses_new_deliveries(st: Stack) -> None:
     agent(
         st,

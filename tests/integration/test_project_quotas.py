@@ -567,3 +567,14 @@ def test_reserve_answers_in_order_and_counts_nothing_when_it_refuses(
     assert ended(keys=[ks[2], ks[0]], args=["j0", "1"]) == 0
     assert r.get(ks[0]) == "0"
     assert set(r.zrange(ks[2], 0, -1)) == {"_"}
+
+
+def test_concurrent_puts_of_a_new_project_all_land(mstack: Stack, project: str) -> None:
+    # Eight writers create the same project's row at once: each put is one
+    # upsert, so none fails and the row holds one writer's limits whole.
+    store = mstack.client.services.store.projects
+    results = race(8, lambda i: store.put(project, i + 1, 100 + i))
+    assert not [r for r in results if isinstance(r, BaseException)], results
+    shown = store.get(project)
+    assert shown["max_jobs"] == 100 + shown["max_live"] - 1
+    assert [p["id"] for p in store.list()].count(project) == 1

@@ -13,6 +13,7 @@ from sqlalchemy import text
 import chaz
 from chaz.coord.redis import ensure_embedded, stop_embedded
 from chaz.runtime.gates import open_gate
+from chaz.services import Services
 from chaz.settings import Settings
 from chaz.stack import WorkerProcess
 from chaz.store import Store
@@ -72,7 +73,8 @@ class Stack:
             redis_url=redis_url,
             **{**FAST, **overrides},
         )
-        store = Store(pg_url)
+        # The settings' pool: through PgBouncer, no server-side prepared statements.
+        store = Store(pg_url, Services(settings).pool)
         upgrade(store.engine)
         with store.engine.begin() as conn:
             conn.execute(text(f"TRUNCATE {', '.join(TABLES)} CASCADE"))

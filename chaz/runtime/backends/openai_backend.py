@@ -191,8 +191,10 @@ class OpenAIBackend:
             finally:
                 settled.set()
 
-        forget = cancel.on_cancel(settled.set)
+        # The cut first (callbacks run in order): the woken turn closes the
+        # client, and a socket closed before its shutdown sends the server nothing.
         forget_cut = cancel.on_cancel(self._cut)
+        forget = cancel.on_cancel(settled.set)
         threading.Thread(target=call, name="chaz-model-call", daemon=True).start()
         settled.wait()
         forget()

@@ -63,6 +63,8 @@ class CannedResponse:
     chunks: tuple[str, ...] | None = None
     #: Seconds between a stream's chunks.
     pause: float = 0.0
+    #: A stream's chunks are sent once this is set (its headers at once).
+    hold: threading.Event | None = None
 
 
 @dataclass(frozen=True)
@@ -171,15 +173,23 @@ class FakeOpenAI:
             )
         )
 
-    def push_stream(self, chunks: list[str], *, pause: float = 0.0, delay: float = 0.0) -> None:
+    def push_stream(
+        self,
+        chunks: list[str],
+        *,
+        pause: float = 0.0,
+        delay: float = 0.0,
+        hold: threading.Event | None = None,
+    ) -> None:
         """Queue a streamed answer: ``chunks`` as content deltas, ``pause`` seconds
-        apart (the request must ask for ``stream``)."""
+        apart, sent once ``hold`` is set (the request must ask for ``stream``)."""
         self.push(
             CannedResponse(
                 message={"role": "assistant", "content": "".join(chunks), "refusal": None},
                 chunks=tuple(chunks),
                 pause=pause,
                 delay=delay,
+                hold=hold,
             )
         )
 
@@ -400,12 +410,15 @@ def _make_handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             payload = canned.body if canned.body is not None else fake._completion(canned, body)
             self._send(canned.status, payload, canned.headers)
 
-        def _idle(self, seconds: float) -> bool:
-            """Wait ``seconds``; False early if the server stops or the client hangs up."""
+        def _idle(self, seconds: float, until: threading.Event | None = None) -> bool:
+            """Wait ``seconds`` (or until ``until`` is set); False early if the
+            server stops or the client hangs up."""
             deadline = time.monotonic() + seconds
             while (left := deadline - time.monotonic()) > 0:
                 if fake._stopping.is_set():
                     return False
+                if until is not None and until.is_set():
+                    return True
                 readable, _, _ = select.select([self.connection], [], [], min(left, 0.05))
                 try:
                     gone = bool(readable) and not self.connection.recv(1, socket.MSG_PEEK)
@@ -423,6 +436,8 @@ def _make_handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
                 self.wfile.write(fake._chunk(body, {"role": "assistant", "content": ""}, None))
                 self.wfile.flush()
+                if canned.hold is not None and not self._idle(3600, until=canned.hold):
+                    return
                 for i, event in enumerate(fake._stream_events(canned, body)):
                     if i and canned.pause and not self._idle(canned.pause):
                         return

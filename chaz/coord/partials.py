@@ -77,7 +77,8 @@ class PartialPublisher:
         self._step = 0
         self._buffer: list[str] = []
         self._buffered = 0
-        self._last = 0.0
+        # The first delta goes out at once: a watcher sees the answer start.
+        self._last = float("-inf")
 
     def write(self, step: int, text: str) -> None:
         """Add ``text`` to model step ``step``'s stream (published soon, or at flush)."""

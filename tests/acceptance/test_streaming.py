@@ -10,6 +10,9 @@ watcher hears does not depend on how fast anything runs.
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
 import threading
 from collections.abc import Iterator
 
@@ -17,6 +20,7 @@ import pytest
 
 import chaz
 from chaz.domain.entries import EntryType
+from tests.acceptance.test_cli import CLI, LineReader, cli_env
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.stack import Stack
 
@@ -68,7 +72,7 @@ def test_a_watch_with_partials_sees_the_answer_grow_before_it_is_stored(fleet: S
             break
     with_partials.close()
     assert reply is not None and reply.content == ANSWER
-    assert len(partials) >= 3
+    assert len(partials) >= 3, json_lines.lines
     assert "".join(p.text for p in partials) == reply.content
     assert {(p.session_id, p.job_id) for p in partials} == {(s.id, posted.job_id)}
     assert [p.seq for p in partials] == list(range(1, len(partials) + 1))
@@ -195,3 +199,65 @@ def test_an_openai_stream_reaches_the_watcher_and_a_cancel_cuts_it(fleet: Stack)
             if e.type is EntryType.MESSAGE and e.sender == "agent:gpt-streamer"
         ]
         assert [e.content for e in replies] == ["Hello, streaming world"]
+
+
+def _tail(fleet: Stack, sid: str, *flags: str) -> tuple[subprocess.Popen[str], LineReader]:
+    env = cli_env(settings=fleet.settings)
+    tail = subprocess.Popen(
+        [*CLI, "tail", sid, "--after", "0", "--partial", *flags],
+        env=env,
+        cwd=fleet.settings.home.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return tail, LineReader(tail.stdout)  # type: ignore[arg-type]
+
+
+def _stop(tail: subprocess.Popen[str]) -> None:
+    tail.send_signal(signal.SIGINT)
+    assert tail.wait(WAIT) == 130
+    stderr = tail.stderr.read()  # type: ignore[union-attr]
+    assert "Traceback" not in stderr, stderr
+
+
+def _is_reply(event: dict[str, object]) -> bool:
+    return event.get("type") == "message" and event.get("sender") == "agent:tail-streamer"
+
+
+def test_tail_shows_the_answer_growing(fleet: Stack) -> None:
+    """``chaz tail --partial``: JSON lines of partials with ``--json``, one growing
+    line in a pipe; the stored reply follows as usual."""
+    client = fleet.client
+    client.agents.put(
+        chaz.AgentSpec(
+            id="tail-streamer",
+            script=[{"steps": [{"wait": "go-{session_id}"}, {"stream": ANSWER, "chunk": 6}]}],
+        )
+    )
+    s = client.sessions.create("tail-streamer")
+    posted = client.sessions.post(s.id, "tell me", sender="user:alice")
+    as_json, json_lines = _tail(fleet, s.id, "--json")
+    plain, plain_lines = _tail(fleet, s.id)
+    try:
+        # Each tail printed the posted entry: its subscription is open.
+        json_lines.until(lambda line: json.loads(line).get("seq") == posted.seq, WAIT, "#1")
+        plain_lines.until(lambda line: f"#{posted.seq} " in line, WAIT, "#1")
+        fleet.open_gate(f"go-{s.id}")
+        json_lines.until(lambda line: _is_reply(json.loads(line)), WAIT, "the reply")
+        plain_lines.until(
+            lambda line: " Message " in line and " agent:tail-streamer " in line, WAIT, "the reply"
+        )
+    finally:
+        _stop(as_json)
+        _stop(plain)
+    events = [json.loads(line) for line in json_lines.lines]
+    partials = [e for e in events if e.get("type") == "partial"]
+    assert len(partials) >= 3, json_lines.lines
+    assert "".join(p["text"] for p in partials) == ANSWER
+    assert {p["job_id"] for p in partials} == {posted.job_id}
+    assert events[-1]["type"] == "message" and events[-1]["content"] == ANSWER
+    # In a pipe the answer grew on one line, ended before the reply's line.
+    [grown] = [line for line in plain_lines.lines if " Partial " in line]
+    assert grown.rstrip("\n").endswith(f"{posted.job_id} {ANSWER}")
+    assert " Message " in plain_lines.lines[-1] and ANSWER in plain_lines.lines[-1]

@@ -10,12 +10,15 @@ With ``partial=True`` the watch also subscribes to the session's partials
 (:mod:`chaz.coord.partials`) and yields each :class:`~chaz.coord.partials.Partial`
 as it is heard, between the entries. Partials are live only: there is no
 backlog of them, and one lost on the way is not fetched again (the reply
-entry that follows holds the whole text).
+entry that follows holds the whole text). A partial heard after its job's
+reply or Error was yielded (the reply read from the database first) is
+dropped as stale.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Iterator
 from typing import Literal, overload
 
@@ -24,7 +27,7 @@ import redis
 from chaz.coord import keys
 from chaz.coord.partials import Partial, StreamListener
 from chaz.coord.pubsub import Listener, wait_time
-from chaz.domain.entries import Entry
+from chaz.domain.entries import Entry, EntryType
 from chaz.store.repo import Store
 
 
@@ -129,15 +132,39 @@ def _watch_partials(
     poll: float,
 ) -> Iterator[Entry | Partial]:
     deadline = None if timeout is None else time.monotonic() + timeout
+    # Jobs whose reply (or Error) was yielded: a partial of theirs still on
+    # its way (the reply was read from the database first) is stale.
+    ended: deque[str] = deque(maxlen=_ENDED_KEPT)
+
+    def note(entries: Iterator[Entry]) -> Iterator[Entry]:
+        for entry in entries:
+            if entry.job_id is not None and _ends_turn(entry):
+                ended.append(entry.job_id)
+            yield entry
+
     # One subscription to both channels, opened before the backlog is read.
     with StreamListener(client, session_id) as listener:
         cursor = _Cursor(store, session_id, after)
-        yield from cursor.catch_up()
+        yield from note(cursor.catch_up())
         while (wait := wait_time(deadline, poll)) is not None:
             heard = listener.next(wait)
             if heard is None:
-                yield from cursor.catch_up()
-            elif heard[0] == "partial":
-                yield Partial.model_validate_json(heard[1])
+                yield from note(cursor.catch_up())
+            elif heard[0] == "entry":
+                yield from note(cursor.heard(heard[1]))
             else:
-                yield from cursor.heard(heard[1])
+                partial = Partial.model_validate_json(heard[1])
+                if partial.job_id not in ended:
+                    yield partial
+
+
+#: How many ended jobs a partial watch remembers (a session runs one turn at a
+#: time, and a stale partial trails its reply by moments).
+_ENDED_KEPT = 64
+
+
+def _ends_turn(entry: Entry) -> bool:
+    """Whether ``entry`` is a turn's last: the agent's reply or an Error."""
+    return entry.type is EntryType.ERROR or (
+        entry.type is EntryType.MESSAGE and entry.sender.startswith("agent:")
+    )

@@ -132,10 +132,21 @@ class StreamListener:
         self._pubsub.subscribe(self._entries, keys.partials_channel(session_id))
 
     def next(self, timeout: float) -> tuple[Literal["entry", "partial"], Any] | None:
-        """The next message as ``(channel kind, data)``, or None after ``timeout`` seconds."""
-        message = self._pubsub.get_message(timeout=timeout)
-        if message is None or message.get("type") != "message":
-            return None
+        """The next message as ``(channel kind, data)``, or None after ``timeout``
+        seconds without one.
+
+        Subscription confirmations and health-check replies are read past, not
+        reported as a quiet spell: a watcher re-reads the database when it is
+        told nothing came, and a re-read that ran while partials still sat
+        unread in the socket would yield the reply before them.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            message = self._pubsub.get_message(timeout=max(0.0, deadline - time.monotonic()))
+            if message is not None and message.get("type") == "message":
+                break
+            if time.monotonic() >= deadline:
+                return None
         channel = message["channel"]
         if isinstance(channel, bytes):
             channel = channel.decode()

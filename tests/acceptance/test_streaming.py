@@ -72,7 +72,7 @@ def test_a_watch_with_partials_sees_the_answer_grow_before_it_is_stored(fleet: S
             break
     with_partials.close()
     assert reply is not None and reply.content == ANSWER
-    assert len(partials) >= 3, json_lines.lines
+    assert len(partials) >= 3
     assert "".join(p.text for p in partials) == reply.content
     assert {(p.session_id, p.job_id) for p in partials} == {(s.id, posted.job_id)}
     assert [p.seq for p in partials] == list(range(1, len(partials) + 1))

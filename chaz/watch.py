@@ -93,13 +93,15 @@ class _Cursor:
         entry = Entry.model_validate_json(data)
         if entry.seq <= self.last:
             return
-        if entry.seq > self.last + 1:
-            # Skipped ahead: publishes can arrive out of commit order.
-            for missing in self.store.entries(self.session_id, after=self.last, until=entry.seq):
-                yield missing
-                self.last = missing.seq
-        yield entry
-        self.last = entry.seq
+        if entry.seq == self.last + 1:
+            yield entry
+            self.last = entry.seq
+            return
+        # Skipped ahead (publishes can arrive out of commit order): the
+        # database has the range, this entry included.
+        for missing in self.store.entries(self.session_id, after=self.last, until=entry.seq):
+            yield missing
+            self.last = missing.seq
 
 
 def _watch(

@@ -229,9 +229,11 @@ class Output:
             if self._status is not None:
                 from rich.text import Text
 
-                width = max(20, self.console.width - 24)
+                head = f"{partial.job_id} writing: "
+                # One line: the spinner and its gap take 2 columns, keep 2 spare.
+                width = max(10, self.console.width - len(head) - 4)
                 preview = " ".join(text.split())[-width:]
-                self._status.update(Text(f"{partial.job_id} writing: {preview}"))
+                self._status.update(Text(head + preview))
             return
         if not self._growing:
             sys.stdout.write(f"{'':8} {'':4} {'Partial':<10} {partial.job_id:<14} ")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from chaz.client import Client
+    from chaz.coord.partials import Partial
     from chaz.domain.agents import AgentSpec, Limits
     from chaz.domain.entries import Entry, EntryType
     from chaz.domain.jobs import Job, JobStatus
@@ -32,6 +33,7 @@ _EXPORTS = {
     "Job": "chaz.domain.jobs",
     "JobStatus": "chaz.domain.jobs",
     "Limits": "chaz.domain.agents",
+    "Partial": "chaz.coord.partials",
     "Session": "chaz.domain.sessions",
     "Settings": "chaz.settings",
     "embedded": "chaz.stack",
@@ -45,6 +47,7 @@ __all__ = [
     "Job",
     "JobStatus",
     "Limits",
+    "Partial",
     "Session",
     "Settings",
     "__version__",

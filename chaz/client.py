@@ -17,7 +17,7 @@ from __future__ import annotations
 import builtins
 import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 import redis
 import sqlalchemy.exc
@@ -28,6 +28,7 @@ from chaz import approvals as approval_cases
 from chaz import deliveries as delivery_cases
 from chaz import projects as project_cases
 from chaz.control import cancel, job_output, wait_terminal
+from chaz.coord.partials import Partial
 from chaz.domain.addresses import parse_to
 from chaz.domain.agents import AgentSpec, Limits
 from chaz.domain.approvals import Approval, check_permission_mode
@@ -558,16 +559,48 @@ class Sessions(_Acting):
         session = self._session(session_id)
         return self._svc.store.entries(session.id, after=after, limit=limit)
 
+    @overload
     def watch(
-        self, session_id: str, after: int = 0, timeout: float | None = None
-    ) -> Iterator[Entry]:
-        """Backlog then live entries, in seq order, with no gap and no duplicate."""
+        self,
+        session_id: str,
+        after: int = 0,
+        timeout: float | None = None,
+        *,
+        partial: Literal[False] = False,
+    ) -> Iterator[Entry]: ...
+
+    @overload
+    def watch(
+        self, session_id: str, after: int = 0, timeout: float | None = None, *, partial: bool
+    ) -> Iterator[Entry | Partial]: ...
+
+    def watch(
+        self,
+        session_id: str,
+        after: int = 0,
+        timeout: float | None = None,
+        *,
+        partial: bool = False,
+    ) -> Iterator[Entry] | Iterator[Entry | Partial]:
+        """Backlog then live entries, in seq order, with no gap and no duplicate.
+
+        With ``partial=True``, also :class:`~chaz.Partial` events (live text of
+        answers being streamed, never stored) between the entries, as they are
+        heard (docs/sessions.md#watching).
+        """
         self._may(Grant.HISTORY_READ, "read sessions")
         after = _seq("after", after)
         if timeout is not None:
             timeout = check_seconds("timeout", timeout)
         session = self._session(session_id)
-        return _watch(self._svc.store, self._svc.redis, session.id, after=after, timeout=timeout)
+        return _watch(
+            self._svc.store,
+            self._svc.redis,
+            session.id,
+            after=after,
+            timeout=timeout,
+            partial=partial,
+        )
 
     def wait_for_reply(self, session_id: str, after: int = 0, timeout: float = 60.0) -> Entry:
         """The agent's reply (Message) or Error for the turn that entry ``after`` started.
@@ -644,8 +677,9 @@ class Sessions(_Acting):
         seq = _seq("seq", seq)
         found = self._svc.store.entries(session.id, after=seq - 1, until=seq)
         if not found or found[0].type is not EntryType.ATTACH:
-            raise ValidationError(f"entry {seq} of session {session.id} is not an attach pointer",
-                                  field="seq")
+            raise ValidationError(
+                f"entry {seq} of session {session.id} is not an attach pointer", field="seq"
+            )
         pointer = found[0]
         attach = pointer.metadata.get("attach") or {}
         if pointer.metadata.get("source_session_id") != session.id or not attach.get("session_id"):

@@ -24,6 +24,7 @@ from typing import Any
 
 from chaz import admission, compaction, control, deliveries, metrics, naming
 from chaz.coord.lanes import Lease
+from chaz.coord.partials import PartialPublisher
 from chaz.coord.pubsub import publish
 from chaz.coord.signals import TurnEnd
 from chaz.domain import rooms
@@ -489,7 +490,12 @@ class Turn:
         )
         assert self.heartbeat is not None, "a turn thinks only while its lease is kept"
         ports = LoopPorts(
-            backend=make_backend(spec, svc.settings, self.cancel),
+            backend=make_backend(
+                spec,
+                svc.settings,
+                self.cancel,
+                PartialPublisher(svc.redis, job.session_id, job.id),
+            ),
             registry=self.runner.registry,
             sink=sink,
             save=lambda cp: svc.store.save_checkpoint(self.fence, cp.to_json()),

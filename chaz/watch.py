@@ -5,19 +5,56 @@ in between is either in the backlog or on the channel (or both: duplicates are
 dropped by seq). Entries are yielded strictly in seq order with no gap: when a
 published entry skips ahead, or nothing is heard for ``poll`` seconds, the
 missing range is read from the database, which is the source of truth.
+
+With ``partial=True`` the watch also subscribes to the session's partials
+(:mod:`chaz.coord.partials`) and yields each :class:`~chaz.coord.partials.Partial`
+as it is heard, between the entries. Partials are live only: there is no
+backlog of them, and one lost on the way is not fetched again (the reply
+entry that follows holds the whole text). A partial heard after its job's
+reply or Error was yielded (the reply read from the database first) is
+dropped as stale.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Iterator
+from typing import Literal, overload
 
 import redis
 
 from chaz.coord import keys
+from chaz.coord.partials import Partial, StreamListener
 from chaz.coord.pubsub import Listener, wait_time
-from chaz.domain.entries import Entry
+from chaz.domain.entries import Entry, EntryType
 from chaz.store.repo import Store
+
+
+@overload
+def watch(
+    store: Store,
+    client: redis.Redis,
+    session_id: str,
+    *,
+    after: int = ...,
+    timeout: float | None = ...,
+    poll: float = ...,
+    partial: Literal[False] = ...,
+) -> Iterator[Entry]: ...
+
+
+@overload
+def watch(
+    store: Store,
+    client: redis.Redis,
+    session_id: str,
+    *,
+    after: int = ...,
+    timeout: float | None = ...,
+    poll: float = ...,
+    partial: bool,
+) -> Iterator[Entry | Partial]: ...
 
 
 def watch(
@@ -28,30 +65,108 @@ def watch(
     after: int = 0,
     timeout: float | None = None,
     poll: float = 1.0,
+    partial: bool = False,
+) -> Iterator[Entry] | Iterator[Entry | Partial]:
+    """Yield the session's entries with ``seq > after``, forever or until ``timeout``;
+    with ``partial``, also the partials of answers streamed meanwhile."""
+    if partial:
+        return _watch_partials(store, client, session_id, after, timeout, poll)
+    return _watch(store, client, session_id, after, timeout, poll)
+
+
+class _Cursor:
+    """The last seq yielded, and the database reads that keep entries gapless."""
+
+    def __init__(self, store: Store, session_id: str, after: int) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.last = after
+
+    def catch_up(self) -> Iterator[Entry]:
+        """Everything committed after the last yielded entry."""
+        for entry in self.store.entries(self.session_id, after=self.last):
+            yield entry
+            self.last = entry.seq
+
+    def heard(self, data: str | bytes) -> Iterator[Entry]:
+        """A published entry, with whatever it skipped ahead of; nothing if seen."""
+        entry = Entry.model_validate_json(data)
+        if entry.seq <= self.last:
+            return
+        if entry.seq == self.last + 1:
+            yield entry
+            self.last = entry.seq
+            return
+        # Skipped ahead (publishes can arrive out of commit order): the
+        # database has the range, this entry included.
+        for missing in self.store.entries(self.session_id, after=self.last, until=entry.seq):
+            yield missing
+            self.last = missing.seq
+
+
+def _watch(
+    store: Store,
+    client: redis.Redis,
+    session_id: str,
+    after: int,
+    timeout: float | None,
+    poll: float,
 ) -> Iterator[Entry]:
-    """Yield the session's entries with ``seq > after``, forever or until ``timeout``."""
     deadline = None if timeout is None else time.monotonic() + timeout
     with Listener(client, keys.entries_channel(session_id)) as listener:
-        last = after
-        for entry in store.entries(session_id, after=last):
-            yield entry
-            last = entry.seq
+        cursor = _Cursor(store, session_id, after)
+        yield from cursor.catch_up()
         while (wait := wait_time(deadline, poll)) is not None:
             data = listener.next(wait)
             if data is None:
                 # Quiet (or a lost notification): the database has the answer.
-                for entry in store.entries(session_id, after=last):
-                    yield entry
-                    last = entry.seq
-                continue
-            entry = Entry.model_validate_json(data)
-            if entry.seq <= last:
-                continue
-            if entry.seq == last + 1:
-                yield entry
-                last = entry.seq
-                continue
-            # Skipped ahead: publishes can arrive out of commit order.
-            for missing in store.entries(session_id, after=last, until=entry.seq):
-                yield missing
-                last = missing.seq
+                yield from cursor.catch_up()
+            else:
+                yield from cursor.heard(data)
+
+
+def _watch_partials(
+    store: Store,
+    client: redis.Redis,
+    session_id: str,
+    after: int,
+    timeout: float | None,
+    poll: float,
+) -> Iterator[Entry | Partial]:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    # Jobs whose reply (or Error) was yielded: a partial of theirs still on
+    # its way (the reply was read from the database first) is stale.
+    ended: deque[str] = deque(maxlen=_ENDED_KEPT)
+
+    def note(entries: Iterator[Entry]) -> Iterator[Entry]:
+        for entry in entries:
+            if entry.job_id is not None and _ends_turn(entry):
+                ended.append(entry.job_id)
+            yield entry
+
+    # One subscription to both channels, opened before the backlog is read.
+    with StreamListener(client, session_id) as listener:
+        cursor = _Cursor(store, session_id, after)
+        yield from note(cursor.catch_up())
+        while (wait := wait_time(deadline, poll)) is not None:
+            heard = listener.next(wait)
+            if heard is None:
+                yield from note(cursor.catch_up())
+            elif heard[0] == "entry":
+                yield from note(cursor.heard(heard[1]))
+            else:
+                partial = Partial.model_validate_json(heard[1])
+                if partial.job_id not in ended:
+                    yield partial
+
+
+#: How many ended jobs a partial watch remembers (a session runs one turn at a
+#: time, and a stale partial trails its reply by moments).
+_ENDED_KEPT = 64
+
+
+def _ends_turn(entry: Entry) -> bool:
+    """Whether ``entry`` is a turn's last: the agent's reply or an Error."""
+    return entry.type is EntryType.ERROR or (
+        entry.type is EntryType.MESSAGE and entry.sender.startswith("agent:")
+    )

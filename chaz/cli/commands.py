@@ -644,12 +644,23 @@ def cmd_tail(ctx: Context) -> int:
     args, client, out = ctx.args, ctx.client, ctx.out
     session = client.sessions.get(args.session)
     after = args.after if args.after is not None else max(0, session.last_seq - args.lines)
-    with (
-        out.status(f"following {session.id} (Ctrl-C to stop)"),
-        _watching(client.sessions.watch(session.id, after=after, timeout=args.timeout)) as entries,
-    ):
-        for entry in entries:
-            out.entry(entry)
+    watch = client.sessions.watch(
+        session.id, after=after, timeout=args.timeout, partial=args.partial
+    )
+    # The text of the answer being streamed, by (job, model step).
+    growing: tuple[str, int] | None = None
+    text = ""
+    with out.status(f"following {session.id} (Ctrl-C to stop)"), _watching(watch) as items:
+        for item in items:
+            if isinstance(item, Entry):
+                growing = None
+                out.entry(item)
+                continue
+            if growing != (item.job_id, item.step):
+                out.end_partial()
+                growing, text = (item.job_id, item.step), ""
+            text += item.text
+            out.partial(item, text)
     return EXIT_OK
 
 

@@ -398,6 +398,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--timeout", type=float, default=None, help="stop after this many seconds (default: never)"
     )
+    p.add_argument(
+        "--partial",
+        action="store_true",
+        help="also show answers growing as they are streamed (never stored; "
+        "with --json, one JSON line per partial)",
+    )
 
     p = add(
         sub,

@@ -26,7 +26,9 @@ from chaz.errors import ChazError
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.status import Status
 
+    from chaz.coord.partials import Partial
     from chaz.domain.entries import Entry, EntryType
     from chaz.domain.events import Event
 
@@ -115,6 +117,12 @@ class Output:
     def __init__(self, *, json_mode: bool) -> None:
         self.json_mode = json_mode
         self.fancy = not json_mode and _is_terminal()
+        # The spinner of the status() under way (on a TTY), where a streamed
+        # answer's preview is shown, and the message it goes back to.
+        self._status: Status | None = None
+        self._status_message = ""
+        # In a pipe: a partial line has been written and wants its newline.
+        self._growing = False
 
     @cached_property
     def console(self) -> Console:
@@ -199,15 +207,53 @@ class Output:
         if self.fancy:
             from rich.text import Text
 
-            with self.console.status(Text(message)):
-                yield
+            with self.console.status(Text(message)) as status:
+                self._status, self._status_message = status, message
+                try:
+                    yield
+                finally:
+                    self._status = None
             return
         if announce:
             self.note(message)
         yield
 
+    def partial(self, partial: Partial, text: str) -> None:
+        """A streamed answer growing (``text``: all of its step so far, ``partial``
+        the latest piece): a JSON line with ``--json``; on a TTY the status line,
+        rewritten in place; in a pipe the piece appended to one growing line."""
+        if self.json_mode:
+            self.json(partial.model_dump(mode="json"), stream=True)
+            return
+        if self.fancy:
+            if self._status is not None:
+                from rich.text import Text
+
+                head = f"{partial.job_id} writing: "
+                # One line: the spinner and its gap take 2 columns, keep 2 spare.
+                width = max(10, self.console.width - len(head) - 4)
+                preview = " ".join(text.split())[-width:]
+                self._status.update(Text(head + preview))
+            return
+        if not self._growing:
+            sys.stdout.write(f"{'':8} {'':4} {'Partial':<10} {partial.job_id:<14} ")
+            self._growing = True
+        sys.stdout.write(partial.text)
+        sys.stdout.flush()
+
+    def end_partial(self) -> None:
+        """The streamed answer shown so far is over (its entry or another step follows)."""
+        if self._growing:
+            self._plain()
+            self._growing = False
+        if self._status is not None:
+            from rich.text import Text
+
+            self._status.update(Text(self._status_message))
+
     def entry(self, entry: Entry) -> None:
         """One timeline line for an entry (a JSON line with ``--json``)."""
+        self.end_partial()
         if self.json_mode:
             self.json(entry.model_dump(mode="json"), stream=True)
             return

@@ -11,6 +11,8 @@ key                                     type        meaning
 ``chaz:entries:{sid}``                  channel     every committed entry of ``sid``, as JSON
 ``chaz:events:{sid}``                   channel     a committed event of ``sid``'s event log, as
                                                     JSON (a nudge: followers re-read the table)
+``chaz:partials:{sid}``                 channel     partial text of an answer being streamed in
+                                                    ``sid``, as JSON; never stored (best effort)
 ``chaz:q:{sid}``                        string      jobs admitted and waiting in ``sid``
 ``chaz:cum:{sid}``                      string      jobs ever admitted in ``sid`` (never refunded)
 ``chaz:plive:{project}``                zset        job id -> when its admission was reserved
@@ -62,6 +64,11 @@ def entries_channel(session_id: str) -> str:
 def events_channel(session_id: str) -> str:
     """The pub/sub channel that announces a session's new events."""
     return f"{PREFIX}:events:{session_id}"
+
+
+def partials_channel(session_id: str) -> str:
+    """The pub/sub channel that carries partial text of a session's streamed answers."""
+    return f"{PREFIX}:partials:{session_id}"
 
 
 def queued(session_id: str) -> str:

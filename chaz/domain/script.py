@@ -52,12 +52,36 @@ class ScriptCall(BaseModel):
 GATE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 
 
+#: Kinds of step; a step has exactly one.
+STEP_KINDS = ("say", "stream", "call", "calls", "echo", "sleep", "wait", "fail")
+
+
 class ScriptStep(BaseModel):
-    """One step: exactly one of say, call, calls, echo, sleep, wait, fail."""
+    """One step: exactly one of say, stream, call, calls, echo, sleep, wait, fail.
+
+    ``stream`` answers like ``say`` but first publishes the text as partials,
+    ``chunk`` characters at a time (docs/runtime.md#streaming): ``pace``
+    seconds apart, and after the first chunk only once the gate ``hold`` is
+    open (a test holds a stream half-way with it).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     say: str | None = None
+    stream: str | None = Field(
+        None, description="Answer this text, streamed first as partials (placeholders filled in)."
+    )
+    chunk: int | None = Field(
+        None, ge=1, le=1_000_000, description="Characters per partial of a stream (default 8)."
+    )
+    pace: float | None = Field(
+        None, ge=0, le=3600, description="Seconds between a stream's partials (default 0)."
+    )
+    hold: str | None = Field(
+        None,
+        description="A stream's chunks after the first wait until this gate is open "
+        "({session_id} and {input} are filled in).",
+    )
     call: str | None = None
     args: dict[str, Any] | None = None
     raw_args: str | None = None
@@ -70,26 +94,29 @@ class ScriptStep(BaseModel):
         "{session_id} and {input} are filled in.",
     )
     timeout: float | None = Field(
-        None, gt=0, le=3600, description="Seconds a wait may last (default 600)."
+        None, gt=0, le=3600, description="Seconds a wait or hold may last (default 600)."
     )
     fail: str | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> ScriptStep:
-        kinds = [
-            k for k in ("say", "call", "calls", "echo", "sleep", "wait", "fail") if getattr(self, k)
-        ]
+        kinds = [k for k in STEP_KINDS if getattr(self, k)]
         if self.sleep == 0 and "sleep" not in kinds:
             kinds.append("sleep")
+        if self.stream == "" and "stream" not in kinds:
+            kinds.append("stream")
         if len(kinds) != 1:
             raise ValueError(
-                "a step has exactly one of say, call, calls, echo, sleep, wait, fail; "
-                f"got {kinds or 'none'}"
+                f"a step has exactly one of {', '.join(STEP_KINDS)}; got {kinds or 'none'}"
             )
         if (self.args is not None or self.raw_args is not None) and self.call is None:
             raise ValueError("args and raw_args go with call")
-        if self.timeout is not None and self.wait is None:
-            raise ValueError("timeout goes with wait")
+        if self.stream is None and (
+            self.chunk is not None or self.pace is not None or self.hold is not None
+        ):
+            raise ValueError("chunk, pace and hold go with stream")
+        if self.timeout is not None and self.wait is None and self.hold is None:
+            raise ValueError("timeout goes with wait or hold")
         return self
 
     @property

@@ -4,8 +4,9 @@ A running turn learns of its job's cancel from the worker's cancel watcher
 (:class:`chaz.coord.flags.CancelWatcher`), which sets the token within a
 fraction of a second of the cancel flag appearing. Whatever blocks inside
 the turn waits on the token rather than on the clock: the scripted
-``sleep`` step, the OpenAI backend's in-flight request, and tools (they
-find it as ``ctx.cancel``). See docs/runtime.md#preemptive-cancel.
+``sleep`` step and ``stream`` chunks, the OpenAI backend's in-flight request
+(cut on the wire), and tools (they find it as ``ctx.cancel``). See
+docs/runtime.md#preemptive-cancel.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ class CancelToken:
         self._callbacks: list[Callable[[], None]] = []
 
     def set(self) -> None:
-        """Mark the cancel seen; wake every waiter and run the callbacks once."""
+        """Mark the cancel seen; wake every waiter and run the callbacks once,
+        in the order they were registered (the openai backend cuts its
+        connection before it wakes the turn that closes it)."""
         with self._lock:
             if self._event.is_set():
                 return

@@ -112,6 +112,8 @@ def test_a_cancel_interrupts_an_in_flight_model_request(stack: Stack) -> None:
         job_id = posted.job_id or ""
         stack.wait_for(lambda: srv.received, WAIT, "the model request")
         _cancelled_without_reply(stack, s.id, job_id, "agent:gpt")
+        # The request was cut on the wire: the server saw the worker hang up.
+        stack.wait_for(lambda: srv.hangups == 1, WAIT, "the server to see the hang-up")
 
 
 def test_a_cancel_before_the_answer_is_seen_keeps_the_step_boundary_rule(stack: Stack) -> None:

@@ -12,8 +12,13 @@ with canned responses, in order, from a queue the test fills::
         assert srv.requests[0]["tools"][0]["function"]["name"] == "clock"
 
 Every request body is recorded (``srv.requests``), also ones answered with an
-error. With the queue empty the server answers HTTP 500 with
-``x-should-retry: false`` so a missing canned response fails fast and loudly.
+error. A request with ``"stream": true`` is answered with server-sent events:
+``push_stream(["Hel", "lo"], pause=...)`` queues the chunks, and any other
+canned answer is streamed as one chunk. ``srv.hangups`` counts the requests
+whose client closed the connection before the answer was complete (a
+delayed answer or a stream's pause notices it at once). With the queue empty
+the server answers HTTP 500 with ``x-should-retry: false`` so a missing
+canned response fails fast and loudly.
 
 As a pytest fixture::
 
@@ -27,6 +32,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import select
+import socket
 import threading
 import time
 from collections import deque
@@ -51,6 +58,13 @@ class CannedResponse:
     finish_reason: str = "stop"
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    #: For a streamed answer: its content deltas, one event each (None: the
+    #: message's content as one delta).
+    chunks: tuple[str, ...] | None = None
+    #: Seconds between a stream's chunks.
+    pause: float = 0.0
+    #: A stream's chunks are sent once this is set (its headers at once).
+    hold: threading.Event | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +91,7 @@ class FakeOpenAI:
         self.model = model
         self._queue: deque[CannedResponse] = deque()
         self._received: list[RecordedRequest] = []
+        self._hangups = 0
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._ids = itertools.count(1)
@@ -155,6 +170,26 @@ class FakeOpenAI:
                 message={"role": "assistant", "content": text, "refusal": None},
                 finish_reason=finish_reason,
                 delay=delay,
+            )
+        )
+
+    def push_stream(
+        self,
+        chunks: list[str],
+        *,
+        pause: float = 0.0,
+        delay: float = 0.0,
+        hold: threading.Event | None = None,
+    ) -> None:
+        """Queue a streamed answer: ``chunks`` as content deltas, ``pause`` seconds
+        apart, sent once ``hold`` is set (the request must ask for ``stream``)."""
+        self.push(
+            CannedResponse(
+                message={"role": "assistant", "content": "".join(chunks), "refusal": None},
+                chunks=tuple(chunks),
+                pause=pause,
+                delay=delay,
+                hold=hold,
             )
         )
 
@@ -262,6 +297,12 @@ class FakeOpenAI:
             return len(self._queue)
 
     @property
+    def hangups(self) -> int:
+        """Requests whose client hung up before their answer was complete."""
+        with self._lock:
+            return self._hangups
+
+    @property
     def received(self) -> list[RecordedRequest]:
         """Every request received so far, with method, path and headers."""
         with self._lock:
@@ -278,6 +319,35 @@ class FakeOpenAI:
         with self._lock:
             self._received.append(request)
             return self._queue.popleft() if consume and self._queue else None
+
+    def _hung_up(self) -> None:
+        with self._lock:
+            self._hangups += 1
+
+    def _chunk(self, request_body: Any, delta: dict[str, Any], finish: str | None) -> bytes:
+        model = request_body.get("model") if isinstance(request_body, dict) else None
+        chunk = {
+            "id": "chatcmpl-fake-stream",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model or self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+        }
+        return f"data: {json.dumps(chunk)}\n\n".encode()
+
+    def _stream_events(self, canned: CannedResponse, request_body: Any) -> list[bytes]:
+        """The events of a streamed answer, after the first (the role)."""
+        message = canned.message or {}
+        chunks = canned.chunks
+        if chunks is None:
+            chunks = (message["content"],) if message.get("content") else ()
+        events = [self._chunk(request_body, {"content": c}, None) for c in chunks]
+        for i, call in enumerate(message.get("tool_calls") or []):
+            delta = {"tool_calls": [dict(call, index=i)]}
+            events.append(self._chunk(request_body, delta, None))
+        events.append(self._chunk(request_body, {}, canned.finish_reason))
+        events.append(b"data: [DONE]\n\n")
+        return events
 
     def _completion(self, canned: CannedResponse, request_body: Any) -> dict[str, Any]:
         model = request_body.get("model") if isinstance(request_body, dict) else None
@@ -324,12 +394,7 @@ def _make_handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 return
             headers = {k.lower(): v for k, v in self.headers.items()}
             streaming = isinstance(body, dict) and bool(body.get("stream"))
-            canned = fake._record(
-                RecordedRequest("POST", self.path, headers, body), consume=not streaming
-            )
-            if streaming:
-                self._send(400, _error_body("FakeOpenAI does not stream", "invalid_request_error"))
-                return
+            canned = fake._record(RecordedRequest("POST", self.path, headers, body), consume=True)
             if canned is None:
                 self._send(
                     500,
@@ -337,10 +402,49 @@ def _make_handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                     {"x-should-retry": "false"},
                 )
                 return
-            if canned.delay and fake._stopping.wait(canned.delay):
-                return  # server stopping: abandon the answer
+            if canned.delay and not self._idle(canned.delay):
+                return  # server stopping or client gone: abandon the answer
+            if streaming and canned.status == 200 and canned.body is None:
+                self._stream(canned, body)
+                return
             payload = canned.body if canned.body is not None else fake._completion(canned, body)
             self._send(canned.status, payload, canned.headers)
+
+        def _idle(self, seconds: float, until: threading.Event | None = None) -> bool:
+            """Wait ``seconds`` (or until ``until`` is set); False early if the
+            server stops or the client hangs up."""
+            deadline = time.monotonic() + seconds
+            while (left := deadline - time.monotonic()) > 0:
+                if fake._stopping.is_set():
+                    return False
+                if until is not None and until.is_set():
+                    return True
+                readable, _, _ = select.select([self.connection], [], [], min(left, 0.05))
+                try:
+                    gone = bool(readable) and not self.connection.recv(1, socket.MSG_PEEK)
+                except OSError:
+                    gone = True
+                if gone:
+                    fake._hung_up()
+                    return False
+            return not fake._stopping.is_set()
+
+        def _stream(self, canned: CannedResponse, body: Any) -> None:
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                self.wfile.write(fake._chunk(body, {"role": "assistant", "content": ""}, None))
+                self.wfile.flush()
+                if canned.hold is not None and not self._idle(3600, until=canned.hold):
+                    return
+                for i, event in enumerate(fake._stream_events(canned, body)):
+                    if i and canned.pause and not self._idle(canned.pause):
+                        return
+                    self.wfile.write(event)
+                    self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                fake._hung_up()
 
         def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
             data = json.dumps(payload).encode()

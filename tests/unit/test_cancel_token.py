@@ -155,3 +155,13 @@ def test_an_answer_that_arrives_after_the_cancel_is_dropped() -> None:
         run_loop(ports, [{"role": "user", "content": "hi"}], TURN, ctx, max_steps=5)
     sink.close()
     assert written == []
+
+
+def test_callbacks_run_in_the_order_they_were_registered() -> None:
+    # The openai backend cuts its sockets before waking the turn that closes them.
+    token = CancelToken()
+    calls: list[int] = []
+    for i in range(5):
+        token.on_cancel(lambda i=i: calls.append(i))  # type: ignore[misc]
+    token.set()
+    assert calls == [0, 1, 2, 3, 4]

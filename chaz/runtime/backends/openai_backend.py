@@ -10,20 +10,34 @@ the Chat Completions wire format, and turns every failure into
 A turn's cancel token (docs/runtime.md#preemptive-cancel) interrupts a
 request in flight: the request runs on a helper thread while the turn waits
 for either its answer or the cancel. On a cancel the turn raises
-:class:`chaz.errors.Cancelled` at once and closes the client; the helper
-thread is abandoned (httpx cannot interrupt a blocked read from another
-thread) and ends when the server answers or the timeout passes, its answer
-discarded.
+:class:`chaz.errors.Cancelled` at once and the request is cut on the wire:
+the backend's HTTP client opens its connections through a network backend
+that remembers their sockets, and the cancel shuts them down. Closing the
+client or the response from another thread would not do (a read blocked in
+``recv`` does not notice a ``close``); ``shutdown`` wakes it, the server sees
+the connection end, and the helper thread ends with it instead of holding a
+socket until the server answers or the timeout passes. Connections opened
+after the cut are refused, so the client's retries go nowhere.
+
+With the agent option ``stream: true`` the request asks for a streamed
+answer (``stream=True``): its text deltas go to the turn's
+:class:`~chaz.coord.partials.PartialPublisher` as they arrive (coalesced
+there), and the answer is assembled from the deltas. The step the loop sees
+is the same either way (docs/runtime.md#streaming).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import threading
-from collections.abc import Iterable, Mapping
+import weakref
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, cast
 
+import httpcore2
 import openai
 from openai.types.chat import (
     ChatCompletion,
@@ -31,6 +45,7 @@ from openai.types.chat import (
     ChatCompletionMessageParam,
 )
 
+from chaz.coord.partials import PartialPublisher
 from chaz.domain.agents import AgentSpec
 from chaz.errors import Cancelled, ConfigError, ModelError
 from chaz.runtime.backends.base import (
@@ -51,7 +66,7 @@ DEFAULT_MODEL = "gpt-4o-mini"
 UNUSED_API_KEY = "unused"
 
 # Spec options that configure the client rather than the request body.
-_CLIENT_OPTIONS = frozenset({"base_url", "api_key", "timeout", "max_retries"})
+_CLIENT_OPTIONS = frozenset({"base_url", "api_key", "timeout", "max_retries", "stream"})
 
 # Request fields this backend owns; letting options override them would break
 # the port's contract (e.g. ``stream`` changes the response shape entirely).
@@ -76,6 +91,8 @@ class OpenAIBackend:
         max_retries: int,
         options: Mapping[str, Any] | None = None,
         cancel: CancelToken | None = None,
+        stream: bool = False,
+        partials: PartialPublisher | None = None,
     ) -> None:
         reserved = sorted(_RESERVED_OPTIONS.intersection(options or {}))
         if reserved:
@@ -89,12 +106,20 @@ class OpenAIBackend:
         self.options: dict[str, Any] = dict(options or {})
         #: The turn's cancel token (None outside a turn: the call is made inline).
         self.cancel = cancel
+        #: Whether requests ask for a streamed answer.
+        self.stream = stream
+        #: Where a streamed answer's text goes as it arrives (None: nowhere).
+        self.partials = partials
+        http_client = openai.DefaultHttpxClient()
+        #: Cuts the client's connections on a cancel (None: this httpx cannot).
+        self._wire = _Wire.install(http_client)
         try:
             self._client = openai.OpenAI(
                 api_key=api_key,
                 base_url=base_url,
                 timeout=timeout,
                 max_retries=max_retries,
+                http_client=http_client,
             )
         except openai.OpenAIError as exc:
             # Raised when no key is given and OPENAI_API_KEY is unset: a
@@ -103,7 +128,11 @@ class OpenAIBackend:
 
     @classmethod
     def from_spec(
-        cls, spec: AgentSpec, settings: Settings, cancel: CancelToken | None = None
+        cls,
+        spec: AgentSpec,
+        settings: Settings,
+        cancel: CancelToken | None = None,
+        partials: PartialPublisher | None = None,
     ) -> OpenAIBackend:
         """Build a backend for an ``"openai"`` or ``"openai:MODEL_NAME"`` agent.
 
@@ -111,7 +140,8 @@ class OpenAIBackend:
         settings. Without a key, the official endpoint falls back to the
         client's own ``OPENAI_API_KEY`` lookup, while a custom ``base_url``
         also accepts no key at all (local servers usually need none).
-        ``timeout`` and ``max_retries`` in options override the settings per agent.
+        ``timeout`` and ``max_retries`` in options override the settings per agent;
+        ``stream: true`` streams answers (their text published to ``partials``).
         """
         kind, _, name = spec.model.partition(":")
         if kind != "openai":
@@ -123,6 +153,12 @@ class OpenAIBackend:
             api_key = os.environ.get("OPENAI_API_KEY") or UNUSED_API_KEY
         timeout = float(options.get("timeout", settings.openai_timeout))
         max_retries = int(options.get("max_retries", settings.openai_max_retries))
+        stream = options.get("stream", False)
+        if not isinstance(stream, bool):
+            raise ConfigError(
+                f"agent {spec.id!r}: option stream must be true or false, not {stream!r}",
+                option="stream",
+            )
         return cls(
             name.strip() or DEFAULT_MODEL,
             base_url=base_url,
@@ -131,6 +167,8 @@ class OpenAIBackend:
             max_retries=max_retries,
             options={k: v for k, v in options.items() if k not in _CLIENT_OPTIONS},
             cancel=cancel,
+            stream=stream,
+            partials=partials,
         )
 
     def complete(
@@ -139,7 +177,7 @@ class OpenAIBackend:
         """Ask the model for its next step; raise :class:`ModelError` on any failure,
         :class:`Cancelled` as soon as the turn's cancel token is set."""
         if self.cancel is None:
-            return self._complete(messages, tools)
+            return self._complete(messages, tools, turn)
         cancel = self.cancel
         cancel.raise_if_set()
         answer: list[ModelResponse | BaseException] = []
@@ -147,19 +185,23 @@ class OpenAIBackend:
 
         def call() -> None:
             try:
-                answer.append(self._complete(messages, tools))
+                answer.append(self._complete(messages, tools, turn))
             except BaseException as exc:  # handed to the turn's thread
                 answer.append(exc)
             finally:
                 settled.set()
 
+        # The cut first (callbacks run in order): the woken turn closes the
+        # client, and a socket closed before its shutdown sends the server nothing.
+        forget_cut = cancel.on_cancel(self._cut)
         forget = cancel.on_cancel(settled.set)
         threading.Thread(target=call, name="chaz-model-call", daemon=True).start()
         settled.wait()
         forget()
-        if not answer:
-            # Woken by the cancel: stop waiting now, and drop the client's
-            # connections so the abandoned request's answer goes nowhere.
+        forget_cut()
+        if not answer or cancel.is_set():
+            # Woken by the cancel (the connection is cut already): stop
+            # waiting now; whatever the helper thread still gets is dropped.
             self.close()
             raise Cancelled("the job was cancelled during a model request")
         result = answer[0]
@@ -167,8 +209,12 @@ class OpenAIBackend:
             raise result
         return result
 
-    def _complete(self, messages: list[ChatMessage], tools: list[ToolSpec]) -> ModelResponse:
+    def _complete(
+        self, messages: list[ChatMessage], tools: list[ToolSpec], turn: TurnContext
+    ) -> ModelResponse:
         try:
+            if self.stream:
+                return self._streamed(messages, tools, turn)
             completion = self._client.chat.completions.create(
                 model=self.model,
                 # Messages already are Chat Completions dicts; the client's
@@ -196,6 +242,52 @@ class OpenAIBackend:
         except openai.OpenAIError as exc:
             raise self._error(f"model request failed: {exc}", exc) from exc
         return self._response(completion)
+
+    def _streamed(
+        self, messages: list[ChatMessage], tools: list[ToolSpec], turn: TurnContext
+    ) -> ModelResponse:
+        """One streamed request: its text published as it arrives, the step assembled."""
+        stream = self._client.chat.completions.create(
+            model=self.model,
+            messages=cast(Iterable[ChatCompletionMessageParam], messages),
+            tools=[_tool_param(t) for t in tools] if tools else openai.omit,
+            extra_body=self.options or None,
+            stream=True,
+        )
+        text: list[str] = []
+        refusal: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        try:
+            for delta in _deltas(stream):
+                if self.cancel is not None and self.cancel.is_set():
+                    # The turn has gone on without us: publish nothing more.
+                    break
+                content = getattr(delta, "content", None)
+                if isinstance(content, str) and content:
+                    text.append(content)
+                    if self.partials is not None:
+                        self.partials.write(turn.step, content)
+                said_no = getattr(delta, "refusal", None)
+                if isinstance(said_no, str):
+                    refusal.append(said_no)
+                for piece in getattr(delta, "tool_calls", None) or []:
+                    _add_call_piece(calls, piece)
+        finally:
+            stream.close()
+            if self.partials is not None:
+                if self.cancel is not None and self.cancel.is_set():
+                    self.partials.discard()
+                else:
+                    self.partials.flush()
+        tool_calls = [self._tool_call(_AssembledCall(c)) for _, c in sorted(calls.items())]
+        answer = "".join(text) if text else None
+        if answer is None and not tool_calls and refusal:
+            answer = "".join(refusal)
+        return ModelResponse(text=answer, tool_calls=tool_calls)
+
+    def _cut(self) -> None:
+        if self._wire is not None:
+            self._wire.cut()
 
     def close(self) -> None:
         """Release the client's pooled HTTP connections."""
@@ -253,6 +345,125 @@ class OpenAIBackend:
             error_type=type(exc).__name__,
             **details,
         )
+
+
+def _deltas(stream: Iterable[Any]) -> Iterator[Any]:
+    """The ``delta`` of each chunk's first choice (usage-only chunks have none)."""
+    for chunk in stream:
+        choices = getattr(chunk, "choices", None)
+        if choices:
+            delta = getattr(choices[0], "delta", None)
+            if delta is not None:
+                yield delta
+
+
+def _add_call_piece(calls: dict[int, dict[str, str]], piece: Any) -> None:
+    """Merge one streamed fragment of a tool call into the call at its ``index``."""
+    index = getattr(piece, "index", None)
+    slot = calls.setdefault(index if isinstance(index, int) else len(calls), {})
+    if getattr(piece, "id", None):
+        slot["id"] = str(piece.id)
+    function = getattr(piece, "function", None)
+    for part in ("name", "arguments"):
+        value = getattr(function, part, None)
+        if isinstance(value, str):
+            slot[part] = slot.get(part, "") + value
+
+
+class _AssembledCall:
+    """A tool call put together from stream fragments, shaped like a full one."""
+
+    def __init__(self, parts: dict[str, str]) -> None:
+        self.id = parts.get("id")
+        self.function = _AssembledFunction(parts.get("name"), parts.get("arguments"))
+
+
+class _AssembledFunction:
+    def __init__(self, name: str | None, arguments: str | None) -> None:
+        self.name = name
+        self.arguments = arguments
+
+
+class _Wire(httpcore2.NetworkBackend):
+    """A network backend that remembers the sockets it opened, so that a cancel
+    can shut them down from another thread (see the module docstring)."""
+
+    def __init__(self, inner: httpcore2.NetworkBackend) -> None:
+        self._inner = inner
+        self._lock = threading.Lock()
+        self._streams: weakref.WeakSet[httpcore2.NetworkStream] = weakref.WeakSet()
+        self._cut = False
+
+    @classmethod
+    def install(cls, http_client: Any) -> _Wire | None:
+        """Put a wire under every connection pool of ``http_client`` (its default
+        transport and any proxy mounts); None if their shape is not the known one."""
+        # httpx exposes no hook for the sockets a pool opens; its pools keep
+        # their network backend in ``_network_backend`` (httpcore's public
+        # ``network_backend`` argument). Should that change, a cancel still
+        # ends the turn at once, only without cutting the connection.
+        transports = [getattr(http_client, "_transport", None)]
+        transports += list(getattr(http_client, "_mounts", {}).values())
+        pools = [getattr(t, "_pool", None) for t in transports if t is not None]
+        inner = [getattr(p, "_network_backend", None) for p in pools]
+        if not pools or not all(isinstance(b, httpcore2.NetworkBackend) for b in inner):
+            return None
+        wire = cls(cast(httpcore2.NetworkBackend, inner[0]))
+        for pool in pools:
+            pool._network_backend = wire  # type: ignore[union-attr]
+        return wire
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore2.NetworkStream:
+        """Connect (refused once the wire is cut) and remember the socket."""
+        self._refuse_if_cut()
+        return self._keep(
+            self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        )
+
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore2.NetworkStream:
+        """Connect (refused once the wire is cut) and remember the socket."""
+        self._refuse_if_cut()
+        return self._keep(self._inner.connect_unix_socket(path, timeout, socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        """As the wrapped backend sleeps."""
+        self._inner.sleep(seconds)
+
+    def cut(self) -> None:
+        """Shut down every socket opened so far, and refuse new ones."""
+        with self._lock:
+            self._cut = True
+            streams = list(self._streams)
+        for stream in streams:
+            sock = stream.get_extra_info("socket")
+            if isinstance(sock, socket.socket):
+                # An OSError: closed already, nothing in flight on it.
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def _refuse_if_cut(self) -> None:
+        if self._cut:
+            raise httpcore2.ConnectError("the model request was cancelled")
+
+    def _keep(self, stream: httpcore2.NetworkStream) -> httpcore2.NetworkStream:
+        with self._lock:
+            if not self._cut:
+                self._streams.add(stream)
+                return stream
+        stream.close()
+        raise httpcore2.ConnectError("the model request was cancelled")
 
 
 def _tool_param(tool: ToolSpec) -> ChatCompletionFunctionToolParam:

@@ -7,6 +7,10 @@ them (``wait`` until a gate opens, see :mod:`chaz.runtime.gates`). Both end
 early, raising :class:`~chaz.errors.Cancelled`, once the turn's cancel token
 is set (docs/runtime.md#preemptive-cancel).
 
+A ``stream`` step publishes its text as partials (``chunk`` characters at a
+time, see :mod:`chaz.coord.partials`) before answering it, stopping at a
+cancel between chunks (docs/runtime.md#streaming).
+
 The position in the script is derived from how many model steps the turn
 has taken, so a resumed turn continues where the dead one stopped.
 """
@@ -18,6 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from chaz.coord.partials import PartialPublisher
 from chaz.domain.compaction import SUMMARY_HEADER
 from chaz.domain.script import ScriptRule, ScriptStep, parse_script
 from chaz.errors import Cancelled, ChazError, ModelError, TurnNotMatched
@@ -34,6 +39,8 @@ from chaz.runtime.gates import wait_gate
 
 #: How long a ``wait`` step blocks when its rule gives no ``timeout``.
 DEFAULT_WAIT_SECONDS = 600.0
+#: Characters per partial of a ``stream`` step without ``chunk``.
+DEFAULT_CHUNK = 8
 
 
 class ScriptedBackend:
@@ -44,12 +51,15 @@ class ScriptedBackend:
         rules: list[ScriptRule],
         home: Path | None = None,
         cancel: CancelToken | None = None,
+        partials: PartialPublisher | None = None,
     ) -> None:
         self.rules = rules
         #: The ``CHAZ_HOME`` whose gates ``wait`` steps watch.
         self.home = home or Path(".chaz")
         #: The turn's cancel token: ``sleep`` and ``wait`` steps wait on it.
         self.cancel = cancel or CancelToken()
+        #: Where ``stream`` steps publish their partials (None: nowhere).
+        self.partials = partials
 
     @classmethod
     def from_script(
@@ -57,9 +67,10 @@ class ScriptedBackend:
         script: list[dict[str, Any]],
         home: Path | None = None,
         cancel: CancelToken | None = None,
+        partials: PartialPublisher | None = None,
     ) -> ScriptedBackend:
         """Build from an AgentSpec's raw ``script`` (validated again here)."""
-        return cls(parse_script(script), home, cancel)
+        return cls(parse_script(script), home, cancel, partials)
 
     def complete(
         self, messages: list[ChatMessage], tools: list[ToolSpec], turn: TurnContext
@@ -76,7 +87,8 @@ class ScriptedBackend:
                 continue
             if responses_seen == turn.step:
                 # Joined only when asked for: a long session's context is large.
-                wanted = step.say is not None and "{context}" in step.say
+                said = step.say if step.say is not None else step.stream
+                wanted = said is not None and "{context}" in said
                 return self._respond(step, turn, _context(messages) if wanted else "")
             responses_seen += 1
         # Out of steps without a `say`: the last tool result is the answer.
@@ -104,8 +116,9 @@ class ScriptedBackend:
                 continue
             if step.fail is not None:
                 raise ModelError(_fill(step.fail, asked))
-            if step.say is not None:
-                return _fill(step.say, asked)
+            text = step.say if step.say is not None else step.stream
+            if text is not None:
+                return _fill(text, asked)
             break
         return digest
 
@@ -125,11 +138,29 @@ class ScriptedBackend:
         if not opened:
             raise ModelError(f"gate {name!r} was not opened within {timeout:g}s")
 
+    def _stream(self, step: ScriptStep, turn: TurnContext, text: str) -> str:
+        """Publish ``text`` a chunk at a time, then hand it back as the answer."""
+        size = step.chunk or DEFAULT_CHUNK
+        for start in range(0, len(text), size):
+            if start:
+                if step.hold is not None:
+                    self._delay(ScriptStep(wait=step.hold, timeout=step.timeout), turn)
+                if self.cancel.wait(step.pace or 0.0):
+                    raise Cancelled("the job was cancelled during a stream")
+            self.cancel.raise_if_set()
+            if self.partials is not None:
+                self.partials.write(turn.step, text[start : start + size])
+                # One partial per chunk: the script sets the pace, not the coalescer.
+                self.partials.flush()
+        return text
+
     def _respond(self, step: ScriptStep, turn: TurnContext, context: str) -> ModelResponse:
         if step.fail is not None:
             raise ModelError(_fill(step.fail, turn))
         if step.say is not None:
             return ModelResponse(text=_fill(step.say, turn, context))
+        if step.stream is not None:
+            return ModelResponse(text=self._stream(step, turn, _fill(step.stream, turn, context)))
         if step.echo:
             return ModelResponse(text=turn.trigger_content)
         calls: list[ToolCallRequest] = []

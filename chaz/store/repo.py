@@ -730,7 +730,9 @@ class Store(SessionDirectory):
                 row = row.first()
                 if row is None:
                     raise SessionNotFound(f"no session {session_id!r}", session=session_id)
-            yield Admitting(conn, row, self._agent(conn, row["agent_id"]))
+            if row["agent_spec"] is None:
+                raise AgentNotFound(f"no agent {row['agent_id']!r}", agent_id=row["agent_id"])
+            yield Admitting(conn, row, self._parsed_agent(row["agent_id"], row["agent_spec"]))
 
     def append(
         self,
@@ -1548,8 +1550,12 @@ def _context(
                 return kept
         if tid is not None:
             # Further back: below the trigger's own window (a long session
-            # that no Summary bounds yet).
-            top = conn.scalar(st.SEQ_BY_ID, {"tid": tid})
+            # that no Summary bounds yet). A trigger that is a context entry
+            # came back first, with its seq: no statement to read it.
+            first = kept[0] if kept else None
+            top = first.seq if first is not None and first.id == tid else None
+            if top is None:
+                top = conn.scalar(st.SEQ_BY_ID, {"tid": tid})
             upto, tid = (top if top is not None else upto), None
         upto -= window
     return kept

@@ -459,8 +459,10 @@ def table(r: CapacityRun, sizes: Sizes) -> Table:
 
 
 def reference(r: CapacityRun) -> Phase | None:
-    """The phase set against the goals: the one with the baseline's worker count."""
-    return next((p for p in r.phases if p.workers == BASE_WORKERS), None)
+    """The phase set against the goals: the one with the baseline's worker
+    count, else the one with the most workers."""
+    same = [p for p in r.phases if p.workers == BASE_WORKERS]
+    return (same or sorted(r.phases, key=lambda p: p.workers)[-1:] or [None])[0]
 
 
 def goals(r: CapacityRun) -> list[str]:
@@ -471,9 +473,10 @@ def goals(r: CapacityRun) -> list[str]:
         own, whole = r.baseline.per("own"), r.baseline.per("machine")
         pg = p.per("database")
         lines.append(
-            f"PostgreSQL CPU per turn = {pg:.2f} ms = {pg / own:.2f} x bare Celery's CPU per "
-            f"round trip ({own:.2f} ms, its own processes; {pg / whole:.2f} x the whole "
-            f"machine's {whole:.2f} ms) (goal <= {GOAL_PG_CPU_RATIO}): "
+            f"{p.label}: PostgreSQL CPU per turn = {pg:.2f} ms = {pg / own:.2f} x bare "
+            f"Celery's CPU per round trip ({own:.2f} ms, its own processes; "
+            f"{pg / whole:.2f} x the whole machine's {whole:.2f} ms) "
+            f"(goal <= {GOAL_PG_CPU_RATIO}): "
             f"{'met' if pg / own <= GOAL_PG_CPU_RATIO else 'NOT met'}"
         )
         top = sorted(
@@ -486,7 +489,7 @@ def goals(r: CapacityRun) -> list[str]:
         )
         x = p.turn_xacts
         lines.append(
-            f"database transactions per turn, admission included = {x:.2f} "
+            f"{p.label}: database transactions per turn, admission included = {x:.2f} "
             f"({p.per('xacts'):.2f} with the idle fleet's {p.idle_xacts:.1f}/s of periodic "
             f"work) (goal <= {GOAL_XACTS:g}): {'met' if x <= GOAL_XACTS + 0.05 else 'NOT met'}"
         )

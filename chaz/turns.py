@@ -57,7 +57,7 @@ from chaz.runtime.events import EventSink, RuntimeEvent, ToolCallEvent
 from chaz.runtime.loop import RUN, Checkpoint, LoopPorts, Suspend, Verdict, run_loop
 from chaz.runtime.registry import ToolContext, ToolRegistry
 from chaz.services import Services
-from chaz.store.repo import Appended, Fence, Finish, JobFields, TurnSetup
+from chaz.store.repo import Appended, Fence, Finish, JobFields, TurnSetup, TurnStart
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,10 @@ class WakeOutcome:
     def turns(self) -> int:
         """How many turns ran under this wake-up's lease."""
         return len(self.ran)
+
+
+#: A job as its turn's start wrote it, and the Ack written with it.
+_Started = tuple[Job, Entry | None]
 
 
 @dataclass(frozen=True)
@@ -160,29 +164,39 @@ class TurnRunner:
         deadline = time.monotonic() + KEEP_LANE_SECONDS
         try:
             while True:
-                # One read: the job, its session and agent, and its context.
-                setup = svc.store.turn_setup(session_id, svc.settings.max_context_entries)
-                if setup is None:
-                    break
-                job = setup.job
-                if job.status is JobStatus.WAITING_APPROVAL:
-                    # Nothing runs until a decision queues it again and wakes
-                    # the session; later jobs wait behind it.
-                    look = False
-                    outcome = WakeOutcome("approval", job.id, outcome.ran)
-                    break
-                if job.delivery_id and setup.session.archived and job.status is JobStatus.QUEUED:
-                    # A delivery accepted before the archive: it never starts.
+                started: _Started | None = None
+                # The job, its session, agent and context, and the job's start
+                # with its Ack: one transaction on PostgreSQL (Store.turn_start).
+                with svc.store.turn_start(session_id, svc.settings.max_context_entries) as tx:
+                    setup = tx.setup
+                    if setup is None:
+                        break
+                    job = setup.job
+                    if job.status is JobStatus.WAITING_APPROVAL:
+                        # Nothing runs until a decision queues it again and wakes
+                        # the session; later jobs wait behind it.
+                        look = False
+                        outcome = WakeOutcome("approval", job.id, outcome.ran)
+                        break
+                    # A delivery accepted before the archive never starts.
+                    archived = bool(
+                        job.delivery_id
+                        and setup.session.archived
+                        and job.status is JobStatus.QUEUED
+                    )
+                    if not archived:
+                        limits = resolve_limits(svc.settings, setup.session, setup.agent)
+                        if not lend_slot and not svc.capacity.start(job, limits):
+                            # The tree is at its live limit: the job stays queued and
+                            # waits in the tree's waiting set; a finishing turn wakes it.
+                            look = False
+                            outcome = WakeOutcome("waiting", job.id, outcome.ran)
+                            break
+                        started = self._start(tx, token)
+                if archived:
                     refuse_archived(svc, job, setup.session)
                     continue
-                limits = resolve_limits(svc.settings, setup.session, setup.agent)
-                if not lend_slot and not svc.capacity.start(job, limits):
-                    # The tree is at its live limit: the job stays queued and
-                    # waits in the tree's waiting set; a finishing turn wakes it.
-                    look = False
-                    outcome = WakeOutcome("waiting", job.id, outcome.ran)
-                    break
-                ran = self._run(setup, token)
+                ran = self._run(setup, token, started)
                 outcome = WakeOutcome("ran", job.id, (*outcome.ran, job.id))
                 keep = (
                     ran.finished
@@ -226,24 +240,31 @@ class TurnRunner:
 
     # -- one job --------------------------------------------------------------
 
-    def _run(self, setup: TurnSetup, token: str) -> _Ran:
-        """Start the job's turn and run it to its end (or until another worker
-        takes it over)."""
-        svc = self.services
+    def _start(self, tx: TurnStart, token: str) -> _Started | None:
+        """Write the job's start and its Ack in the turn's setup transaction;
+        None if the job moved since the setup read it."""
+        setup = tx.setup
+        assert setup is not None
         try:
             # The start and the Ack commit together: one transaction fewer
             # between a message and the sign that its turn began.
-            job, ack = svc.store.start_turn(
-                setup.job.id,
+            return tx.start(
                 token,
                 ack_sender=agent_sender(setup.job.member_agent_id or setup.session.agent_id),
                 # Which process runs the turn: for operators (and the crash tests).
                 ack_metadata={"host": socket.gethostname(), "pid": os.getpid()},
-                seen=setup.job,
             )
         except IllegalTransition:
-            # Cancelled (or finished) since we read the head: nothing to run.
+            # Cancelled (or finished) since the head was read: nothing to run.
+            return None
+
+    def _run(self, setup: TurnSetup, token: str, started: _Started | None) -> _Ran:
+        """Run the job's turn, once its start has committed, to its end (or until
+        another worker takes it over)."""
+        svc = self.services
+        if started is None:
             return _Ran(finished=True)
+        job, ack = started
         # It left the queue on its first start (a resumed turn left it then).
         cancel_requested = svc.signals.started(job, ack, dequeued=job.attempts == 1)
         turn = Turn(self, job, Fence(job.id, token), setup, cancel_requested)

@@ -75,7 +75,7 @@ from chaz.store import projects as project_store
 from chaz.store import rooms as room_store
 from chaz.store import statements as st
 from chaz.store.artifacts import ArtifactStore
-from chaz.store.db import PoolOptions, make_engine
+from chaz.store.db import PoolOptions, is_sqlite, make_engine
 from chaz.store.directory import SessionDirectory
 from chaz.store.events import EventLog, record
 from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
@@ -170,6 +170,38 @@ class TurnSetup:
     agent: AgentSpec
     history: list[Said]
     trigger: Said | None
+
+
+class TurnStart:
+    """A turn's setup, as read, and its start, still to write (:meth:`Store.turn_start`).
+
+    ``setup`` is None when the session has no unfinished job. The caller
+    decides from the setup whether the turn runs (its live slot, an
+    approval it waits for) and then calls :meth:`start` at most once, before
+    the block ends; what the start wrote is visible to others only after
+    the block has ended.
+    """
+
+    def __init__(self, store: Store, conn: Connection | None, setup: TurnSetup | None) -> None:
+        self._store = store
+        self._conn = conn
+        #: The head job, its session and agent, and its context.
+        self.setup = setup
+
+    def start(
+        self, token: str, *, ack_sender: str, ack_metadata: dict[str, Any] | None = None
+    ) -> tuple[Job, Entry | None]:
+        """Start the setup's job under ``token`` and write its Ack, as
+        :meth:`Store.start_turn` does with ``seen`` the job as the setup read it."""
+        assert self.setup is not None, "no job to start"
+        job = self.setup.job
+        if self._conn is None:
+            return self._store.start_turn(
+                job.id, token, ack_sender=ack_sender, ack_metadata=ack_metadata, seen=job
+            )
+        # Not durable, as start_turn's own transaction (see Store._write).
+        self._conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
+        return _start_turn(self._conn, job.id, token, ack_sender, ack_metadata, job)
 
 
 #: Reserves one admission's quota in a room's routing, or raises a
@@ -603,25 +635,47 @@ class Store(SessionDirectory):
         session must not make every turn read its whole history.
         """
         with self._read() as conn:
-            head = conn.execute(st.HEAD, {"sid": session_id}).mappings().first()
-            if head is None:
-                return None
-            job = as_job(head)
-            row = conn.execute(st.SESSION_AND_AGENT, {"sid": session_id}).mappings().one()
-            agent = self._parsed_agent(row["agent_id"], row["agent_spec"])
-            if job.member_agent_id not in (None, row["agent_id"]):
-                # A room's member: its turn runs with its own spec (docs/rooms.md).
-                agent = self._agent(conn, job.member_agent_id)
-            tid = job.trigger_entry_id
-            history = _context(conn, session_id, tid, row["last_seq"], max_context)
-            trigger = history[0] if history and history[0].id == tid else None
-            if trigger is None and tid is not None:
-                # A trigger that is not context (or is gone): read it alone.
-                found = conn.execute(st.SAID_BY_ID, {"tid": tid}).first()
-                if found is not None:
-                    trigger = as_said(found)
-            if row["fork_session_id"] is not None:
-                _read_through(conn, row, history, max_context)
+            return self._turn_setup(conn, session_id, max_context)
+
+    @contextmanager
+    def turn_start(self, session_id: str, max_context: int) -> Iterator[TurnStart]:
+        """A turn's setup and its start as one unit of work (see :class:`TurnStart`).
+
+        On PostgreSQL the setup's reads and the start's write share one
+        transaction, which commits when the block ends: a turn then takes
+        three transactions in all (its admission, this, its end) instead of
+        four (docs/performance.md). On SQLite the setup is read in a
+        transaction of its own and the start writes in another, as
+        :meth:`turn_setup` and :meth:`start_turn` do: a write transaction
+        there takes the database's one write lock, which the setup's reads
+        and the caller's checks between them must not hold.
+        """
+        if is_sqlite(self.engine):
+            yield TurnStart(self, None, self.turn_setup(session_id, max_context))
+            return
+        with self._write() as conn:
+            yield TurnStart(self, conn, self._turn_setup(conn, session_id, max_context))
+
+    def _turn_setup(self, conn: Connection, session_id: str, max_context: int) -> TurnSetup | None:
+        head = conn.execute(st.HEAD, {"sid": session_id}).mappings().first()
+        if head is None:
+            return None
+        job = as_job(head)
+        row = conn.execute(st.SESSION_AND_AGENT, {"sid": session_id}).mappings().one()
+        agent = self._parsed_agent(row["agent_id"], row["agent_spec"])
+        if job.member_agent_id not in (None, row["agent_id"]):
+            # A room's member: its turn runs with its own spec (docs/rooms.md).
+            agent = self._agent(conn, job.member_agent_id)
+        tid = job.trigger_entry_id
+        history = _context(conn, session_id, tid, row["last_seq"], max_context)
+        trigger = history[0] if history and history[0].id == tid else None
+        if trigger is None and tid is not None:
+            # A trigger that is not context (or is gone): read it alone.
+            found = conn.execute(st.SAID_BY_ID, {"tid": tid}).first()
+            if found is not None:
+                trigger = as_said(found)
+        if row["fork_session_id"] is not None:
+            _read_through(conn, row, history, max_context)
         history.reverse()
         if job.input is not None and tid is None:
             # A schedule fire (docs/schedules.md): its prompt is this turn's
@@ -676,7 +730,9 @@ class Store(SessionDirectory):
                 row = row.first()
                 if row is None:
                     raise SessionNotFound(f"no session {session_id!r}", session=session_id)
-            yield Admitting(conn, row, self._agent(conn, row["agent_id"]))
+            if row["agent_spec"] is None:
+                raise AgentNotFound(f"no agent {row['agent_id']!r}", agent_id=row["agent_id"])
+            yield Admitting(conn, row, self._parsed_agent(row["agent_id"], row["agent_spec"]))
 
     def append(
         self,
@@ -828,9 +884,7 @@ class Store(SessionDirectory):
         fields = JobFields(member_agent_id=found.wake)
         if posted_by is not None:
             poster = conn.execute(
-                select(JobRow.owner, JobRow.grants, JobRow.unattended).where(
-                    JobRow.id == posted_by
-                )
+                select(JobRow.owner, JobRow.grants, JobRow.unattended).where(JobRow.id == posted_by)
             ).first()
             if poster is not None:
                 fields = replace(
@@ -1145,36 +1199,7 @@ class Store(SessionDirectory):
         # Not durable: if a database crash loses this, the job is still queued
         # (or held by the old token) and the reconciler runs it again.
         with self._write(durable=False) as conn:
-            row = _started(conn, seen, token) if seen is not None else None
-            if row is None:
-                row = _lock_job(conn, job_id)
-                values = _start_values(row, token)
-                conn.execute(
-                    st.START,
-                    {"jid": job_id, "seen_version": row["version"], **_start_params(values)},
-                )
-                row |= values
-            if row["attempts"] == 1 and (row.get("delivery_id") or row.get("fire_id")):
-                record(conn, row["session_id"], ev.job_event("running"), {"job_id": job_id})
-            ack: Entry | None = None
-            if ack_sender is not None and row["attempts"] == 1:
-                ack_entry = NewEntry(
-                    EntryType.ACK,
-                    ack_sender,
-                    "processing",
-                    metadata=ack_metadata,
-                    idempotency_key=f"job:{job_id}:ack",
-                    job_id=job_id,
-                )
-                entry_values, _ = _insert_entry(
-                    conn,
-                    _bump(conn, row["session_id"], admit=False),
-                    ack_entry,
-                    admit=False,
-                    job_fields=None,
-                )
-                ack = as_entry(entry_values)
-            return as_job(row), ack
+            return _start_turn(conn, job_id, token, ack_sender, ack_metadata, seen)
 
     def save_checkpoint(self, fence: Fence, checkpoint: dict[str, Any]) -> None:
         """Record the turn's progress; refused (LeaseLost) if another worker took over."""
@@ -1403,12 +1428,54 @@ class Store(SessionDirectory):
                 ],
             )
         return int(last)
+
     # -- projects -------------------------------------------------------------
 
     @cached_property
     def projects(self) -> project_store.ProjectStore:
         """Projects' limits, cached briefly per process (chaz/store/projects.py)."""
         return project_store.ProjectStore(self)
+
+
+def _start_turn(
+    conn: Connection,
+    job_id: str,
+    token: str,
+    ack_sender: str | None,
+    ack_metadata: dict[str, Any] | None,
+    seen: Job | None,
+) -> tuple[Job, Entry | None]:
+    """:meth:`Store.start_turn` in the open write transaction ``conn``."""
+    row = _started(conn, seen, token) if seen is not None else None
+    if row is None:
+        row = _lock_job(conn, job_id)
+        values = _start_values(row, token)
+        conn.execute(
+            st.START,
+            {"jid": job_id, "seen_version": row["version"], **_start_params(values)},
+        )
+        row |= values
+    if row["attempts"] == 1 and (row.get("delivery_id") or row.get("fire_id")):
+        record(conn, row["session_id"], ev.job_event("running"), {"job_id": job_id})
+    ack: Entry | None = None
+    if ack_sender is not None and row["attempts"] == 1:
+        ack_entry = NewEntry(
+            EntryType.ACK,
+            ack_sender,
+            "processing",
+            metadata=ack_metadata,
+            idempotency_key=f"job:{job_id}:ack",
+            job_id=job_id,
+        )
+        entry_values, _ = _insert_entry(
+            conn,
+            _bump(conn, row["session_id"], admit=False),
+            ack_entry,
+            admit=False,
+            job_fields=None,
+        )
+        ack = as_entry(entry_values)
+    return as_job(row), ack
 
 
 def _start_values(row: dict[str, Any], token: str) -> dict[str, Any]:
@@ -1483,8 +1550,12 @@ def _context(
                 return kept
         if tid is not None:
             # Further back: below the trigger's own window (a long session
-            # that no Summary bounds yet).
-            top = conn.scalar(st.SEQ_BY_ID, {"tid": tid})
+            # that no Summary bounds yet). A trigger that is a context entry
+            # came back first, with its seq: no statement to read it.
+            first = kept[0] if kept else None
+            top = first.seq if first is not None and first.id == tid else None
+            if top is None:
+                top = conn.scalar(st.SEQ_BY_ID, {"tid": tid})
             upto, tid = (top if top is not None else upto), None
         upto -= window
     return kept

@@ -117,7 +117,17 @@ BUMP = (
     .values(last_seq=SESSIONS.c.last_seq + 1)
     .returning(*SESSIONS.c)
 )
-#: The same, and the next job ordinal: for an entry that admits a job.
+#: The session's agent's spec, as ``agent_spec``, in an admission's RETURNING:
+#: every admission needs it (its quotas), and a statement of its own cost
+#: PostgreSQL as much as a pk lookup inside this one (docs/performance.md).
+_AGENT_OF_SESSION = (
+    select(AGENTS.c.spec)
+    .where(AGENTS.c.id == SESSIONS.c.agent_id)
+    .scalar_subquery()
+    .label("agent_spec")
+)
+#: The same as BUMP, and the next job ordinal: for an entry that admits a
+#: job; with the agent's spec.
 BUMP_ADMIT = (
     update(SESSIONS)
     .where(SESSIONS.c.id == bindparam("sid"))
@@ -126,7 +136,7 @@ BUMP_ADMIT = (
         last_ordinal=SESSIONS.c.last_ordinal + 1,
         active_at=bindparam("now"),
     )
-    .returning(*SESSIONS.c)
+    .returning(*SESSIONS.c, _AGENT_OF_SESSION)
 )
 #: A room's entry wakes a member: the next job ordinal, and the burst counter
 #: (the row is already locked by the entry's BUMP).
@@ -150,7 +160,7 @@ BUMP_JOB = (
     update(SESSIONS)
     .where(SESSIONS.c.id == bindparam("sid"))
     .values(last_ordinal=SESSIONS.c.last_ordinal + 1, active_at=bindparam("now"))
-    .returning(*SESSIONS.c)
+    .returning(*SESSIONS.c, _AGENT_OF_SESSION)
 )
 #: Inserts, executed with a dict of every column.
 INSERT_ENTRY = insert(ENTRIES)

@@ -49,3 +49,40 @@ def test_quick_search_benchmark_runs_and_prints_its_table(tmp_path: Path) -> Non
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "| SQLite | 5,000 |" in out.stdout and "p50 ms" in out.stdout, out.stdout
+
+
+def test_quick_capacity_benchmark_prints_the_per_turn_costs(tmp_path: Path) -> None:
+    """``benchmarks.capacity --quick`` on PostgreSQL and a Redis server of its own:
+    every phase runs, every turn is answered, and each cost is reported."""
+    from tests.conftest import free_port
+    from tests.support.redis_server import RedisServer
+
+    server = RedisServer(free_port(), tmp_path / "redis").start()
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CHAZ_")}
+        env |= {
+            "TMPDIR": str(tmp_path),
+            "BENCH_REDIS_URL": server.url,
+            "BENCH_PG_DATABASE": f"chaz_bench_test_{os.getpid()}",
+        }
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks.capacity", "--quick", "--workers", "1"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    finally:
+        server.stop()
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    text = " ".join(out.stdout.split())  # the console wraps long lines
+    for figure in (
+        "(a) bare",
+        "(h) 1",
+        "transactions per turn",
+        "PostgreSQL CPU per turn",
+        "Redis commands per turn",
+        "worker RSS after 1,000 turns",
+    ):
+        assert figure in text, out.stdout[-3000:]

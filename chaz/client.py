@@ -557,7 +557,14 @@ class Sessions(_Acting):
         if timeout is not None:
             timeout = check_seconds("timeout", timeout)
         session = self._session(session_id)
-        return _watch(self._svc.store, self._svc.redis, session.id, after=after, timeout=timeout)
+        return _watch(
+            self._svc.store,
+            self._svc.redis,
+            session.id,
+            after=after,
+            timeout=timeout,
+            subscriber=self._svc.subscriber,
+        )
 
     def wait_for_reply(self, session_id: str, after: int = 0, timeout: float = 60.0) -> Entry:
         """The agent's reply (Message) or Error for the turn that entry ``after`` started.
@@ -568,12 +575,22 @@ class Sessions(_Acting):
         after = _seq("after", after)
         timeout = check_seconds("timeout", timeout)
         session = self._session(session_id)
-        trigger = self._svc.store.entries(session.id, after=after - 1, until=after)
-        job_id = trigger[0].job_id if trigger and trigger[0].type in _TRIGGERS else None
         me = agent_sender(session.agent_id)
+        job_id: str | None = None
+        # One read for the trigger (entry ``after``) and the backlog after it,
+        # through the process's shared subscription (in force before the read).
         for entry in _watch(
-            self._svc.store, self._svc.redis, session.id, after=after, timeout=timeout
+            self._svc.store,
+            self._svc.redis,
+            session.id,
+            after=max(after - 1, 0),
+            timeout=timeout,
+            subscriber=self._svc.subscriber,
         ):
+            if entry.seq <= after:
+                if entry.type in _TRIGGERS:
+                    job_id = entry.job_id
+                continue
             if job_id is not None and entry.job_id != job_id:
                 continue
             if entry.type is EntryType.ERROR or (

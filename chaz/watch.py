@@ -5,6 +5,9 @@ in between is either in the backlog or on the channel (or both: duplicates are
 dropped by seq). Entries are yielded strictly in seq order with no gap: when a
 published entry skips ahead, or nothing is heard for ``poll`` seconds, the
 missing range is read from the database, which is the source of truth.
+Through a process's shared subscription (``subscriber``), a reconnection
+triggers that re-read at once, and the quiet re-read backs off from ``poll``
+to :data:`QUIET_BACKOFF` times it.
 """
 
 from __future__ import annotations
@@ -15,9 +18,13 @@ from collections.abc import Iterator
 import redis
 
 from chaz.coord import keys
-from chaz.coord.pubsub import Listener, wait_time
+from chaz.coord.pubsub import Listener, Subscriber, wait_time
 from chaz.domain.entries import Entry
 from chaz.store.repo import Store
+
+#: With a shared subscription, the quiet re-read's interval doubles from
+#: ``poll`` up to this many times ``poll``.
+QUIET_BACKOFF = 5
 
 
 def watch(
@@ -28,22 +35,36 @@ def watch(
     after: int = 0,
     timeout: float | None = None,
     poll: float = 1.0,
+    subscriber: Subscriber | None = None,
 ) -> Iterator[Entry]:
-    """Yield the session's entries with ``seq > after``, forever or until ``timeout``."""
+    """Yield the session's entries with ``seq > after``, forever or until ``timeout``.
+
+    ``subscriber``: listen through the process's shared subscription instead
+    of a pubsub connection of this call's own.
+    """
     deadline = None if timeout is None else time.monotonic() + timeout
-    with Listener(client, keys.entries_channel(session_id)) as listener:
+    channel = keys.entries_channel(session_id)
+    opened = Listener(client, channel) if subscriber is None else subscriber.listen(channel)
+    with opened as listener:
         last = after
         for entry in store.entries(session_id, after=last):
             yield entry
             last = entry.seq
-        while (wait := wait_time(deadline, poll)) is not None:
+        quiet = poll
+        while (wait := wait_time(deadline, quiet)) is not None:
             data = listener.next(wait)
             if data is None:
                 # Quiet (or a lost notification): the database has the answer.
                 for entry in store.entries(session_id, after=last):
                     yield entry
                     last = entry.seq
+                if subscriber is not None:
+                    # The shared subscription says when it reconnected (a
+                    # None at once), so a quiet channel is re-read ever less
+                    # often: a long turn does not cost a read per second.
+                    quiet = min(2 * quiet, QUIET_BACKOFF * poll)
                 continue
+            quiet = poll
             entry = Entry.model_validate_json(data)
             if entry.seq <= last:
                 continue

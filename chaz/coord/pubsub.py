@@ -119,6 +119,9 @@ class Subscription:
         #: Set once the caller stopped waiting for the confirmation: any
         #: confirmation from then on tells it to re-read.
         self._settled = False
+        #: How many times it was told to re-read (a reconnection, a late
+        #: confirmation): for tests and logs.
+        self.resyncs = 0
 
     def next(self, timeout: float) -> Any | None:
         """The data of the next message, or None if none came within ``timeout``
@@ -339,6 +342,7 @@ class Subscriber:
                     if sub._settled or sub._confirmed.is_set():
                         # Confirmed again (a reconnection), or after its caller
                         # stopped waiting: something may have been missed.
+                        sub.resyncs += 1
                         sub._queue.put(_RESYNC)
                         continue
                     sub._unconfirmed.discard(channel)

@@ -301,6 +301,12 @@ class Agents(_Acting):
 class Sessions(_Acting):
     """Sessions: create, post into, read and watch (of the principal's project)."""
 
+    def __init__(self, services: Services, principal: Principal) -> None:
+        super().__init__(services, principal)
+        #: Session id -> its agent, for the sessions found in the principal's
+        #: project by a wait (see _waited_session).
+        self._known: dict[str, str] = {}
+
     def create(
         self,
         agent_id: str,
@@ -574,15 +580,15 @@ class Sessions(_Acting):
         self._may(Grant.HISTORY_READ, "read sessions")
         after = _seq("after", after)
         timeout = check_seconds("timeout", timeout)
-        session = self._session(session_id)
-        me = agent_sender(session.agent_id)
+        sid, agent_id = self._waited_session(session_id)
+        me = agent_sender(agent_id)
         job_id: str | None = None
         # One read for the trigger (entry ``after``) and the backlog after it,
         # through the process's shared subscription (in force before the read).
         for entry in _watch(
             self._svc.store,
             self._svc.redis,
-            session.id,
+            sid,
             after=max(after - 1, 0),
             timeout=timeout,
             subscriber=self._svc.subscriber,
@@ -598,9 +604,26 @@ class Sessions(_Acting):
             ):
                 return entry
         raise Timeout(
-            f"no reply in session {session.id} after seq {after} within {timeout:g}s",
-            session_id=session.id,
+            f"no reply in session {sid} after seq {after} within {timeout:g}s",
+            session_id=sid,
         )
+
+    def _waited_session(self, ref: str) -> tuple[str, str]:
+        """``(id, agent_id)`` of the session a wait names, in the principal's project.
+
+        A session's id, project and agent never change and a session is never
+        deleted, so what one read found for an id stays true: a producer that
+        waits on the same session again (post, wait, post, wait) reads it once.
+        """
+        known = self._known.get(ref)
+        if known is not None:
+            return ref, known
+        session = self._session(ref)
+        if session.id == ref:  # a name can move to another session: only ids are kept
+            if len(self._known) >= _KNOWN_SESSIONS:
+                self._known.clear()
+            self._known[ref] = session.agent_id
+        return session.id, session.agent_id
 
     def fork(
         self,
@@ -731,6 +754,9 @@ class Sessions(_Acting):
 
 
 _TRIGGERS = (EntryType.MESSAGE, EntryType.DIRECTIVE)
+
+#: How many sessions a client remembers for its waits (then it starts over).
+_KNOWN_SESSIONS = 10_000
 
 
 def _room_members(host: str, members: object) -> builtins.list[str]:

@@ -104,6 +104,14 @@ CONFIRM_SECONDS = 2.0
 #: Pause between attempts to reach Redis again after the connection broke.
 RECONNECT_SECONDS = 0.5
 
+#: How long a channel stays subscribed after its last waiter left: a
+#: producer that waits on the same session again (post, wait, post, wait)
+#: then needs no SUBSCRIBE round trip.
+LINGER_SECONDS = 5.0
+
+#: At most this many channels linger; beyond it, the oldest are dropped.
+MAX_LINGERING = 10_000
+
 
 class Subscription:
     """One waiting call's share of a :class:`Subscriber`: what :class:`Listener`
@@ -153,7 +161,9 @@ class Subscriber:
     not safe to share between threads: callers only change a table under a
     lock and wake the reader through a pipe; the reader subscribes and
     unsubscribes to match the table, and routes each message to the
-    subscriptions of its channel. When the connection breaks, the reader
+    subscriptions of its channel. A channel stays subscribed for ``linger``
+    seconds after its last waiter left, so that the next wait on it costs
+    no round trip. When the connection breaks, the reader
     connects again, subscribes to every channel still wanted, and tells
     their subscriptions to re-read the database (a message published while
     it was away is lost; the row is not).
@@ -162,9 +172,19 @@ class Subscriber:
     builds its own connection and thread (see ``Services.subscriber``).
     """
 
-    def __init__(self, client: redis.Redis, *, name: str = "chaz-subscriber") -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        linger: float = LINGER_SECONDS,
+        name: str = "chaz-subscriber",
+    ) -> None:
         self._client = client
         self._name = name
+        self._linger = linger
+        #: channel -> when its last waiter left (guarded by _lock; insertion
+        #: order is age order).
+        self._idle: dict[str, float] = {}
         self.pid = os.getpid()
         self._lock = threading.Lock()
         #: channel -> the subscriptions waiting on it (guarded by _lock).
@@ -193,6 +213,7 @@ class Subscriber:
                 raise RuntimeError("the subscriber is closed")
             for channel in channels:
                 self._wanted.setdefault(channel, set()).add(sub)
+                self._idle.pop(channel, None)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
@@ -216,9 +237,19 @@ class Subscriber:
                 if subs is None:
                     continue
                 subs.discard(sub)
-                if not subs:
-                    del self._wanted[channel]
-                    self._wake_locked()
+                if subs:
+                    continue
+                if self._linger > 0 and channel in self._live:
+                    # Kept subscribed a while (the reader drops it later).
+                    self._idle[channel] = time.monotonic()
+                    if len(self._idle) > MAX_LINGERING:
+                        oldest = next(iter(self._idle))
+                        del self._idle[oldest]
+                        self._wanted.pop(oldest, None)
+                        self._wake_locked()
+                    continue
+                del self._wanted[channel]
+                self._wake_locked()
 
     def _wake_locked(self) -> None:
         if not self._woken:
@@ -274,6 +305,12 @@ class Subscriber:
         """Subscribe and unsubscribe to match the table."""
         with self._lock:
             self._woken = False
+            if self._idle:
+                expired = time.monotonic() - self._linger
+                for channel in [c for c, t in self._idle.items() if t <= expired]:
+                    del self._idle[channel]
+                    if not self._wanted.get(channel):
+                        self._wanted.pop(channel, None)
             wanted = set(self._wanted)
         with contextlib.suppress(BlockingIOError, OSError):
             os.read(self._wake_r, 4096)
@@ -285,7 +322,7 @@ class Subscriber:
             self._pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
         if remove:
             with self._lock:
-                self._live = self._live - remove
+                self._live -= remove
             self._active -= remove
             self._pubsub.unsubscribe(*remove)
         if add:
@@ -336,7 +373,7 @@ class Subscriber:
             if channel not in self._active:
                 return  # unsubscribed since
             with self._lock:
-                self._live = self._live | {channel}
+                self._live.add(channel)
                 subs = list(self._wanted.get(channel, ()))
                 for sub in subs:
                     if sub._settled or sub._confirmed.is_set():

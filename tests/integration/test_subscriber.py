@@ -91,9 +91,8 @@ def test_a_listen_is_in_force_when_it_returns_and_routes_by_channel(
         s.close()
 
 
-def test_the_last_close_of_a_channel_unsubscribes_it(
-    client: redis.Redis, subscriber: Subscriber
-) -> None:
+def test_the_last_close_of_a_channel_unsubscribes_it(client: redis.Redis) -> None:
+    subscriber = Subscriber(client, linger=0)
     ch = _channel()
     one, two = subscriber.listen(ch), subscriber.listen(ch)
     assert _numsub(client, ch) == 1
@@ -106,6 +105,23 @@ def test_the_last_close_of_a_channel_unsubscribes_it(
     client.publish(ch, "back")
     assert _next_data(again) == "back"
     again.close()
+    subscriber.close()
+
+
+def test_a_channel_lingers_after_its_last_waiter_then_is_dropped(client: redis.Redis) -> None:
+    subscriber = Subscriber(client, linger=0.5)
+    try:
+        ch = _channel()
+        subscriber.listen(ch).close()
+        assert _numsub(client, ch) == 1  # still subscribed: the next listen is free
+        client.publish(ch, "nobody")  # heard and dropped, unless `again` is quick
+        again = subscriber.listen(ch)
+        client.publish(ch, "you")
+        assert _next_data(again) in ("nobody", "you")  # harmless: watch drops by seq
+        again.close()
+        _until(lambda: _numsub(client, ch) == 0, 10, "the lingering channel to be dropped")
+    finally:
+        subscriber.close()
 
 
 def test_many_threads_each_get_their_own_channels_messages(
@@ -137,7 +153,7 @@ def test_many_threads_each_get_their_own_channels_messages(
 def test_close_stops_the_reader_thread_and_refuses_new_listens(client: redis.Redis) -> None:
     sub = Subscriber(client)
     ch = _channel()
-    sub.listen(ch).close()
+    sub.listen(ch).close()  # it lingers: close() still drops it
     assert sub.alive
     sub.close()
     assert not sub.alive

@@ -591,6 +591,7 @@ class Sessions(_Acting):
             sid,
             after=max(after - 1, 0),
             timeout=timeout,
+            poll=WAIT_POLL_SECONDS,
             subscriber=self._svc.subscriber,
         ):
             if entry.seq <= after:
@@ -754,6 +755,13 @@ class Sessions(_Acting):
 
 
 _TRIGGERS = (EntryType.MESSAGE, EntryType.DIRECTIVE)
+
+#: How long a quiet ``wait_for_reply`` goes between database re-reads. The
+#: shared subscription announces its reconnections (the re-read then comes at
+#: once), so this is only for a publish lost with the connection healthy (a
+#: writer that died between its commit and its publish): a turn that waits in
+#: the queue does not cost its waiter a database read per second.
+WAIT_POLL_SECONDS = 5.0
 
 #: How many sessions a client remembers for its waits (then it starts over).
 _KNOWN_SESSIONS = 10_000

@@ -6,8 +6,7 @@ dropped by seq). Entries are yielded strictly in seq order with no gap: when a
 published entry skips ahead, or nothing is heard for ``poll`` seconds, the
 missing range is read from the database, which is the source of truth.
 Through a process's shared subscription (``subscriber``), a reconnection
-triggers that re-read at once, and the quiet re-read backs off from ``poll``
-to :data:`QUIET_BACKOFF` times it.
+triggers that re-read at once.
 """
 
 from __future__ import annotations
@@ -21,10 +20,6 @@ from chaz.coord import keys
 from chaz.coord.pubsub import Listener, Subscriber, wait_time
 from chaz.domain.entries import Entry
 from chaz.store.repo import Store
-
-#: With a shared subscription, the quiet re-read's interval doubles from
-#: ``poll`` up to this many times ``poll``.
-QUIET_BACKOFF = 5
 
 
 def watch(
@@ -50,21 +45,14 @@ def watch(
         for entry in store.entries(session_id, after=last):
             yield entry
             last = entry.seq
-        quiet = poll
-        while (wait := wait_time(deadline, quiet)) is not None:
+        while (wait := wait_time(deadline, poll)) is not None:
             data = listener.next(wait)
             if data is None:
                 # Quiet (or a lost notification): the database has the answer.
                 for entry in store.entries(session_id, after=last):
                     yield entry
                     last = entry.seq
-                if subscriber is not None:
-                    # The shared subscription says when it reconnected (a
-                    # None at once), so a quiet channel is re-read ever less
-                    # often: a long turn does not cost a read per second.
-                    quiet = min(2 * quiet, QUIET_BACKOFF * poll)
                 continue
-            quiet = poll
             entry = Entry.model_validate_json(data)
             if entry.seq <= last:
                 continue

@@ -214,7 +214,7 @@ class Subscriber:
             for channel in channels:
                 self._wanted.setdefault(channel, set()).add(sub)
                 self._idle.pop(channel, None)
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
             # A channel already subscribed and confirmed needs no round trip.
@@ -288,9 +288,10 @@ class Subscriber:
                         self._sync()
                         self._read(1.0)
                     return
-                except (redis.RedisError, OSError, ValueError):
-                    # ValueError: a socket closed under poll(). Lost messages
-                    # are covered by the re-read that _reset asks for.
+                except Exception:
+                    # A broken connection (or a socket closed under poll()):
+                    # start over. Lost messages are covered by the re-read
+                    # each subscription is told to do once it is confirmed again.
                     log.warning("pubsub connection lost; reconnecting", exc_info=True)
                     self._reset()
                     self._pause(RECONNECT_SECONDS)
@@ -307,7 +308,11 @@ class Subscriber:
             self._woken = False
             if self._idle:
                 expired = time.monotonic() - self._linger
-                for channel in [c for c, t in self._idle.items() if t <= expired]:
+                while self._idle:
+                    # Oldest first (insertion order): stop at the first still young.
+                    channel, since = next(iter(self._idle.items()))
+                    if since > expired:
+                        break
                     del self._idle[channel]
                     if not self._wanted.get(channel):
                         self._wanted.pop(channel, None)

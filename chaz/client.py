@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ParamSpec, TypeVar
 
@@ -306,6 +307,9 @@ class Sessions(_Acting):
         #: Session id -> its agent, for the sessions found in the principal's
         #: project by a wait (see _waited_session).
         self._known: dict[str, str] = {}
+        #: Session id -> (seq, job id, monotonic time before its admission)
+        #: of this client's latest new entry there (see wait_for_reply).
+        self._posted: dict[str, tuple[int, str | None, float]] = {}
 
     def create(
         self,
@@ -528,20 +532,31 @@ class Sessions(_Acting):
                 project=self._project,
             )
 
+        started = time.monotonic()
         if idempotency_key is not None or not self._svc.store.admits(etype, sender):
             # Only an admission checks the project under its lock; a replay (and
             # its mismatch error) or a plain append happens before or without
             # one, so the session is found in the project first.
-            return write(self._session(session_id).id).entry
+            return self._posted_now(write(self._session(session_id).id), started)
         try:
-            return write(session_id).entry
+            return self._posted_now(write(session_id), started)
         except SessionNotFound:
             # Not an id: perhaps a name. Resolving only now keeps the common
             # case (an id) to one transaction.
             session = self._session(session_id)
             if session.id == session_id:
                 raise
-            return write(session.id).entry
+            return self._posted_now(write(session.id), started)
+
+    def _posted_now(self, done: Appended, started: float) -> Entry:
+        """Remember a new entry's seq and job, and that it committed after
+        ``started`` (``time.monotonic()``), for a wait on it (see wait_for_reply)."""
+        entry = done.entry
+        if done.created:  # a replay's entry committed long ago: not after `started`
+            if len(self._posted) >= _KNOWN_SESSIONS:
+                self._posted.clear()
+            self._posted[entry.session_id] = (entry.seq, entry.job_id, started)
+        return entry
 
     def entries(
         self, session_id: str, after: int = 0, limit: int | None = None
@@ -583,16 +598,25 @@ class Sessions(_Acting):
         sid, agent_id = self._waited_session(session_id)
         me = agent_sender(agent_id)
         job_id: str | None = None
-        # One read for the trigger (entry ``after``) and the backlog after it,
-        # through the process's shared subscription (in force before the read).
+        posted = self._posted.get(sid)
+        mine = posted is not None and posted[0] == after and after > 0
+        if mine and posted is not None:
+            # This client wrote entry ``after``: its job is known, and if the
+            # shared subscription has heard every message of the session since
+            # before that write, everything after it comes (or came) through
+            # it: no database read before the wait.
+            job_id = posted[1]
+        # Else one read for the trigger (entry ``after``) and the backlog after
+        # it, through the shared subscription (in force before the read).
         for entry in _watch(
             self._svc.store,
             self._svc.redis,
             sid,
-            after=max(after - 1, 0),
+            after=after if mine else max(after - 1, 0),
             timeout=timeout,
             poll=WAIT_POLL_SECONDS,
             subscriber=self._svc.subscriber,
+            written_after=posted[2] if mine and posted is not None else None,
         ):
             if entry.seq <= after:
                 if entry.type in _TRIGGERS:

@@ -31,20 +31,26 @@ def watch(
     timeout: float | None = None,
     poll: float = 1.0,
     subscriber: Subscriber | None = None,
+    written_after: float | None = None,
 ) -> Iterator[Entry]:
     """Yield the session's entries with ``seq > after``, forever or until ``timeout``.
 
     ``subscriber``: listen through the process's shared subscription instead
-    of a pubsub connection of this call's own.
+    of a pubsub connection of this call's own. ``written_after``: a
+    ``time.monotonic()`` of this process before which no entry with
+    ``seq > after`` can have been committed; when the subscription has heard
+    every message of the session since before it, the backlog read is skipped.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     channel = keys.entries_channel(session_id)
     opened = Listener(client, channel) if subscriber is None else subscriber.listen(channel)
     with opened as listener:
         last = after
-        for entry in store.entries(session_id, after=last):
-            yield entry
-            last = entry.seq
+        heard = getattr(listener, "since", None)
+        if written_after is None or heard is None or heard >= written_after:
+            for entry in store.entries(session_id, after=last):
+                yield entry
+                last = entry.seq
         while (wait := wait_time(deadline, poll)) is not None:
             data = listener.next(wait)
             if data is None:

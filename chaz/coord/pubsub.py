@@ -13,6 +13,7 @@ producer's ``wait_for_reply`` costs no connection of its own
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
@@ -110,7 +111,12 @@ RECONNECT_SECONDS = 0.5
 LINGER_SECONDS = 5.0
 
 #: At most this many channels linger; beyond it, the oldest are dropped.
-MAX_LINGERING = 10_000
+MAX_LINGERING = 1_000
+
+#: The last messages of each subscribed channel, kept for the next waiter:
+#: a reply published between a producer's post and its wait is not lost
+#: (see Subscription.since).
+RECENT = 8
 
 
 class Subscription:
@@ -130,6 +136,11 @@ class Subscription:
         #: How many times it was told to re-read (a reconnection, a late
         #: confirmation): for tests and logs.
         self.resyncs = 0
+        #: A ``time.monotonic()`` since which every message of its channels
+        #: is in its queue (None: not known). A row committed after it was
+        #: published after it, so a reader that knows its entry committed
+        #: later (a post of this process) needs no backlog read.
+        self.since: float | None = None
 
     def next(self, timeout: float) -> Any | None:
         """The data of the next message, or None if none came within ``timeout``
@@ -193,6 +204,10 @@ class Subscriber:
         self._closed = False
         #: Channels subscribed on the wire and confirmed by Redis (guarded by _lock).
         self._live: set[str] = set()
+        #: channel -> since when every message of it is in _recent (guarded by _lock).
+        self._since: dict[str, float] = {}
+        #: channel -> its last RECENT messages (guarded by _lock).
+        self._recent: dict[str, collections.deque[tuple[float, Any]]] = {}
         self._thread: threading.Thread | None = None
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -217,8 +232,15 @@ class Subscriber:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
-            # A channel already subscribed and confirmed needs no round trip.
+            # A channel already subscribed and confirmed needs no round trip;
+            # its recent messages come first.
             sub._unconfirmed.difference_update(self._live)
+            if not sub._unconfirmed:
+                since = [self._since.get(c) for c in channels]
+                sub.since = None if None in since else max(s for s in since if s is not None)
+                for channel in channels:
+                    for _, data in self._recent.get(channel, ()):
+                        sub._queue.put(data)
             if not sub._unconfirmed:
                 sub._confirmed.set()
             else:
@@ -328,6 +350,9 @@ class Subscriber:
         if remove:
             with self._lock:
                 self._live -= remove
+                for channel in remove:
+                    self._since.pop(channel, None)
+                    self._recent.pop(channel, None)
             self._active -= remove
             self._pubsub.unsubscribe(*remove)
         if add:
@@ -365,10 +390,16 @@ class Subscriber:
         if isinstance(channel, bytes):
             channel = channel.decode()
         if kind == "message" and isinstance(channel, str):
+            data = message["data"]
             with self._lock:
-                subs = list(self._wanted.get(channel, ()))
-            for sub in subs:
-                sub._queue.put(message["data"])
+                if channel in self._since:
+                    recent = self._recent.setdefault(channel, collections.deque(maxlen=RECENT))
+                    if len(recent) == RECENT:
+                        # The oldest falls out: complete only after it arrived.
+                        self._since[channel] = recent[0][0]
+                    recent.append((time.monotonic(), data))
+                for sub in self._wanted.get(channel, ()):
+                    sub._queue.put(data)
         elif kind == "subscribe" and isinstance(channel, str):
             left = self._pending.get(channel, 0) - 1
             if left > 0:
@@ -379,6 +410,10 @@ class Subscriber:
                 return  # unsubscribed since
             with self._lock:
                 self._live.add(channel)
+                # Complete from now on (what came before this confirmation
+                # may have been lost with a connection).
+                self._since[channel] = time.monotonic()
+                self._recent.pop(channel, None)
                 subs = list(self._wanted.get(channel, ()))
                 for sub in subs:
                     if sub._settled or sub._confirmed.is_set():
@@ -389,6 +424,7 @@ class Subscriber:
                         continue
                     sub._unconfirmed.discard(channel)
                     if not sub._unconfirmed:
+                        sub.since = max(self._since.get(c, 0.0) for c in sub.channels)
                         sub._confirmed.set()
 
     def _reset(self) -> None:
@@ -398,6 +434,8 @@ class Subscriber:
         self._pending = {}
         with self._lock:
             self._live = set()
+            self._since.clear()
+            self._recent.clear()
         if pubsub is not None:
             with contextlib.suppress(Exception):
                 pubsub.reset()

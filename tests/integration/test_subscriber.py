@@ -243,3 +243,41 @@ def test_a_forked_child_gets_a_subscription_of_its_own(tmp_path: Path, redis_url
         held.close()
     finally:
         services.close()
+
+
+def test_a_lingering_channel_hands_its_recent_messages_to_the_next_waiter(
+    client: redis.Redis, subscriber: Subscriber
+) -> None:
+    ch = _channel()
+    first = subscriber.listen(ch)
+    assert first.since is not None
+    first.close()  # lingers
+    before = time.monotonic()
+    client.publish(ch, "while nobody waited")
+    # Heard (the reader routed it) before the next waiter comes.
+    _until(lambda: subscriber.listen(ch).next(0) is not None, 10, "the message to be kept")
+    second = subscriber.listen(ch)
+    assert second.since is not None and second.since < before
+    assert _next_data(second) == "while nobody waited"
+    second.close()
+
+
+def test_a_reconnection_restarts_what_a_channel_is_known_to_have_heard(
+    own_redis: RedisServer,
+) -> None:
+    client = redis.Redis.from_url(own_redis.url, decode_responses=True)
+    sub = Subscriber(client)
+    try:
+        ch = _channel()
+        held = sub.listen(ch)
+        assert client.client_kill_filter(_type="pubsub") == 1
+        _until(lambda: held.resyncs >= 1, 30, "the channel to be confirmed again")
+        after_drop = time.monotonic()
+        _until(lambda: _numsub(client, ch) == 1, 10, "the resubscription")
+        again = sub.listen(ch)
+        # Known complete only since the new confirmation, not since the first.
+        assert again.since is not None and again.since < after_drop
+        assert held.since is not None and again.since > held.since
+    finally:
+        sub.close()
+        client.close()

@@ -119,6 +119,13 @@ class Services:
         thread does not exist in the child, and its connection is the
         parent's (the child leaves both alone).
         """
+        sub = self._subscriber
+        if sub is not None and sub.pid == os.getpid():
+            return sub
+        if sub is not None:
+            # Forked: the parent's lock may have been held by one of its
+            # threads at the fork, and nobody here would release it.
+            self._subscriber_lock = threading.Lock()
         with self._subscriber_lock:
             sub = self._subscriber
             if sub is None or sub.pid != os.getpid():

@@ -257,6 +257,9 @@ class Sizes:
     long_entries: int = 100_000
     long_messages: int = 200
     long_rounds: int = 3
+    #: (g): producer threads, each with its own session, and the counting window.
+    producer_threads: int = 100
+    producer_seconds: float = 10.0
 
 
 FULL = Sizes()
@@ -270,6 +273,7 @@ QUICK = Sizes(
     long_entries=20_000,
     long_messages=40,
     long_rounds=2,
+    producer_seconds=3.0,
 )
 
 
@@ -347,6 +351,7 @@ class ChazResult:
     admissions: Throughput | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     long: LongSessionResult | None = None
+    producer: ProducerResult | None = None
 
 
 def measure_dispatch(stack: BenchStack, listener: ReplyListener, sizes: Sizes) -> DispatchResult:
@@ -585,3 +590,98 @@ def measure_long_session(
                 result.long_seconds += span
     result.compact_seconds /= sizes.long_rounds
     return result
+
+
+# -- (g) a producer's CPU per post + wait_for_reply ------------------------------------
+
+
+@dataclass
+class ProducerResult:
+    """(g): ``threads`` producer threads, each posting into its own session and
+    waiting for the reply with ``client.sessions.wait_for_reply``; CPU time of
+    this (the producer's) process and of the workers over the counting window."""
+
+    threads: int
+    replies: int
+    seconds: float
+    #: CPU seconds of this process over the window (``time.process_time``).
+    producer_cpu: float
+    #: CPU seconds per process group over the window (benchmarks.cpu).
+    cpu: dict[str, float] = field(default_factory=dict)
+    errors: int = 0
+    #: Replies that did not belong to the waiter's own post (must stay 0).
+    crossed: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.replies / self.seconds if self.seconds > 0 else float("nan")
+
+    @property
+    def producer_ms(self) -> float:
+        """The producer's CPU milliseconds per post + wait."""
+        return 1000 * self.producer_cpu / self.replies if self.replies else float("nan")
+
+    @property
+    def worker_ms(self) -> float:
+        """The workers' CPU milliseconds per turn, in the same window."""
+        if "workers" not in self.cpu or not self.replies:
+            return float("nan")
+        return 1000 * self.cpu["workers"] / self.replies
+
+
+def measure_producer(stack: BenchStack, sizes: Sizes) -> ProducerResult:
+    """(g) ``producer_threads`` threads in this process, each in a loop of
+    ``post`` + ``wait_for_reply`` on a session of its own, for ``producer_seconds``."""
+    client = stack.client
+    n = sizes.producer_threads
+    sessions = [client.sessions.create(AGENT.id).id for _ in range(n)]
+    me = agent_sender(AGENT.id)
+    stop = threading.Event()
+    lock = threading.Lock()
+    window = [float("inf"), float("inf")]
+    state = {"replies": 0, "errors": 0, "crossed": 0}
+
+    def producer(sid: str) -> None:
+        while not stop.is_set():
+            try:
+                entry = client.sessions.post(sid, "hi")
+                reply = client.sessions.wait_for_reply(sid, after=entry.seq, timeout=60)
+            except Exception:
+                with lock:
+                    state["errors"] += 1
+                time.sleep(0.01)
+                continue
+            now = time.perf_counter()
+            with lock:
+                if reply.job_id != entry.job_id or reply.sender != me:
+                    state["crossed"] += 1
+                if window[0] <= now < window[1]:
+                    state["replies"] += 1
+
+    threads = [
+        threading.Thread(target=producer, args=(sid,), name=f"bench-producer-{i}", daemon=True)
+        for i, sid in enumerate(sessions)
+    ]
+    t0 = time.perf_counter()
+    window[:] = [t0 + sizes.warmup, t0 + sizes.warmup + sizes.producer_seconds]
+    for t in threads:
+        t.start()
+    meter = CpuMeter(stack.worker_pids, database=stack.kind == "server")
+    time.sleep(max(0.0, window[0] - time.perf_counter()))
+    meter.start()
+    cpu0 = time.process_time()
+    time.sleep(max(0.0, window[1] - time.perf_counter()))
+    producer_cpu = time.process_time() - cpu0
+    cpu = meter.stop()
+    stop.set()
+    for t in threads:
+        t.join(timeout=90)
+    return ProducerResult(
+        threads=n,
+        replies=state["replies"],
+        seconds=sizes.producer_seconds,
+        producer_cpu=producer_cpu,
+        cpu=cpu,
+        errors=state["errors"],
+        crossed=state["crossed"],
+    )

@@ -5,7 +5,8 @@ baseline), (b) chaz turns/s across 100 sessions, (c) one session's sequential
 turns/s, (d) chaz dispatch latency (Message -> Ack), (e) admissions/s, each
 chaz figure also as a ratio to (a) measured in the same run, and (f) one
 session's turns/s after 100,000 entries and a compaction, as a ratio to a
-fresh session's. See README.md.
+fresh session's, and (g) a producer's CPU per ``post`` + ``wait_for_reply``
+under 100 producer threads beside the workers' CPU per turn. See README.md.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from benchmarks.measure import (
     QUICK,
     BaselineResult,
     ChazResult,
+    ProducerResult,
     ReplyListener,
     Sizes,
     Throughput,
@@ -43,6 +45,7 @@ from benchmarks.measure import (
     measure_dispatch,
     measure_fifo,
     measure_long_session,
+    measure_producer,
     measure_turns,
 )
 from benchmarks.stacks import BenchStack, scrub_environment
@@ -52,6 +55,12 @@ GOAL_TURN_RATIO = 0.5
 GOAL_P99_MS = 10.0
 #: Issue 12: turns/s in a compacted long session against a fresh one.
 GOAL_LONG_RATIO = 0.9
+#: Issue 13: a producer's CPU per post + wait_for_reply, as a ratio to the
+#: workers' CPU per turn in the same run, at most half of what it was before
+#: the shared subscription (docs/performance.md#producer-cost): the ratio
+#: measured then, per stack.
+PRODUCER_RATIO_BEFORE = {"embedded": 0.91, "server": 0.97}
+GOAL_PRODUCER_FACTOR = 0.5
 
 console = Console(width=int(os.environ.get("COLUMNS", "132")))
 
@@ -147,15 +156,57 @@ def run_stack(
             )
         finally:
             listener.close()
+        producer = _measure_producer(stack, sizes, say)
         stack.stop_chaz_workers()
 
         say("(e) admissions with no worker consuming")
         admissions = measure_admissions(stack, sizes)
         say(f"(e) {admissions.rate:,.0f} admissions/s")
-        chaz_result = ChazResult(turns, fifo, dispatch, admissions, long=long)
+        chaz_result = ChazResult(turns, fifo, dispatch, admissions, long=long, producer=producer)
     finally:
         stack.close()
     return StackRun(kind, versions, baseline, chaz_result, time.perf_counter() - started)
+
+
+def _measure_producer(stack: BenchStack, sizes: Sizes, say: Any) -> ProducerResult:
+    say(f"(g) {sizes.producer_threads} producer threads: post + wait_for_reply")
+    producer = measure_producer(stack, sizes)
+    say(
+        f"(g) {producer.rate:,.1f} replies/s; producer {producer.producer_ms:.2f} ms CPU "
+        f"per post+wait, workers {producer.worker_ms:.2f} ms per turn"
+    )
+    return producer
+
+
+def run_producer_only(kind: str, sizes: Sizes, workers: int, concurrency: int) -> ProducerResult:
+    """Only (g), for comparing a change's producer cost quickly (``--producer``)."""
+    started = time.perf_counter()
+
+    def say(msg: str) -> None:
+        console.print(f"[dim]{kind:>8} {time.perf_counter() - started:6.1f}s[/] {msg}")
+
+    stack = BenchStack(kind)
+    try:
+        stack.start_chaz_workers(workers, concurrency)
+        producer = _measure_producer(stack, sizes, say)
+        stack.stop_chaz_workers()
+    finally:
+        stack.close()
+    return producer
+
+
+def producer_goal(kind: str, g: ProducerResult) -> str:
+    """(g) against its goal: the producer/worker CPU ratio at most half of before."""
+    ratio = g.producer_ms / g.worker_ms if g.worker_ms == g.worker_ms else float("nan")
+    before = PRODUCER_RATIO_BEFORE.get(kind, float("nan"))
+    goal = GOAL_PRODUCER_FACTOR * before
+    return (
+        f"{kind}: producer CPU per post+wait = {g.producer_ms:.2f} ms = {ratio:.2f} x the "
+        f"workers' CPU per turn (goal <= {goal:.2f}, half of {before:.2f} before): "
+        f"{'met' if ratio <= goal else 'NOT met'}"
+        + (f"; PROBLEM {g.crossed} replies crossed waiters" if g.crossed else "")
+        + (f"; {g.errors} posts or waits failed" if g.errors else "")
+    )
 
 
 # -- reporting ----------------------------------------------------------------------
@@ -352,6 +403,17 @@ def table(runs: list[StackRun], sizes: Sizes, workers: int, concurrency: int) ->
             for lg in longs
         ],
     )
+    gs = [r.chaz.producer for r in runs]
+    row(
+        "(g) producer CPU ms per post+wait (100 threads) / workers' per turn",
+        [
+            (
+                f"{g.producer_ms:.2f} / {g.worker_ms:.2f} ({g.rate:,.0f}/s)" if g else "-",
+                _ratio(g.producer_ms, g.worker_ms) if g else "-",
+            )
+            for g in gs
+        ],
+    )
     adm = [r.chaz.admissions for r in runs]
     row(
         "(e) admissions/s (no worker consuming)",
@@ -377,6 +439,9 @@ def problems(run: StackRun) -> list[str]:
     failed += run.chaz.long.errors if run.chaz.long is not None else 0
     if failed:
         found.append(f"{failed} turns or posts failed")
+    g = run.chaz.producer
+    if g is not None and (g.crossed or g.errors):
+        found.append(f"(g): {g.crossed} replies crossed waiters, {g.errors} posts or waits failed")
     if run.chaz.turns.count == 0 or run.baseline.round_trips.count == 0:
         found.append("a throughput phase completed nothing")
     return found
@@ -400,6 +465,8 @@ def goals(runs: list[StackRun]) -> list[str]:
                 f"{lg.ratio:.2f} x a fresh session's (goal >= {GOAL_LONG_RATIO}): "
                 f"{'met' if lg.ratio >= GOAL_LONG_RATIO else 'NOT met'}"
             )
+        if r.chaz.producer is not None:
+            lines.append(producer_goal(r.kind, r.chaz.producer))
         lines += [f"{r.kind}: PROBLEM {n}" for n in problems(r)]
     return lines
 
@@ -437,6 +504,11 @@ def main(argv: list[str] | None = None) -> int:
         dest="profile",
         help="sample chaz's workers with py-spy during (b): speedscope files",
     )
+    parser.add_argument(
+        "--producer",
+        action="store_true",
+        help="only (g): a producer's CPU per post + wait_for_reply (chaz's workers only)",
+    )
     args = parser.parse_args(argv)
     if args.cli:
         from benchmarks import cli_startup
@@ -454,6 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     console.print(f"chaz measured: {info['code']}")
     t0 = time.perf_counter()
+    if args.producer:
+        return _producer_main(kinds, sizes, args.workers, args.concurrency, info, args.json)
     runs: list[StackRun] = []
     failed: list[str] = []
     for kind in kinds:
@@ -483,6 +557,30 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(payload, indent=2, default=str))
     # Missed goals are figures, not failures; a stack that broke or misbehaved is.
     return 1 if failed or any(problems(r) for r in runs) else 0
+
+
+def _producer_main(
+    kinds: list[str],
+    sizes: Sizes,
+    workers: int,
+    concurrency: int,
+    info: dict[str, Any],
+    out: Path | None,
+) -> int:
+    """``--producer``: (g) alone on each stack, its goal, and the exit status."""
+    results: dict[str, ProducerResult] = {}
+    for kind in kinds:
+        results[kind] = run_producer_only(kind, sizes, workers, concurrency)
+        console.print(producer_goal(kind, results[kind]))
+    info["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    console.print(f"[dim]load average now {info['load_after']}[/]")
+    if out:
+        payload = {
+            "machine": info,
+            "producer": {k: dataclasses.asdict(v) for k, v in results.items()},
+        }
+        out.write_text(json.dumps(payload, indent=2, default=str))
+    return 1 if any(g.crossed or g.errors or not g.replies for g in results.values()) else 0
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
@@ -319,6 +320,15 @@ class Agents(_Acting):
 class Sessions(_Acting):
     """Sessions: create, post into, read and watch (of the principal's project)."""
 
+    def __init__(self, services: Services, principal: Principal) -> None:
+        super().__init__(services, principal)
+        #: Session id -> its agent, for the sessions found in the principal's
+        #: project by a wait (see _waited_session).
+        self._known: dict[str, str] = {}
+        #: Session id -> (seq, job id, monotonic time before its admission)
+        #: of this client's latest new entry there (see wait_for_reply).
+        self._posted: dict[str, tuple[int, str | None, float]] = {}
+
     def create(
         self,
         agent_id: str,
@@ -533,20 +543,31 @@ class Sessions(_Acting):
                 project=self._project,
             )
 
+        started = time.monotonic()
         if idempotency_key is not None or not self._svc.store.admits(etype, sender):
             # Only an admission checks the project under its lock; a replay (and
             # its mismatch error) or a plain append happens before or without
             # one, so the session is found in the project first.
-            return write(self._session(session_id).id).entry
+            return self._posted_now(write(self._session(session_id).id), started)
         try:
-            return write(session_id).entry
+            return self._posted_now(write(session_id), started)
         except SessionNotFound:
             # Not an id: perhaps a name. Resolving only now keeps the common
             # case (an id) to one transaction.
             session = self._session(session_id)
             if session.id == session_id:
                 raise
-            return write(session.id).entry
+            return self._posted_now(write(session.id), started)
+
+    def _posted_now(self, done: Appended, started: float) -> Entry:
+        """Remember a new entry's seq and job, and that it committed after
+        ``started`` (``time.monotonic()``), for a wait on it (see wait_for_reply)."""
+        entry = done.entry
+        if done.created:  # a replay's entry committed long ago: not after `started`
+            if len(self._posted) >= _KNOWN_SESSIONS:
+                self._posted.clear()
+            self._posted[entry.session_id] = (entry.seq, entry.job_id, started)
+        return entry
 
     def entries(
         self, session_id: str, after: int = 0, limit: int | None = None
@@ -600,6 +621,7 @@ class Sessions(_Acting):
             after=after,
             timeout=timeout,
             partial=partial,
+            subscriber=self._svc.subscriber,
         )
 
     def wait_for_reply(self, session_id: str, after: int = 0, timeout: float = 60.0) -> Entry:
@@ -610,13 +632,33 @@ class Sessions(_Acting):
         self._may(Grant.HISTORY_READ, "read sessions")
         after = _seq("after", after)
         timeout = check_seconds("timeout", timeout)
-        session = self._session(session_id)
-        trigger = self._svc.store.entries(session.id, after=after - 1, until=after)
-        job_id = trigger[0].job_id if trigger and trigger[0].type in _TRIGGERS else None
-        me = agent_sender(session.agent_id)
+        sid, agent_id = self._waited_session(session_id)
+        me = agent_sender(agent_id)
+        job_id: str | None = None
+        posted = self._posted.get(sid)
+        mine = posted is not None and posted[0] == after and after > 0
+        if mine and posted is not None:
+            # This client wrote entry ``after``: its job is known, and if the
+            # shared subscription has heard every message of the session since
+            # before that write, everything after it comes (or came) through
+            # it: no database read before the wait.
+            job_id = posted[1]
+        # Else one read for the trigger (entry ``after``) and the backlog after
+        # it, through the shared subscription (in force before the read).
         for entry in _watch(
-            self._svc.store, self._svc.redis, session.id, after=after, timeout=timeout
+            self._svc.store,
+            self._svc.redis,
+            sid,
+            after=after if mine else max(after - 1, 0),
+            timeout=timeout,
+            poll=WAIT_POLL_SECONDS,
+            subscriber=self._svc.subscriber,
+            written_after=posted[2] if mine and posted is not None else None,
         ):
+            if entry.seq <= after:
+                if entry.type in _TRIGGERS:
+                    job_id = entry.job_id
+                continue
             if job_id is not None and entry.job_id != job_id:
                 continue
             if entry.type is EntryType.ERROR or (
@@ -624,9 +666,26 @@ class Sessions(_Acting):
             ):
                 return entry
         raise Timeout(
-            f"no reply in session {session.id} after seq {after} within {timeout:g}s",
-            session_id=session.id,
+            f"no reply in session {sid} after seq {after} within {timeout:g}s",
+            session_id=sid,
         )
+
+    def _waited_session(self, ref: str) -> tuple[str, str]:
+        """``(id, agent_id)`` of the session a wait names, in the principal's project.
+
+        A session's id, project and agent never change and a session is never
+        deleted, so what one read found for an id stays true: a producer that
+        waits on the same session again (post, wait, post, wait) reads it once.
+        """
+        known = self._known.get(ref)
+        if known is not None:
+            return ref, known
+        session = self._session(ref)
+        if session.id == ref:  # a name can move to another session: only ids are kept
+            if len(self._known) >= _KNOWN_SESSIONS:
+                self._known.clear()
+            self._known[ref] = session.agent_id
+        return session.id, session.agent_id
 
     def fork(
         self,
@@ -758,6 +817,16 @@ class Sessions(_Acting):
 
 
 _TRIGGERS = (EntryType.MESSAGE, EntryType.DIRECTIVE)
+
+#: How long a quiet ``wait_for_reply`` goes between database re-reads. The
+#: shared subscription announces its reconnections (the re-read then comes at
+#: once), so this is only for a publish lost with the connection healthy (a
+#: writer that died between its commit and its publish): a turn that waits in
+#: the queue does not cost its waiter a database read per second.
+WAIT_POLL_SECONDS = 5.0
+
+#: How many sessions a client remembers for its waits (then it starts over).
+_KNOWN_SESSIONS = 10_000
 
 
 def _room_members(host: str, members: object) -> builtins.list[str]:

@@ -54,6 +54,11 @@ class Dispatcher:
                     app = Celery("chaz-producer", set_as_current=False)
                     app.config_from_object("chaz.celery_settings")
                     app.conf.broker_url = broker_url_for(self._settings)
+                    # No task-sent event per wake-up: one more PUBLISH (and an
+                    # event message built) on every admission, which the
+                    # contract does not need; a worker's received/started
+                    # events still show every turn in Flower.
+                    app.conf.task_send_sent_event = False
                     self._app = app
         return self._app
 

@@ -10,6 +10,8 @@ holds connections, not behaviour: writing to a session is
 
 from __future__ import annotations
 
+import os
+import threading
 from functools import cached_property
 
 import redis
@@ -19,6 +21,7 @@ from chaz.coord.claims import IdempotencyClaims
 from chaz.coord.flags import CancelFlags, CancelWatcher
 from chaz.coord.inbox import InboxFlags
 from chaz.coord.lanes import Lanes, LeaseKeeper
+from chaz.coord.pubsub import Subscriber
 from chaz.coord.quotas import Quotas
 from chaz.coord.redis import connect
 from chaz.coord.signals import TurnSignals
@@ -37,6 +40,8 @@ class Services:
         unless CHAZ_DB_POOL_SIZE does."""
         self.settings = settings
         self.db_threads = db_threads
+        self._subscriber: Subscriber | None = None
+        self._subscriber_lock = threading.Lock()
 
     @property
     def pool(self) -> PoolOptions:
@@ -115,8 +120,35 @@ class Services:
         """Inbox flags: which sessions have messages waiting."""
         return InboxFlags(self.redis)
 
+    @property
+    def subscriber(self) -> Subscriber:
+        """The one pubsub connection this process's waiting calls share
+        (``wait_for_reply``, ``watch``); started on first use.
+
+        A forked child gets its own on its first use: the parent's reader
+        thread does not exist in the child, and its connection is the
+        parent's (the child leaves both alone).
+        """
+        sub = self._subscriber
+        if sub is not None and sub.pid == os.getpid():
+            return sub
+        if sub is not None:
+            # Forked: the parent's lock may have been held by one of its
+            # threads at the fork, and nobody here would release it.
+            self._subscriber_lock = threading.Lock()
+        with self._subscriber_lock:
+            sub = self._subscriber
+            if sub is None or sub.pid != os.getpid():
+                sub = self._subscriber = Subscriber(self.redis)
+            return sub
+
     def close(self) -> None:
-        """Release every connection this bundle opened."""
+        """Release every connection this bundle opened (the shared subscription's
+        reader thread ends)."""
+        with self._subscriber_lock:
+            sub, self._subscriber = self._subscriber, None
+        if sub is not None and sub.pid == os.getpid():
+            sub.close()
         for name in ("store", "redis", "dispatcher"):
             obj = self.__dict__.pop(name, None)
             if obj is not None:

@@ -13,6 +13,10 @@ backlog of them, and one lost on the way is not fetched again (the reply
 entry that follows holds the whole text). A partial heard after its job's
 reply or Error was yielded (the reply read from the database first) is
 dropped as stale.
+
+Through a process's shared subscription (``subscriber``), a reconnection
+triggers the re-read at once. A partial watch keeps a subscription of its
+own to both channels.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import redis
 
 from chaz.coord import keys
 from chaz.coord.partials import Partial, StreamListener
-from chaz.coord.pubsub import Listener, wait_time
+from chaz.coord.pubsub import Listener, Subscriber, wait_time
 from chaz.domain.entries import Entry, EntryType
 from chaz.store.repo import Store
 
@@ -41,6 +45,8 @@ def watch(
     timeout: float | None = ...,
     poll: float = ...,
     partial: Literal[False] = ...,
+    subscriber: Subscriber | None = ...,
+    written_after: float | None = ...,
 ) -> Iterator[Entry]: ...
 
 
@@ -54,6 +60,8 @@ def watch(
     timeout: float | None = ...,
     poll: float = ...,
     partial: bool,
+    subscriber: Subscriber | None = ...,
+    written_after: float | None = ...,
 ) -> Iterator[Entry | Partial]: ...
 
 
@@ -66,12 +74,21 @@ def watch(
     timeout: float | None = None,
     poll: float = 1.0,
     partial: bool = False,
+    subscriber: Subscriber | None = None,
+    written_after: float | None = None,
 ) -> Iterator[Entry] | Iterator[Entry | Partial]:
     """Yield the session's entries with ``seq > after``, forever or until ``timeout``;
-    with ``partial``, also the partials of answers streamed meanwhile."""
+    with ``partial``, also the partials of answers streamed meanwhile.
+
+    ``subscriber``: listen through the process's shared subscription instead
+    of a pubsub connection of this call's own (entries only). ``written_after``:
+    a ``time.monotonic()`` of this process before which no entry with
+    ``seq > after`` can have been committed; when the subscription has heard
+    every message of the session since before it, the backlog read is skipped.
+    """
     if partial:
         return _watch_partials(store, client, session_id, after, timeout, poll)
-    return _watch(store, client, session_id, after, timeout, poll)
+    return _watch(store, client, session_id, after, timeout, poll, subscriber, written_after)
 
 
 class _Cursor:
@@ -111,11 +128,17 @@ def _watch(
     after: int,
     timeout: float | None,
     poll: float,
+    subscriber: Subscriber | None,
+    written_after: float | None,
 ) -> Iterator[Entry]:
     deadline = None if timeout is None else time.monotonic() + timeout
-    with Listener(client, keys.entries_channel(session_id)) as listener:
+    channel = keys.entries_channel(session_id)
+    opened = Listener(client, channel) if subscriber is None else subscriber.listen(channel)
+    with opened as listener:
         cursor = _Cursor(store, session_id, after)
-        yield from cursor.catch_up()
+        heard = getattr(listener, "since", None)
+        if written_after is None or heard is None or heard >= written_after:
+            yield from cursor.catch_up()
         while (wait := wait_time(deadline, poll)) is not None:
             data = listener.next(wait)
             if data is None:

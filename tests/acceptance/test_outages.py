@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -244,3 +245,81 @@ def test_the_error_entry_of_a_crashed_turn_carries_no_sql(
         stack.close()
         with psycopg.connect(store_url, autocommit=True) as conn:
             conn.execute("DROP TRIGGER IF EXISTS chaz_test_refuse ON entries")
+
+
+def _waiting(client: chaz.Client, sessions: list[str]) -> bool:
+    """Whether the client's shared subscription listens to every session's channel."""
+    from chaz.coord import keys
+
+    channels = [keys.entries_channel(sid) for sid in sessions]
+    counts = dict(client.services.redis.pubsub_numsub(*channels))
+    return all(int(counts.get(ch, 0)) >= 1 for ch in channels)
+
+
+def _held_waiters(
+    stack: Stack, n: int
+) -> tuple[list[str], dict[str, chaz.Entry], list[BaseException], list[threading.Thread]]:
+    """``n`` sessions whose turns wait at their gates, and a thread waiting for each reply."""
+    client = stack.client
+    client.agents.put(HELD)
+    sessions = [client.sessions.create(agent_id="held").id for _ in range(n)]
+    posts = {sid: client.sessions.post(sid, f"long {sid}", sender="user:alice") for sid in sessions}
+    stack.wait_for(
+        lambda: all(
+            any(e.type is EntryType.TOOL_RESULT for e in client.sessions.entries(sid))
+            for sid in sessions
+        ),
+        60,
+        "every turn to reach its gate",
+    )
+    replies: dict[str, chaz.Entry] = {}
+    failed: list[BaseException] = []
+
+    def wait(sid: str) -> None:
+        try:
+            replies[sid] = client.sessions.wait_for_reply(sid, after=posts[sid].seq, timeout=120)
+        except BaseException as exc:
+            failed.append(exc)
+
+    threads = [threading.Thread(target=wait, args=(sid,)) for sid in sessions]
+    for t in threads:
+        t.start()
+    stack.wait_for(lambda: _waiting(client, sessions), 30, "every waiter to listen")
+    return sessions, replies, failed, threads
+
+
+def test_waiters_get_every_reply_through_a_redis_restart(restartable: RestartableStack) -> None:
+    stack = restartable.stack
+    stack.workers(1, concurrency=4)
+    sessions, replies, failed, threads = _held_waiters(stack, 4)
+
+    restartable.kill_redis()
+    time.sleep(OUTAGE_SECONDS)
+    restartable.start_redis()
+    for sid in sessions:
+        stack.open_gate(f"go-{sid}")
+    for t in threads:
+        t.join(150)
+    assert not failed, (failed, stack.logs())
+    assert {sid: replies[sid].content for sid in sessions} == {
+        sid: f"done long {sid}" for sid in sessions
+    }
+
+
+def test_waiters_get_every_reply_when_their_subscription_is_dropped(
+    restartable: RestartableStack,
+) -> None:
+    stack = restartable.stack
+    stack.workers(1, concurrency=4)
+    sessions, replies, failed, threads = _held_waiters(stack, 4)
+
+    # Every pubsub connection of this test's own Redis: the client's shared one.
+    assert stack.client.services.redis.client_kill_filter(_type="pubsub") >= 1
+    for sid in sessions:
+        stack.open_gate(f"go-{sid}")
+    for t in threads:
+        t.join(150)
+    assert not failed, (failed, stack.logs())
+    assert {sid: replies[sid].content for sid in sessions} == {
+        sid: f"done long {sid}" for sid in sessions
+    }

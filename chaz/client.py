@@ -109,6 +109,12 @@ def _backend_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise BackendUnavailable(f"Redis is unavailable: {exc}") from exc
         except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as exc:
             raise BackendUnavailable(f"the database is unavailable: {exc.orig}") from exc
+        except sqlalchemy.exc.TimeoutError as exc:
+            # Not a driver error: the pool had no free connection in time.
+            raise BackendUnavailable(
+                "the database is unavailable: no pooled connection was free within "
+                "CHAZ_DB_POOL_TIMEOUT (raise CHAZ_DB_POOL_SIZE, or the database is slow)"
+            ) from exc
 
     return wrapper
 

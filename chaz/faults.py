@@ -39,7 +39,9 @@ def _transient(exc: BaseException) -> bool:
         # connection and an administrator's shutdown; errors of the statement
         # itself are other classes (DataError, IntegrityError, ...).
         return isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError))
-    return isinstance(exc, sa_exc.DisconnectionError)
+    # Every pooled connection stayed busy for CHAZ_DB_POOL_TIMEOUT: the
+    # database is slow or the pool too small, and a later try may get one.
+    return isinstance(exc, (sa_exc.DisconnectionError, sa_exc.TimeoutError))
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:

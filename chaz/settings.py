@@ -42,6 +42,12 @@ class Settings(BaseSettings):
         description="Connections a process may open past CHAZ_DB_POOL_SIZE in a burst; each is "
         "closed when returned, so under a steady load they churn.",
     )
+    db_pool_timeout: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds a thread waits for a free pooled PostgreSQL connection before "
+        "its call fails with backend.unavailable (a turn retries from its checkpoint).",
+    )
     db_prepared_statements: bool = Field(
         True,
         description="Let psycopg prepare often-run statements on the server; false behind a "

@@ -39,6 +39,9 @@ class PoolOptions:
     #: needs: the prepared statement would live on a server connection the
     #: next transaction may not get).
     prepare_threshold: int | None = PREPARE_THRESHOLD
+    #: Seconds a thread waits for a free connection when all are in use; then
+    #: SQLAlchemy's pool TimeoutError, which callers see as backend.unavailable.
+    timeout: float = 30.0
 
     @classmethod
     def of(cls, settings: Settings, threads: int | None = None) -> PoolOptions:
@@ -48,6 +51,7 @@ class PoolOptions:
             size=settings.db_pool_size or threads or DEFAULT_POOL_SIZE,
             max_overflow=settings.db_max_overflow,
             prepare_threshold=PREPARE_THRESHOLD if settings.db_prepared_statements else None,
+            timeout=settings.db_pool_timeout,
         )
 
 
@@ -78,6 +82,7 @@ def make_engine(url: str, pool: PoolOptions | None = None) -> Engine:
         url,
         pool_size=pool.size,
         max_overflow=pool.max_overflow,
+        pool_timeout=pool.timeout,
         pool_recycle=1800,
         connect_args=connect_args,
     )

@@ -8,6 +8,7 @@ import pytest
 
 import chaz
 from chaz.errors import BackendUnavailable
+from chaz.faults import is_transient
 from chaz.settings import Settings
 from tests.conftest import free_port
 
@@ -34,3 +35,30 @@ def test_unreachable_database_is_backend_unavailable(tmp_path: Path) -> None:
     with pytest.raises(BackendUnavailable):
         client.agents.list()
     client.close()
+
+
+def test_a_pool_with_no_free_connection_is_backend_unavailable(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    # One pooled connection, held by the test: the client's next read waits
+    # CHAZ_DB_POOL_TIMEOUT for it, then fails with a chaz code, not
+    # SQLAlchemy's pool TimeoutError. Once the connection is back, it works.
+    settings = Settings(
+        _env_file=None,
+        home=tmp_path,
+        database_url=pg_url,
+        redis_url=redis_url,
+        db_pool_size=1,
+        db_pool_timeout=0.2,
+    )
+    client = chaz.Client(settings)
+    try:
+        held = client.services.store.engine.connect()
+        with pytest.raises(BackendUnavailable) as err:
+            client.agents.list()
+        assert err.value.retryable and "CHAZ_DB_POOL_TIMEOUT" in err.value.message
+        assert is_transient(err.value.__cause__ or err.value)
+        held.close()
+        assert isinstance(client.agents.list(), list)
+    finally:
+        client.close()

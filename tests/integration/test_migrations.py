@@ -135,7 +135,7 @@ def test_the_comparison_can_see_a_difference(engine: Engine) -> None:
     """The check above is not vacuous: a schema that drifts from the models is reported."""
     upgrade(engine)
     with engine.begin() as conn:
-        conn.exec_driver_sql("DROP INDEX ix_jobs_status")
+        conn.exec_driver_sql("DROP INDEX ix_jobs_project_status")
         conn.exec_driver_sql("CREATE TABLE stray (id INTEGER PRIMARY KEY)")
     diff = schema_diff(engine)
     kinds = {d[0] if isinstance(d, tuple) else d[0][0] for d in diff}

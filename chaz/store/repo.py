@@ -1158,6 +1158,10 @@ class Store(SessionDirectory):
             )
         if statuses is not None:
             stmt = stmt.where(JobRow.status.in_([s.value for s in statuses]))
+            if statuses and all(s in ACTIVE for s in statuses):
+                # Implied by the line above, but said as the partial index's
+                # predicate, so a session's queue reads ix_jobs_session_active.
+                stmt = stmt.where(unfinished(JobRow.status))
         if parent_job_id is not None:
             stmt = stmt.where(JobRow.parent_job_id == parent_job_id)
         if project is not None:

@@ -1,8 +1,9 @@
 """Fleet-wide counts for ``chaz exporter``: unfinished jobs by state, sessions
 with waiting jobs, deliveries by state.
 
-Each is one grouped count an index answers (``ix_jobs_status``,
-``ix_deliveries_state_created``), read in one short transaction per scrape.
+Each is one grouped count an index answers (``ix_jobs_session_active``, the
+partial index of unfinished jobs, and ``ix_deliveries_state_created``), read
+in one short transaction per scrape.
 Finished jobs are left out on purpose: they grow without bound, and the
 workers' ``chaz_turns_ended_total`` counts them as they end.
 """
@@ -11,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy import Engine, distinct, func, select
+from sqlalchemy import Engine, distinct, func, literal_column, select
 
 from chaz.domain.deliveries import DeliveryState
 from chaz.domain.jobs import ACTIVE, JobStatus
-from chaz.store.models import DeliveryRow, JobRow
+from chaz.store.models import DeliveryRow, JobRow, unfinished
 
 _ACTIVE = sorted(s.value for s in ACTIVE)
 
@@ -38,13 +39,14 @@ def counts(engine: Engine) -> FleetCounts:
         jobs = dict.fromkeys(_ACTIVE, 0)
         for status, n in conn.execute(
             select(JobRow.status, func.count())
-            .where(JobRow.status.in_(_ACTIVE))
+            .where(unfinished(JobRow.status))
             .group_by(JobRow.status)
         ):
             jobs[status] = int(n)
         waiting = conn.scalar(
             select(func.count(distinct(JobRow.session_id))).where(
-                JobRow.status == JobStatus.QUEUED.value
+                unfinished(JobRow.status),
+                JobRow.status == literal_column(f"'{JobStatus.QUEUED.value}'"),
             )
         )
         delivered = {s.value: 0 for s in DeliveryState}

@@ -16,8 +16,30 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    literal_column,
+    text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, InstrumentedAttribute, Mapped, mapped_column
+from sqlalchemy.sql.elements import ColumnElement
+
+from chaz.domain.jobs import ACTIVE
+
+#: The unfinished states (:data:`chaz.domain.jobs.ACTIVE`), sorted: the order
+#: the partial indexes' predicate and :func:`unfinished` both write them in.
+UNFINISHED_STATUSES = tuple(sorted(s.value for s in ACTIVE))
+_UNFINISHED_SQL = "status IN (" + ", ".join(f"'{v}'" for v in UNFINISHED_STATUSES) + ")"
+
+
+def unfinished(status: ColumnElement[str] | InstrumentedAttribute[str]) -> ColumnElement[bool]:
+    """``status IN ('queued', ...)`` with the states as literals, the partial
+    indexes' own predicate.
+
+    A planner uses a partial index only when it can prove the query's WHERE
+    implies the index's: PostgreSQL cannot from bind parameters (a prepared
+    statement's generic plan), and SQLite only from a term written the same
+    way, so the readers of ``ix_jobs_session_active`` say it with this.
+    """
+    return status.in_([literal_column(f"'{v}'") for v in UNFINISHED_STATUSES])
 
 
 class Base(DeclarativeBase):
@@ -45,6 +67,8 @@ class SessionRow(Base):
     """
 
     __tablename__ = "sessions"
+    # Also the only index of ``active_at``: every reader that orders by it names
+    # a project (migration 0009 dropped the single-column one).
     __table_args__ = (Index("ix_sessions_project_active", "project", "active_at"),)
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -72,7 +96,7 @@ class SessionRow(Base):
     #: "manual" (archive_agent, a person) or "auto" (archive_when_done).
     archived_by: Mapped[str | None] = mapped_column(String(8))
     #: When its last job was admitted (list_agents' "most recently active first").
-    active_at: Mapped[datetime | None] = mapped_column(index=True)
+    active_at: Mapped[datetime | None]
     #: A room's other members (agent ids; the host is ``agent_id``); None: not a room.
     members: Mapped[list[str] | None] = mapped_column(JSON)
     #: A room's burst budget: agent messages in a row that may wake a member.
@@ -125,9 +149,27 @@ class JobRow(Base):
     __tablename__ = "jobs"
     __table_args__ = (
         UniqueConstraint("session_id", "ordinal", name="uq_jobs_session_ordinal"),
-        Index("ix_jobs_session_status_ordinal", "session_id", "status", "ordinal"),
-        Index("ix_jobs_status", "status"),
+        # Every update of a job changes ``status``, so none is HOT and each
+        # writes an entry into every index: fewer indexes, fewer writes. The
+        # unfinished jobs (a session's head, the reconciler's and exporter's
+        # scans) are a partial index, which a job's end adds nothing to;
+        # ``project`` keeps a full index for the quotas' totals
+        # (docs/performance.md#postgresql-work-per-turn, migration 0009).
+        Index(
+            "ix_jobs_session_active",
+            "session_id",
+            "ordinal",
+            postgresql_where=text(_UNFINISHED_SQL),
+            sqlite_where=text(_UNFINISHED_SQL),
+        ),
         Index("ix_jobs_project_status", "project", "status"),
+        # Only a spawned turn has a parent; root turns add nothing to it.
+        Index(
+            "ix_jobs_parent_job_id",
+            "parent_job_id",
+            postgresql_where=text("parent_job_id IS NOT NULL"),
+            sqlite_where=text("parent_job_id IS NOT NULL"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -140,7 +182,7 @@ class JobRow(Base):
     version: Mapped[int] = mapped_column(Integer, default=1)
     caller_session_id: Mapped[str | None] = mapped_column(String(32))
     caller_entry_id: Mapped[str | None] = mapped_column(String(32))
-    parent_job_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    parent_job_id: Mapped[str | None] = mapped_column(String(32))
     call_depth: Mapped[int] = mapped_column(Integer, default=0)
     message_count: Mapped[int] = mapped_column(Integer, default=0)
     attempts: Mapped[int] = mapped_column(Integer, default=0)

@@ -78,7 +78,7 @@ from chaz.store.artifacts import ArtifactStore
 from chaz.store.db import PoolOptions, is_sqlite, make_engine
 from chaz.store.directory import SessionDirectory
 from chaz.store.events import EventLog, record
-from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
+from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow, unfinished
 from chaz.store.rows import as_entry, as_job, as_said, as_session, session_row
 from chaz.store.schedules import ScheduleStore
 from chaz.store.todos import TodoStore
@@ -371,7 +371,7 @@ class Admitting:
             busy = self._conn.scalar(
                 select(func.count())
                 .select_from(st.JOBS)
-                .where(st.JOBS.c.session_id == self.session.id, st.JOBS.c.status.in_(_ACTIVE))
+                .where(st.JOBS.c.session_id == self.session.id, unfinished(st.JOBS.c.status))
             )
             if busy:
                 raise SessionBusy(self.session.id)
@@ -1158,6 +1158,10 @@ class Store(SessionDirectory):
             )
         if statuses is not None:
             stmt = stmt.where(JobRow.status.in_([s.value for s in statuses]))
+            if statuses and all(s in ACTIVE for s in statuses):
+                # Implied by the line above, but said as the partial index's
+                # predicate, so a session's queue reads ix_jobs_session_active.
+                stmt = stmt.where(unfinished(JobRow.status))
         if parent_job_id is not None:
             stmt = stmt.where(JobRow.parent_job_id == parent_job_id)
         if project is not None:
@@ -1263,7 +1267,7 @@ class Store(SessionDirectory):
         """Every job not yet finished (of one tree), in admission order per session."""
         stmt = (
             select(JobRow)
-            .where(JobRow.status.in_(_ACTIVE))
+            .where(unfinished(JobRow.status))
             .order_by(JobRow.session_id, JobRow.ordinal)
         )
         if tree_id is not None:

@@ -15,7 +15,7 @@ from sqlalchemy import Table, Update, bindparam, func, insert, select, update
 
 from chaz.domain.entries import EntryType
 from chaz.domain.jobs import ACTIVE, JobStatus, sources
-from chaz.store.models import AgentRow, EntryRow, JobRow, SessionRow
+from chaz.store.models import AgentRow, EntryRow, JobRow, SessionRow, unfinished
 
 ACTIVE_VALUES = [s.value for s in ACTIVE]
 
@@ -26,10 +26,11 @@ AGENTS = cast(Table, AgentRow.__table__)
 
 CONTEXT_TYPES = [t.value for t in (EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY)]
 
-#: The session's head job: its oldest unfinished one, by admission order.
+#: The session's head job: its oldest unfinished one, by admission order
+#: (``ix_jobs_session_active`` in order: the first entry is the answer).
 HEAD = (
     select(JOBS)
-    .where(JOBS.c.session_id == bindparam("sid"), JOBS.c.status.in_(ACTIVE_VALUES))
+    .where(JOBS.c.session_id == bindparam("sid"), unfinished(JOBS.c.status))
     .order_by(JOBS.c.ordinal)
     .limit(1)
 )

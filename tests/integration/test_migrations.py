@@ -19,6 +19,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, inspect
 
+from chaz.store import statements as st
 from chaz.store.db import make_engine
 from chaz.store.migrate import alembic_config, current_revision, upgrade
 from chaz.store.models import Base
@@ -135,11 +136,31 @@ def test_the_comparison_can_see_a_difference(engine: Engine) -> None:
     """The check above is not vacuous: a schema that drifts from the models is reported."""
     upgrade(engine)
     with engine.begin() as conn:
-        conn.exec_driver_sql("DROP INDEX ix_jobs_status")
+        conn.exec_driver_sql("DROP INDEX ix_jobs_project_status")
         conn.exec_driver_sql("CREATE TABLE stray (id INTEGER PRIMARY KEY)")
     diff = schema_diff(engine)
     kinds = {d[0] if isinstance(d, tuple) else d[0][0] for d in diff}
     assert "add_index" in kinds and "remove_table" in kinds, diff
+
+
+def test_the_head_job_query_can_use_the_partial_index(engine: Engine) -> None:
+    """The head-job query names the unfinished states as the partial index's own
+    predicate (literals), so the planner may use ``ix_jobs_session_active`` even
+    in a prepared statement's generic plan (PostgreSQL) and at all (SQLite)."""
+    upgrade(engine)
+    sql = str(st.HEAD.compile(engine))
+    with engine.begin() as conn:
+        if engine.dialect.name == "sqlite":
+            plan = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, ("s", 1, 0)).all()
+        else:
+            # A generic plan is what psycopg's prepared statement ends up with;
+            # bind parameters there would rule the partial index out.
+            conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_generic_plan")
+            conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+            prepared = sql.replace("%(sid)s", "$1").replace("%(param_1)s", "$2")
+            conn.exec_driver_sql(f"PREPARE head(text, int) AS {prepared}")
+            plan = conn.exec_driver_sql("EXPLAIN EXECUTE head('s', 1)").all()
+    assert "ix_jobs_session_active" in " ".join(str(r[-1]) for r in plan), plan
 
 
 def test_unique_constraints_exist_in_the_migrated_schema(engine: Engine) -> None:

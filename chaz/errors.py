@@ -330,6 +330,14 @@ class Cancelled(ChazError):
     code = "job.cancelled"
 
 
+class HandedBack(ChazError):
+    """The turn stopped at a safe point because its worker is shutting down: it is
+    put back for another worker, not ended (docs/operations.md#termination)."""
+
+    code = "turn.handed_back"
+    retryable = True
+
+
 class LeaseLost(ChazError):
     """The worker no longer holds the session lane; it must stop writing."""
 

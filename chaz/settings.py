@@ -61,6 +61,14 @@ class Settings(BaseSettings):
         "dead worker's turn is resumed about this long after its last heartbeat.",
     )
     reconcile_seconds: float = Field(5.0, gt=0, description="How often beat runs the reconciler.")
+    shutdown_grace_seconds: float = Field(
+        240.0,
+        ge=0,
+        description="Seconds a worker in warm shutdown (SIGTERM) lets its running turns "
+        "finish; then it hands back every turn it still holds, which another worker resumes "
+        "at once without spending an attempt. Keep it below the platform's kill deadline "
+        "(Kubernetes terminationGracePeriodSeconds).",
+    )
     max_queued_per_session: int | None = Field(
         None, gt=0, description="Admitted jobs that may wait in one session (null: unlimited)."
     )

@@ -46,12 +46,12 @@ from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.limits import resolve_limits
 from chaz.domain.principals import Principal, parse_grants, turn_grants
 from chaz.domain.sessions import Session, is_interactive
-from chaz.errors import Cancelled, ChazError, IllegalTransition, LeaseLost
+from chaz.errors import Cancelled, ChazError, HandedBack, IllegalTransition, LeaseLost
 from chaz.faults import is_transient
 from chaz.ids import utcnow
 from chaz.runtime.backends import make_backend
 from chaz.runtime.backends.base import ToolCallRequest, TurnContext
-from chaz.runtime.cancel import CancelToken
+from chaz.runtime.cancel import CancelToken, Running
 from chaz.runtime.context import build_context
 from chaz.runtime.events import EventSink, RuntimeEvent, ToolCallEvent
 from chaz.runtime.loop import RUN, Checkpoint, LoopPorts, Suspend, Verdict, run_loop
@@ -77,6 +77,10 @@ RETRY_SECONDS = 1.0
 #: release and acquire, while one busy session still cannot keep a thread.
 KEEP_LANE_TURNS = 16
 KEEP_LANE_SECONDS = 0.5
+
+#: The turns this process runs: a worker whose shutdown grace runs out hands
+#: them all back (workers.tasks; docs/operations.md#termination).
+RUNNING = Running()
 
 
 @dataclass(frozen=True)
@@ -112,15 +116,22 @@ class _Ran:
     #: The turn suspended for approval (docs/approvals.md): the job is not
     #: finished, but its lane and live slot are given back.
     suspended: bool = False
+    #: The turn was handed back (its worker is shutting down): the job is not
+    #: finished, keeps its live slot, and another worker resumes it at once.
+    handed_back: bool = False
 
 
 class TurnRunner:
     """Runs the next turn of a session under its lane lease."""
 
-    def __init__(self, services: Services, registry: ToolRegistry) -> None:
+    def __init__(
+        self, services: Services, registry: ToolRegistry, running: Running = RUNNING
+    ) -> None:
         self.services = services
         #: The tools this process's agents may call.
         self.registry = registry
+        #: The turns this process runs, which a shutdown hands back.
+        self.running = running
 
     def wake(self, session_id: str, execution_id: str, *, lend_slot: bool = False) -> WakeOutcome:
         """Handle one wake-up for ``session_id`` (``execution_id`` is a hint).
@@ -160,7 +171,7 @@ class TurnRunner:
         if token is None:
             return WakeOutcome("busy")
         outcome = WakeOutcome("idle")
-        held, look = True, True
+        held, look, handed_back = True, True, False
         deadline = time.monotonic() + KEEP_LANE_SECONDS
         try:
             while True:
@@ -203,6 +214,8 @@ class TurnRunner:
                     and not lend_slot
                     and outcome.turns < KEEP_LANE_TURNS
                     and time.monotonic() < deadline
+                    # Shutting down: the next job is another worker's.
+                    and not self.running.handing_back
                 )
                 end = hand_off(
                     svc, session_id, job, token, ran, lend_slot=lend_slot, keep_if_queued=keep
@@ -214,6 +227,12 @@ class TurnRunner:
                 if end.kept:
                     continue  # more jobs wait and the lane is still ours
                 held = False
+                if ran.handed_back:
+                    handed_back = True
+                    # Wake the session now, for a worker that still consumes
+                    # (this one does not): the resume need not wait for a
+                    # lease to expire.
+                    break
                 if end.queued == 0:
                     # Nothing waits. An admission racing with this release
                     # counted itself before the release read the counter,
@@ -235,7 +254,9 @@ class TurnRunner:
                 # wakes second, so one of us always sees the other.
                 nxt = svc.store.head_job(session_id)
                 if nxt is not None:
-                    svc.dispatcher.wake(session_id, nxt.id)
+                    # A hand-back's wake-up keeps trying through a broker blip:
+                    # nobody else would send it until the reconciler's sweep.
+                    svc.dispatcher.wake(session_id, nxt.id, patient=handed_back)
         return outcome
 
     # -- one job --------------------------------------------------------------
@@ -288,10 +309,14 @@ class TurnRunner:
             turn.announce_resume()
         turn.heartbeat = svc.lease_keeper.hold(job.session_id, token)
         # From here the worker's one watcher sets the turn's token as soon as
-        # the job's cancel flag appears (docs/runtime.md#preemptive-cancel).
+        # the job's cancel flag appears (docs/runtime.md#preemptive-cancel),
+        # and a shutdown whose grace ran out hands it back.
         svc.cancel_watcher.watch(job.id, turn.cancel)
+        self.running.hold(turn.cancel)
         try:
             last = turn.run()
+            if turn.handed_back:
+                return _Ran(finished=False, handed_back=True)
             if not turn.suspended:
                 # Still under the lane and the heartbeat: the next turn starts
                 # from the Summary this may write (docs/sessions.md#compaction).
@@ -306,15 +331,17 @@ class TurnRunner:
             metrics.turn_ended("retry" if is_transient(exc) else "error", turn.began)
             raise
         finally:
+            self.running.drop(turn.cancel)
             svc.cancel_watcher.unwatch(job.id, turn.cancel)
             svc.lease_keeper.drop(turn.heartbeat)
 
 
 def _resumed_by_decisions(services: Services, job: Job) -> bool:
     """Whether the job's attempts past the limit are resumes after approval
-    decisions (docs/approvals.md), which are not failed attempts."""
+    decisions (docs/approvals.md) or hand-backs (docs/operations.md#termination),
+    which are not failed attempts."""
     cp = Checkpoint.from_json(services.store.checkpoint(job.id))
-    return job.attempts - cp.suspensions <= MAX_ATTEMPTS
+    return cp.counted_attempts(job.attempts) <= MAX_ATTEMPTS
 
 
 def _lost_request(services: Services, job: Job) -> bool:
@@ -322,7 +349,8 @@ def _lost_request(services: Services, job: Job) -> bool:
     if job.delivery_id is None:
         return False
     cp = Checkpoint.from_json(services.store.checkpoint(job.id))
-    return deliveries.lost_request(services, job, cp.suspensions)
+    # A hand-back stopped the turn at a safe point: its resume replays nothing.
+    return deliveries.lost_request(services, job, cp.suspensions + cp.handbacks)
 
 
 def hand_off(
@@ -437,6 +465,8 @@ class Turn:
         self.me = agent_sender(self.agent_id)
         #: Set when the turn suspended for approval instead of ending.
         self.suspended = False
+        #: Set when the turn was handed back instead of ending.
+        self.handed_back = False
         #: Set once an ``approve_all`` decision of this job is seen.
         self.all_approved = False
         #: When it started, for its duration (counted here: one Turn per start).
@@ -449,11 +479,17 @@ class Turn:
             text = self.think(sink)
             sink.close()
             # The last check before the reply commits: a cancel seen by now
-            # means no reply (docs/contracts.md#cancel).
-            self.cancel.raise_if_set()
+            # means no reply (docs/contracts.md#cancel). A hand-back does not
+            # stop a turn that has its answer: replying is finishing.
+            if not self.cancel.handing_back:
+                self.cancel.raise_if_set()
         except LeaseLost:
             _close_quietly(sink)
             raise
+        except HandedBack:
+            sink.close()  # its ToolCall/ToolResult entries so far, under our fence
+            self.hand_back()
+            return None
         except Suspend as held:
             sink.close()  # its ToolCall/ToolResult entries so far come first
             return self.suspend(held.call)
@@ -625,6 +661,23 @@ class Turn:
         self.suspended = True
         metrics.turn_ended("suspended", self.began)
         return entry
+
+    def hand_back(self) -> None:
+        """Give the turn back for another worker to resume (this one is shutting
+        down; docs/operations.md#termination): no reply, no Error.
+
+        The checkpoint counts the hand-back, so the resume spends no attempt;
+        the job's lease token is dropped in the same write, so nothing this
+        worker still holds can write for it. The caller releases the lane and
+        wakes the session.
+        """
+        store = self.services.store
+        cp = Checkpoint.from_json(store.checkpoint(self.job.id))
+        cp.handbacks += 1
+        store.hand_back(self.fence, cp.to_json())
+        self.handed_back = True
+        metrics.turn_ended("handed_back", self.began)
+        log.warning("handed back job %s (the worker is shutting down)", self.job.id)
 
     # -- rooms (docs/rooms.md) ------------------------------------------------
 

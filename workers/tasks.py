@@ -29,7 +29,7 @@ from chaz.retention import expire_events as expire_events_now
 from chaz.services import Services
 from chaz.settings import get_settings
 from chaz.tools import default_registry
-from chaz.turns import TurnRunner
+from chaz.turns import RUNNING, TurnRunner
 from workers.app import app
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,8 @@ _lock = threading.Lock()
 _services: Services | None = None
 _watch: LeaseWatch | None = None
 _heartbeat: Heartbeat | None = None
+#: Hands the running turns back once the shutdown grace is over (see _retract).
+_grace_timer: threading.Timer | None = None
 #: This worker's turn threads (``--concurrency``), known once Celery built it.
 _threads: int | None = None
 #: Database users beside the turn threads: the lease watch, and one spare for
@@ -109,7 +111,9 @@ def _beat() -> None:
 
 @worker_shutting_down.connect
 def _retract(sender: Any, **_: Any) -> None:
-    # Warm shutdown (SIGTERM): no new turns; running ones finish (docs/operations.md).
+    # Warm shutdown (SIGTERM): no new turns; running ones finish, or are handed
+    # back once CHAZ_SHUTDOWN_GRACE_SECONDS have passed (docs/operations.md#termination).
+    _hand_back_later(services().settings.shutdown_grace_seconds)
     if _watch is not None:
         _watch.stop()
     if _heartbeat is not None:
@@ -117,6 +121,22 @@ def _retract(sender: Any, **_: Any) -> None:
             _heartbeat.stop()
         except Exception:
             log.warning("heartbeat: could not retract the ready key", exc_info=True)
+
+
+def _hand_back_later(grace: float) -> None:
+    global _grace_timer
+    with _lock:
+        if _grace_timer is not None:
+            return  # a second SIGTERM does not restart the clock
+        # A daemon thread: the process may exit before it fires (no turn held).
+        _grace_timer = threading.Timer(grace, _hand_back)
+        _grace_timer.daemon = True
+        _grace_timer.start()
+
+
+def _hand_back() -> None:
+    held = RUNNING.hand_back_all()
+    log.warning("shutdown grace over: handing back the %d turn(s) still running", held)
 
 
 @worker_shutdown.connect

@@ -7,6 +7,13 @@ the turn waits on the token rather than on the clock: the scripted
 ``sleep`` step and ``stream`` chunks, the OpenAI backend's in-flight request
 (cut on the wire), and tools (they find it as ``ctx.cancel``). See
 docs/runtime.md#preemptive-cancel.
+
+The same token stops a turn its worker hands back (a worker whose shutdown
+grace ran out, docs/operations.md#termination): :meth:`CancelToken.hand_back`
+wakes the same waiters, and the turn then raises
+:class:`~chaz.errors.HandedBack` instead of :class:`~chaz.errors.Cancelled`,
+so it is put back for another worker rather than ended. :class:`Running` is
+the process's set of tokens that such a shutdown hands back.
 """
 
 from __future__ import annotations
@@ -15,13 +22,14 @@ import logging
 import threading
 from collections.abc import Callable
 
-from chaz.errors import Cancelled
+from chaz.errors import Cancelled, HandedBack
 
 log = logging.getLogger(__name__)
 
 
 class CancelToken:
-    """Set once, never cleared: the turn's job was cancelled.
+    """Set once, never cleared: the turn's job was cancelled, or the turn is
+    handed back (whichever came first stays).
 
     Thread-safe: the watcher sets it from its own thread while the turn's
     thread checks it or waits on it.
@@ -31,14 +39,32 @@ class CancelToken:
         self._event = threading.Event()
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[], None]] = []
+        self._handing_back = False
 
     def set(self) -> None:
         """Mark the cancel seen; wake every waiter and run the callbacks once,
         in the order they were registered (the openai backend cuts its
         connection before it wakes the turn that closes it)."""
+        self._stop(handing_back=False)
+
+    def hand_back(self) -> None:
+        """Stop the turn as :meth:`set` does, to be handed back, not ended.
+
+        A cancel seen before wins (the turn ends cancelled); one requested
+        after is seen by the worker that resumes the turn.
+        """
+        self._stop(handing_back=True)
+
+    @property
+    def handing_back(self) -> bool:
+        """Whether the token stops its turn to hand it back (not a cancel)."""
+        return self._handing_back
+
+    def _stop(self, *, handing_back: bool) -> None:
         with self._lock:
             if self._event.is_set():
                 return
+            self._handing_back = handing_back
             self._event.set()
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
@@ -58,9 +84,16 @@ class CancelToken:
         return self._event.wait(timeout)
 
     def raise_if_set(self) -> None:
-        """Raise :class:`~chaz.errors.Cancelled` if the cancel was seen."""
+        """Raise :class:`~chaz.errors.Cancelled` if the cancel was seen, or
+        :class:`~chaz.errors.HandedBack` if the turn is being handed back."""
         if self._event.is_set():
-            raise Cancelled("the job was cancelled")
+            raise self.stopped("the job was cancelled")
+
+    def stopped(self, message: str) -> Cancelled | HandedBack:
+        """The exception a turn stopped by this token raises (``message`` for a cancel)."""
+        if self._handing_back:
+            return HandedBack("the worker is shutting down; the turn is handed back")
+        return Cancelled(message)
 
     def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Run ``callback`` when the token is set (at once if it already is).
@@ -79,3 +112,45 @@ class CancelToken:
         with self._lock:
             if callback in self._callbacks:
                 self._callbacks.remove(callback)
+
+
+class Running:
+    """The cancel tokens of the turns this process runs, to hand back together.
+
+    A worker whose shutdown grace runs out calls :meth:`hand_back_all`: every
+    held token is handed back, and so is any registered after (a turn that
+    started meanwhile stops at its first step boundary).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tokens: set[CancelToken] = set()
+        self._handing_back = False
+
+    def hold(self, token: CancelToken) -> None:
+        """Register a running turn's token, until :meth:`drop`."""
+        with self._lock:
+            self._tokens.add(token)
+            late = self._handing_back
+        if late:
+            token.hand_back()
+
+    def drop(self, token: CancelToken) -> None:
+        """Forget a token (its turn is over)."""
+        with self._lock:
+            self._tokens.discard(token)
+
+    @property
+    def handing_back(self) -> bool:
+        """Whether this process hands its turns back (it is shutting down)."""
+        return self._handing_back
+
+    def hand_back_all(self) -> int:
+        """Hand back every registered turn, and every one registered from now on;
+        how many were registered."""
+        with self._lock:
+            self._handing_back = True
+            tokens = list(self._tokens)
+        for token in tokens:
+            token.hand_back()
+        return len(tokens)

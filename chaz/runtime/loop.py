@@ -10,6 +10,13 @@ A call that waits for a person's decision (docs/approvals.md) suspends the
 turn: the gate raises :class:`Suspend`, the loop checkpoints the call as
 ``awaiting`` and lets it propagate; the turn resumed after the decision
 finds the call still pending and asks the gate again, which now answers.
+
+A turn handed back by a worker that is shutting down (docs/operations.md#termination)
+stops at its next step boundary, or inside a model call or a tool that waits
+on the cancel token. A model step cut so is asked again by the worker that
+resumes the turn (its answer was never acted on); calls that had not started
+are run then (``unstarted``); a tool call cut mid-run is reported interrupted,
+as after a crash.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaz.domain.validation import sanitized
-from chaz.errors import ChazError
+from chaz.errors import ChazError, HandedBack
 from chaz.runtime.backends.base import (
     ChatMessage,
     ModelBackend,
@@ -80,6 +87,17 @@ class Checkpoint:
     #: How many times the turn suspended for approval (resumes that are not
     #: failed attempts).
     suspensions: int = 0
+    #: How many times a worker shutting down handed the turn back (resumes
+    #: that are not failed attempts either).
+    handbacks: int = 0
+    #: The pending calls had not started when the turn was handed back: the
+    #: resume runs them rather than report them interrupted.
+    unstarted: bool = False
+
+    def counted_attempts(self, attempts: int) -> int:
+        """Of a job's ``attempts`` (its turn's starts), those that count against
+        the limit: not the resumes after an approval decision or a hand-back."""
+        return attempts - self.suspensions - self.handbacks
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-safe form for the database."""
@@ -90,6 +108,8 @@ class Checkpoint:
             "last_result": self.last_result,
             "awaiting": self.awaiting,
             "suspensions": self.suspensions,
+            "handbacks": self.handbacks,
+            "unstarted": self.unstarted,
         }
 
     @classmethod
@@ -104,6 +124,8 @@ class Checkpoint:
             last_result=data.get("last_result"),
             awaiting=data.get("awaiting"),
             suspensions=int(data.get("suspensions", 0)),
+            handbacks=int(data.get("handbacks", 0)),
+            unstarted=bool(data.get("unstarted", False)),
         )
 
 
@@ -134,7 +156,12 @@ def run_loop(
     """Run one turn to its final answer. Raises ChazError subclasses on failure."""
     cp = resume or Checkpoint()
     tools = ports.registry.specs(sorted(tool_ctx.allowed_tools))
-    if cp.pending and cp.awaiting is not None:
+    if cp.pending and (cp.awaiting is not None or cp.unstarted):
+        if cp.unstarted:
+            # Saved before the first of them starts: a crash inside it must
+            # make it interrupted on the next resume, never run it twice.
+            cp.unstarted = False
+            ports.save(cp)
         _run_calls(ports, cp, tool_ctx)
     elif cp.pending:
         _settle_interrupted(ports, cp)
@@ -163,7 +190,14 @@ def _run_calls(ports: LoopPorts, cp: Checkpoint, tool_ctx: ToolContext) -> None:
     """Run the pending calls in order, each past the approval gate first."""
     for raw in list(cp.pending):
         call = ToolCallRequest.model_validate(raw)
-        ports.stop_check()
+        try:
+            ports.stop_check()
+        except HandedBack:
+            # Stopped between calls: the ones left never ran, so the worker
+            # that resumes the turn runs them.
+            cp.unstarted = True
+            ports.save(cp)
+            raise
         verdict = _gate(ports, cp, call)
         ports.sink.emit(ToolCallEvent(call.id, call.name, call.arguments))
         if verdict.run:

@@ -30,7 +30,7 @@ from chaz.domain.validation import (
     sanitized,
     truncated,
 )
-from chaz.errors import ChazError, ConfigError
+from chaz.errors import ChazError, ConfigError, HandedBack
 from chaz.runtime.backends.base import ToolCallRequest, ToolSpec
 from chaz.runtime.cancel import CancelToken
 from chaz.services import Services
@@ -222,6 +222,10 @@ class ToolRegistry:
             )
         try:
             output = tool.run(args, replace(ctx, call_id=call.id))
+        except HandedBack:
+            # Not the call's outcome: the turn stops here and the call stays
+            # pending, for the worker that resumes the turn to settle.
+            raise
         except ChazError as exc:
             return ToolOutcome(json.dumps({"error": exc.to_dict()}), is_error=True)
         except Exception as exc:

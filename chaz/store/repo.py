@@ -1213,6 +1213,32 @@ class Store(SessionDirectory):
                 update(JobRow).where(JobRow.id == fence.job_id).values(checkpoint=checkpoint)
             )
 
+    def hand_back(self, fence: Fence, checkpoint: dict[str, Any]) -> None:
+        """Give a running turn back (its worker is shutting down): write its last
+        ``checkpoint`` and drop its lease token, in one fenced write.
+
+        The status stays as it is (``running``, or ``stopping`` if a cancel
+        came): the next start takes the job over like a dead worker's, for a
+        resume, and nothing this worker still tries to write passes the fence.
+        :class:`~chaz.errors.LeaseLost` if another worker holds the job (then
+        nothing is written).
+        """
+        with self._write() as conn:
+            done = conn.execute(
+                update(JobRow)
+                .where(
+                    and_(
+                        JobRow.id == fence.job_id,
+                        JobRow.lease_token == fence.token,
+                        JobRow.status.in_((JobStatus.RUNNING.value, JobStatus.STOPPING.value)),
+                    )
+                )
+                .values(checkpoint=checkpoint, lease_token=None, version=JobRow.version + 1)
+            ).rowcount
+            if not done:
+                _check_fence(conn, fence)
+                raise LeaseLost(f"job {fence.job_id} is no longer running", job_id=fence.job_id)
+
     def transition(
         self,
         job_id: str,

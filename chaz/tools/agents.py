@@ -279,6 +279,10 @@ def _run_to_end(ctx: ToolContext, session_id: str, job: Job, timeout: float) -> 
     svc, port = ctx.need_services(), ctx.need_delegation()
     deadline = time.monotonic() + timeout
     while True:
+        if ctx.cancel.handing_back:
+            # This worker is shutting down: the child resumes elsewhere, and
+            # this call stops with its turn (HandedBack).
+            ctx.cancel.raise_if_set()
         port.run_inline(session_id, job.id)
         final = svc.store.get_job(job.id)
         if final.status.terminal:

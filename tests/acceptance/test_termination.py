@@ -2,9 +2,11 @@
 
 SIGTERM starts Celery's warm shutdown: the worker takes no more turns and
 waits for the ones it runs. Either the turn finishes inside the grace
-period, or the platform's SIGKILL ends the process and another worker
-resumes the turn from its checkpoint once the lease expires. Both ways the
-turn runs once: no completed step repeats, one reply. The turn waits on a
+period; or it outlives CHAZ_SHUTDOWN_GRACE_SECONDS and the worker hands it
+back, and another worker resumes it at once without spending an attempt;
+or the platform's SIGKILL ends the process first and another worker resumes
+the turn from its checkpoint once the lease expires. Every way the turn
+runs once: no completed step repeats, one reply. The turn waits on a
 gate the test opens, so "mid-turn" is a known point, not a guess.
 """
 
@@ -18,6 +20,7 @@ import sys
 
 import chaz
 from chaz.domain.entries import EntryType
+from chaz.runtime.loop import Checkpoint
 from chaz.stack import WorkerProcess, settings_env
 from tests.support.stack import Stack
 
@@ -128,3 +131,42 @@ def test_a_turn_outliving_the_grace_period_resumes_elsewhere_once(stack: Stack) 
     assert [e.content for e in acks] == ["processing", "resumed: attempt 2"]
     assert [e.metadata["pid"] for e in acks] == [first.pid, second.pid]
     assert stack.client.jobs.get(posted.job_id or "").attempts == 2
+
+
+def test_a_turn_outliving_the_shutdown_grace_is_handed_back_and_resumed_at_once(
+    stack: Stack,
+) -> None:
+    # A 1 s grace, and a lease far longer than the test may take: a resume
+    # within WAIT cannot have waited for the lease to expire.
+    quick = stack.settings.model_copy(
+        update={"shutdown_grace_seconds": 1.0, "lease_seconds": 600.0}
+    )
+    [first] = stack.workers(1, concurrency=1, queues="chaz.turns", settings=quick)
+    s, posted = _held_turn(stack)
+    [second] = stack.workers(1, concurrency=1, queues="chaz.turns")
+    client = stack.client
+    first.kill(signal.SIGTERM)
+    # The gate is still shut: the first worker exits because it handed the
+    # turn back, cleanly, and nobody sends it a SIGKILL.
+    assert first.proc is not None and first.proc.wait(WAIT) == 0
+    resumed = stack.wait_for(
+        lambda: [
+            e
+            for e in client.sessions.entries(s.id)
+            if e.type is EntryType.ACK and e.metadata.get("resumed")
+        ],
+        WAIT,
+        "the second worker to resume the turn",
+    )
+    assert [e.metadata["pid"] for e in resumed] == [second.pid]
+    stack.open_gate(f"go-{s.id}")
+
+    mine = _ran_once(stack, s, posted)  # the echo step once, one reply
+    acks = [e for e in mine if e.type is EntryType.ACK]
+    assert [e.content for e in acks] == ["processing", "resumed: attempt 2"]
+    assert [e.metadata["pid"] for e in acks] == [first.pid, second.pid]
+    assert not [e for e in mine if e.type is EntryType.ERROR]
+    # Two starts, one of them a hand-back's resume: one attempt counted.
+    job = client.jobs.get(posted.job_id or "")
+    cp = Checkpoint.from_json(client.services.store.checkpoint(job.id))
+    assert (job.attempts, cp.handbacks, cp.counted_attempts(job.attempts)) == (2, 1, 1)

@@ -19,7 +19,7 @@ import redis
 
 from chaz.coord.partials import Partial, PartialPublisher, StreamListener
 from chaz.domain.agents import AgentSpec
-from chaz.errors import Cancelled, ConfigError
+from chaz.errors import Cancelled, ConfigError, HandedBack
 from chaz.runtime.backends.base import ModelResponse, TurnContext
 from chaz.runtime.backends.openai_backend import OpenAIBackend
 from chaz.runtime.cancel import CancelToken
@@ -170,6 +170,24 @@ def test_a_cancel_cuts_a_request_that_is_not_streamed(srv: FakeOpenAI, client: r
         _until(lambda: srv.received, "the request")
         run.cancel.set()
         assert isinstance(run.result(), Cancelled)
+        _until(lambda: srv.hangups == 1, "the server to see the hang-up")
+        assert len(srv.requests) == 1
+    finally:
+        run.close()
+
+
+def test_a_hand_back_cuts_the_request_and_is_not_a_cancel(
+    srv: FakeOpenAI, client: redis.Redis
+) -> None:
+    # A worker whose shutdown grace ran out (docs/operations.md#termination):
+    # the request is cut as on a cancel, and the next worker asks again.
+    srv.push_text("an answer nobody reads", delay=LONG)
+    run = _Run(srv, client, stream=False)
+    try:
+        run.start()
+        _until(lambda: srv.received, "the request")
+        run.cancel.hand_back()
+        assert isinstance(run.result(), HandedBack)
         _until(lambda: srv.hangups == 1, "the server to see the hang-up")
         assert len(srv.requests) == 1
     finally:

@@ -305,6 +305,41 @@ def test_a_stale_fence_writes_nothing(store: Store) -> None:
     assert store.checkpoint(job_id) == {"steps": 2}
 
 
+def test_a_hand_back_drops_the_fence_and_the_next_start_takes_the_job_over(store: Store) -> None:
+    # docs/executions.md#hand-backs
+    s = store.create_session("bot")
+    job_id = _running_job(store, s.id, "tok-1")
+    old = Fence(job_id, "tok-1")
+    with pytest.raises(LeaseLost):
+        store.hand_back(Fence(job_id, "tok-x"), {"handbacks": 9})  # not the holder
+    version = store.get_job(job_id).version
+
+    store.hand_back(old, {"steps": 1, "handbacks": 1})
+    job = store.get_job(job_id)
+    assert (job.status, job.version, job.attempts) == (JobStatus.RUNNING, version + 1, 1)
+    assert store.checkpoint(job_id) == {"steps": 1, "handbacks": 1}
+    # The worker that handed it back can write nothing for it any more, nor
+    # hand it back twice (a redelivered message, a retried call).
+    with pytest.raises(LeaseLost):
+        store.save_checkpoint(old, {"steps": 99})
+    with pytest.raises(LeaseLost):
+        store.hand_back(old, {"handbacks": 2})
+    with pytest.raises(LeaseLost):
+        store.end_turn(
+            old,
+            Finish(job_id, JobStatus.SUCCEEDED, result="stale"),
+            s.id,
+            NewEntry(EntryType.MESSAGE, "agent:bot", "stale reply"),
+        )
+    assert store.checkpoint(job_id) == {"steps": 1, "handbacks": 1}
+
+    # The next worker, for a resume: no second Ack.
+    taken, ack = store.start_turn(job_id, "tok-2", ack_sender="agent:bot")
+    assert taken.attempts == 2 and taken.status is JobStatus.RUNNING and ack is None
+    store.save_checkpoint(Fence(job_id, "tok-2"), {"steps": 2, "handbacks": 1})
+    assert store.checkpoint(job_id) == {"steps": 2, "handbacks": 1}
+
+
 def test_a_fence_on_a_missing_job_is_refused(store: Store) -> None:
     s = store.create_session("bot")
     with pytest.raises(LeaseLost):

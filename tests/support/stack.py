@@ -97,10 +97,12 @@ class Stack:
         beat: bool = False,
         queues: str = "chaz.turns,chaz.control,chaz.schedules",
         metrics_ports: Sequence[int] = (),
+        settings: Settings | None = None,
     ) -> list[WorkerProcess]:
         """Start ``n`` real ``celery worker`` processes and wait until they consume.
 
-        ``metrics_ports``: none, or one per worker, where it serves its metrics."""
+        ``metrics_ports``: none, or one per worker, where it serves its metrics;
+        ``settings``: the workers' own (the stack's, changed), if not the stack's."""
         assert not metrics_ports or len(metrics_ports) == n, "one metrics port per worker"
         client = self.client
         started = []
@@ -109,7 +111,7 @@ class Stack:
             self.settings.home.mkdir(parents=True, exist_ok=True)
             started.append(
                 WorkerProcess(
-                    self.settings,
+                    settings or self.settings,
                     concurrency=concurrency,
                     beat=beat,
                     log_file=log,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chaz.errors import Cancelled, ModelError
+from chaz.errors import Cancelled, HandedBack, ModelError
 from chaz.runtime.backends.base import (
     ChatMessage,
     ModelResponse,
@@ -17,7 +17,7 @@ from chaz.runtime.backends.base import (
     TurnContext,
 )
 from chaz.runtime.backends.scripted import ScriptedBackend
-from chaz.runtime.cancel import CancelToken
+from chaz.runtime.cancel import CancelToken, Running
 from chaz.runtime.events import EventSink
 from chaz.runtime.loop import LoopPorts, run_loop
 from chaz.runtime.registry import ToolContext, ToolRegistry
@@ -165,3 +165,49 @@ def test_callbacks_run_in_the_order_they_were_registered() -> None:
         token.on_cancel(lambda i=i: calls.append(i))  # type: ignore[misc]
     token.set()
     assert calls == [0, 1, 2, 3, 4]
+
+
+# -- hand-backs (docs/operations.md#termination) ------------------------------------
+
+
+def test_a_hand_back_wakes_waiters_and_raises_handed_back_not_cancelled() -> None:
+    token = CancelToken()
+    woken: list[str] = []
+    token.on_cancel(lambda: woken.append("cut"))
+    token.hand_back()
+    token.set()  # a cancel after the hand-back: the resuming worker sees its flag
+    assert token.handing_back and token.wait(0.0) and woken == ["cut"]
+    with pytest.raises(HandedBack):
+        token.raise_if_set()
+
+
+def test_a_cancel_seen_first_wins_over_a_hand_back() -> None:
+    token = CancelToken()
+    token.set()
+    token.hand_back()
+    assert not token.handing_back
+    with pytest.raises(Cancelled):
+        token.raise_if_set()
+
+
+def test_a_scripted_wait_handed_back_raises_handed_back(tmp_path: Path) -> None:
+    token = CancelToken()
+    token.hand_back()
+    b = ScriptedBackend.from_script(
+        [{"steps": [{"wait": "never", "timeout": FOREVER}]}], tmp_path, token
+    )
+    with pytest.raises(HandedBack):
+        b.complete([], [], TURN)
+
+
+def test_running_hands_back_the_held_tokens_and_any_held_later() -> None:
+    running = Running()
+    held, dropped, late = CancelToken(), CancelToken(), CancelToken()
+    running.hold(held)
+    running.hold(dropped)
+    running.drop(dropped)
+    assert not running.handing_back
+    assert running.hand_back_all() == 1
+    assert held.handing_back and not dropped.is_set()
+    running.hold(late)  # a turn that started meanwhile stops at its first check
+    assert late.handing_back and running.handing_back

@@ -15,6 +15,8 @@ from types import ModuleType
 
 import pytest
 
+from chaz.settings import Settings
+
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "deploy" / "k8s"
 
@@ -30,6 +32,10 @@ def _validator() -> ModuleType:
 
 
 validator = _validator()
+
+#: Seconds a worker needs, at least, between its hand-back and the platform's
+#: SIGKILL: turns reach a safe point, write their hand-back, the worker exits.
+HAND_BACK_MARGIN = 30
 
 
 def test_the_kustomize_base_is_valid() -> None:
@@ -52,6 +58,13 @@ def test_the_base_has_what_issue_13_asks_for() -> None:
     assert container["livenessProbe"]["exec"]["command"] == ["chaz", "probe", "worker", "--live"]
     assert container["readinessProbe"]["exec"]["command"] == ["chaz", "probe", "worker"]
     assert worker["terminationGracePeriodSeconds"] > 0
+    # The hand-back comes before the SIGKILL, with time to reach a safe point
+    # and exit; so does chaz's default, for a manifest that leaves it unset.
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    grace = float(env["CHAZ_SHUTDOWN_GRACE_SECONDS"])
+    assert grace + HAND_BACK_MARGIN <= worker["terminationGracePeriodSeconds"]
+    default = Settings.model_fields["shutdown_grace_seconds"].default
+    assert default + HAND_BACK_MARGIN <= worker["terminationGracePeriodSeconds"]
     assert {"requests", "limits"} <= container["resources"].keys()
     beat = by_name[("Deployment", "chaz-beat")]["spec"]
     assert beat["replicas"] == 1 and beat["strategy"]["type"] == "Recreate"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import threading
 import time
@@ -19,6 +20,7 @@ from chaz.domain.entries import Entry, EntryType
 from chaz.errors import (
     Cancelled,
     ChazError,
+    HandedBack,
     ModelError,
     QueueFull,
     TurnNotMatched,
@@ -32,6 +34,7 @@ from chaz.runtime.backends.base import (
     TurnContext,
 )
 from chaz.runtime.backends.scripted import ScriptedBackend
+from chaz.runtime.cancel import CancelToken
 from chaz.runtime.context import build_context
 from chaz.runtime.events import EventSink, RuntimeEvent, ToolCallEvent, ToolResultEvent
 from chaz.runtime.gates import open_gate
@@ -899,3 +902,86 @@ def test_a_call_held_for_approval_suspends_then_runs_once_or_is_refused() -> Non
     assert calls == [1]
     result = denied.events[-1]
     assert isinstance(result, ToolResultEvent) and result.is_error
+
+
+# -- a hand-back (docs/operations.md#termination) ------------------------------------
+
+
+def test_a_hand_back_between_calls_leaves_the_rest_to_the_resume_which_runs_them() -> None:
+    calls: list[int] = []
+    token = CancelToken()
+
+    def count(args: _Count, _ctx: ToolContext) -> str:
+        calls.append(args.n)
+        # The worker's grace ran out while the first call ran: it finishes.
+        token.hand_back()
+        return f"counted {args.n}"
+
+    registry = default_registry()
+    registry.register(Tool("count", "Counts its invocations.", _Count, count))
+    script = backend(
+        {
+            "steps": [
+                {
+                    "calls": [
+                        {"call": "count", "args": {"n": 1}},
+                        {"call": "count", "args": {"n": 2}},
+                    ]
+                },
+                {"say": "{last_result}"},
+            ]
+        }
+    )
+    first = Recorder()
+    with pytest.raises(HandedBack):
+        run_loop(
+            ports(script, first, registry, token.raise_if_set), CONTEXT, turn(), ctx({"count"}), 5
+        )
+    first.sink.close()
+    assert calls == [1]
+    saved = first.checkpoints[-1]
+    assert saved["unstarted"] is True and [p["id"] for p in saved["pending"]] == ["call_0_1"]
+
+    second = Recorder()
+    answer = run_loop(
+        ports(script, second, registry),
+        CONTEXT,
+        turn(),
+        ctx({"count"}),
+        5,
+        resume=Checkpoint.from_json(saved),
+    )
+    second.sink.close()
+    # The call that never started runs now, once; the finished one is not repeated.
+    assert calls == [1, 2] and answer == "counted 2"
+    assert kinds(second.events) == [("call", "call_0_1", "count"), ("result", "call_0_1", "count")]
+    # Cleared before the call ran: a crash inside it would make it interrupted.
+    assert second.checkpoints[0]["unstarted"] is False
+    assert second.checkpoints[0]["pending"] == saved["pending"]
+
+
+def test_a_tool_cut_by_a_hand_back_stays_pending_and_is_not_its_outcome() -> None:
+    token = CancelToken()
+    registry = default_registry()
+    script = backend({"steps": [{"call": "sleep", "args": {"seconds": 300}}, {"say": "x"}]})
+    rec = Recorder()
+    c = dataclasses.replace(ctx({"sleep"}), cancel=token)
+    # Handed back already: the sleep's wait on the token returns at once (only
+    # the tool sees the token here; the loop's step checks do not).
+    token.hand_back()
+    with pytest.raises(HandedBack):
+        run_loop(ports(script, rec, registry), CONTEXT, turn(), c, 5)
+    rec.sink.close()
+    # Started, so on resume it is reported interrupted (as after a crash), never re-run.
+    assert kinds(rec.events) == [("call", "call_0_0", "sleep")]
+    assert rec.checkpoints[-1]["unstarted"] is False
+    assert [p["id"] for p in rec.checkpoints[-1]["pending"]] == ["call_0_0"]
+
+
+def test_counted_attempts_leave_out_decisions_and_hand_backs() -> None:
+    assert Checkpoint().counted_attempts(1) == 1
+    cp = Checkpoint.from_json({"suspensions": 1, "handbacks": 2})
+    assert cp.counted_attempts(5) == 2
+    # Older checkpoints (no such fields) count every start, as before.
+    assert Checkpoint.from_json({"steps": 1}).counted_attempts(3) == 3
+    assert Checkpoint.from_json(cp.to_json()) == cp

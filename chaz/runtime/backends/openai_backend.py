@@ -47,7 +47,7 @@ from openai.types.chat import (
 
 from chaz.coord.partials import PartialPublisher
 from chaz.domain.agents import AgentSpec
-from chaz.errors import Cancelled, ConfigError, ModelError
+from chaz.errors import ConfigError, ModelError
 from chaz.runtime.backends.base import (
     ChatMessage,
     ModelResponse,
@@ -203,7 +203,7 @@ class OpenAIBackend:
             # Woken by the cancel (the connection is cut already): stop
             # waiting now; whatever the helper thread still gets is dropped.
             self.close()
-            raise Cancelled("the job was cancelled during a model request")
+            raise cancel.stopped("the job was cancelled during a model request")
         result = answer[0]
         if isinstance(result, BaseException):
             raise result

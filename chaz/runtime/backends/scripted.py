@@ -25,7 +25,7 @@ from typing import Any
 from chaz.coord.partials import PartialPublisher
 from chaz.domain.compaction import SUMMARY_HEADER
 from chaz.domain.script import ScriptRule, ScriptStep, parse_script
-from chaz.errors import Cancelled, ChazError, ModelError, TurnNotMatched
+from chaz.errors import Cancelled, ChazError, HandedBack, ModelError, TurnNotMatched
 from chaz.runtime.backends.base import (
     ChatMessage,
     ModelResponse,
@@ -125,13 +125,13 @@ class ScriptedBackend:
     def _delay(self, step: ScriptStep, turn: TurnContext) -> None:
         if step.wait is None:
             if self.cancel.wait(step.sleep or 0.0):
-                raise Cancelled("the job was cancelled")
+                raise self.cancel.stopped("the job was cancelled")
             return
         name = _fill(step.wait, turn)
         timeout = step.timeout or DEFAULT_WAIT_SECONDS
         try:
             opened = wait_gate(self.home, name, timeout, self.cancel)
-        except Cancelled:
+        except (Cancelled, HandedBack):
             raise
         except ChazError as exc:
             raise ModelError(f"wait step: {exc.message}") from exc
@@ -146,7 +146,7 @@ class ScriptedBackend:
                 if step.hold is not None:
                     self._delay(ScriptStep(wait=step.hold, timeout=step.timeout), turn)
                 if self.cancel.wait(step.pace or 0.0):
-                    raise Cancelled("the job was cancelled during a stream")
+                    raise self.cancel.stopped("the job was cancelled during a stream")
             self.cancel.raise_if_set()
             if self.partials is not None:
                 self.partials.write(turn.step, text[start : start + size])

@@ -13,6 +13,7 @@ from chaz.domain.entries import EntryType
 from chaz.services import Services
 from chaz.tools import default_registry
 from chaz.turns import TurnRunner
+from tests.support.dispatch import RecordingDispatcher
 from tests.support.stack import Stack
 
 
@@ -58,19 +59,6 @@ def test_a_tree_runs_at_most_max_live_and_other_trees_are_not_blocked(tmp_path: 
             assert live <= 2, spans
     finally:
         stack.close()
-
-
-class RecordingDispatcher:
-    """Stands in for the broker so the race can be driven step by step."""
-
-    def __init__(self) -> None:
-        self.wakes: list[tuple[str, str]] = []
-
-    def wake(self, session_id: str, execution_id: str) -> None:
-        self.wakes.append((session_id, execution_id))
-
-    def close(self) -> None:
-        pass
 
 
 def test_a_job_admitted_while_the_lane_is_released_still_runs(

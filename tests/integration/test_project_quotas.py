@@ -38,6 +38,7 @@ from chaz.settings import Settings
 from chaz.stack import settings_env
 from chaz.turns import MAX_ATTEMPTS, TurnRunner
 from tests.support.concurrency import race
+from tests.support.dispatch import RecordingDispatcher
 from tests.support.projects import jobs_counter, live_members, session_in
 from tests.support.stack import Stack
 
@@ -68,19 +69,6 @@ CAREFUL = chaz.AgentSpec(
     ],
     tool_policies={"echo": {"approval": "always", "timeout": 300}},
 )
-
-
-class RecordingDispatcher:
-    """Records wake-ups instead of sending them (the shared stack has no workers)."""
-
-    def __init__(self) -> None:
-        self.wakes: list[tuple[str, str]] = []
-
-    def wake(self, session_id: str, execution_id: str, **_: object) -> None:
-        self.wakes.append((session_id, execution_id))
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")

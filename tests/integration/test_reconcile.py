@@ -14,20 +14,8 @@ from chaz.domain.jobs import JobStatus
 from chaz.reconcile import Reconciler
 from chaz.services import Services
 from chaz.tools import default_registry
+from tests.support.dispatch import RecordingDispatcher
 from tests.support.stack import Stack
-
-
-class RecordingDispatcher:
-    """Records wake-ups instead of sending them (this test has no workers)."""
-
-    def __init__(self) -> None:
-        self.wakes: list[tuple[str, str]] = []
-
-    def wake(self, session_id: str, execution_id: str) -> None:
-        self.wakes.append((session_id, execution_id))
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture

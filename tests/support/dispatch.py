@@ -1,0 +1,21 @@
+"""A dispatcher that records wake-ups instead of sending them, for tests that
+drive turns and repairs step by step with no worker consuming."""
+
+from __future__ import annotations
+
+
+class RecordingDispatcher:
+    """Stands in for :class:`chaz.dispatch.Dispatcher`: ``wakes`` lists each
+    ``(session_id, execution_id)`` asked for, in order."""
+
+    def __init__(self) -> None:
+        self.wakes: list[tuple[str, str]] = []
+
+    def wake(self, session_id: str, execution_id: str, **_: object) -> bool:
+        """Record the wake-up (the real one's options, such as ``patient``, change
+        only how it is sent); it always "succeeds"."""
+        self.wakes.append((session_id, execution_id))
+        return True
+
+    def close(self) -> None:
+        """Nothing to release."""

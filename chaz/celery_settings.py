@@ -97,7 +97,7 @@ beat_schedule = {
 
 #: chaz's beat scheduler: the beat_schedule above, plus agent-owned schedules
 #: read from the database (docs/schedules.md#beat).
-beat_scheduler = "chaz.beat:ChazScheduler"
+beat_scheduler = "chaz.usecases.beat:ChazScheduler"
 
 timezone = "UTC"
 enable_utc = True

@@ -24,11 +24,7 @@ import redis
 import sqlalchemy.exc
 from pydantic import BaseModel, ConfigDict, SecretStr
 
-from chaz import admission, branches, compaction, discovery, event_log
-from chaz import approvals as approval_cases
-from chaz import deliveries as delivery_cases
-from chaz import projects as project_cases
-from chaz.control import cancel, job_output, wait_terminal
+from chaz.access import branches, discovery
 from chaz.coord.partials import Partial
 from chaz.domain.addresses import parse_to
 from chaz.domain.agents import AgentSpec, Limits
@@ -91,7 +87,12 @@ from chaz.settings import Settings
 from chaz.store.migrate import upgrade
 from chaz.store.repo import Appended, JobFields
 from chaz.tools import default_registry
-from chaz.watch import watch as _watch
+from chaz.usecases import admission, compaction, event_log
+from chaz.usecases import approvals as approval_cases
+from chaz.usecases import deliveries as delivery_cases
+from chaz.usecases import projects as project_cases
+from chaz.usecases.control import cancel, job_output, wait_terminal
+from chaz.usecases.watch import watch as _watch
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -455,7 +456,7 @@ class Sessions(_Acting):
         """The session an address names in the principal's project: its id or
         ``SID:HEAD``, its name, or a prefix of exactly one non-archived name.
 
-        The rule of :func:`chaz.branches.resolve_target`, with every lookup
+        The rule of :func:`chaz.access.branches.resolve_target`, with every lookup
         kept to the project, so neither a miss nor an ambiguity can tell of
         another project's sessions.
         """

@@ -5,7 +5,7 @@ Turns, the reconciler and the lease watch increment these; ``chaz worker
 (:func:`serve`). Recording one is an in-memory update: nothing here does I/O
 on the turn path. The fleet-wide figures (queue depths, jobs by state,
 admission refusals) are not here: any process may read them from Redis and
-the database, so ``chaz exporter`` does (:mod:`chaz.exporter`).
+the database, so ``chaz exporter`` does (:mod:`chaz.usecases.exporter`).
 
 Multiprocess-safe: when ``PROMETHEUS_MULTIPROC_DIR`` is set before the
 process starts, prometheus_client keeps every value in a file of that

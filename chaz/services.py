@@ -5,7 +5,7 @@ the store, the Redis client and what is built on it (one object per
 coordination concept: lanes and the lease keeper, quotas, tree capacity,
 turn signals, cancel flags, idempotency claims), and the dispatcher. It
 holds connections, not behaviour: writing to a session is
-:mod:`chaz.admission`'s, running a turn :mod:`chaz.turns`'.
+:mod:`chaz.usecases.admission`'s, running a turn :mod:`chaz.turns`'.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from chaz.coord.pubsub import Subscriber
 from chaz.coord.quotas import Quotas
 from chaz.coord.redis import connect
 from chaz.coord.signals import TurnSignals
-from chaz.dispatch import Dispatcher
+from chaz.plumbing.dispatch import Dispatcher
 from chaz.settings import Settings
 from chaz.store.db import PoolOptions
 from chaz.store.repo import Store

@@ -25,7 +25,7 @@ from chaz.client import Client
 from chaz.coord import keys
 from chaz.coord.redis import ensure_embedded, stop_embedded
 from chaz.errors import BackendUnavailable
-from chaz.files import PRIVATE_UMASK, create_private, private_dir
+from chaz.plumbing.files import PRIVATE_UMASK, create_private, private_dir
 from chaz.settings import Settings
 from chaz.store import Store
 from chaz.store.migrate import upgrade
@@ -46,7 +46,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
 
 
 class Watchdog:
-    """A ``python -m chaz.watchdog`` child that stops what this process started if it dies.
+    """A ``python -m chaz.plumbing.watchdog`` child that stops what this process started if it dies.
 
     Nothing runs in this process when it is SIGKILLed, so the cleanup lives in
     another one: it holds the read end of a pipe whose only write end is ours,

@@ -1,4 +1,4 @@
-"""Celery tasks: ``chaz.turn`` (run a session's next turn), ``chaz.reconcile``,
+"""Celery tasks: ``chaz.turn`` (run a session's next turn), ``chaz.usecases.reconcile``,
 ``chaz.rename`` (stage-2 session naming), the retention sweeps
 ``chaz.expire_artifacts`` and ``chaz.expire_events``, and ``chaz.fire`` (a
 schedule's slot)."""
@@ -19,17 +19,18 @@ from celery.signals import (
     worker_shutting_down,
 )
 
-from chaz import metrics, naming
-from chaz import schedules as schedule_fires
-from chaz.heartbeat import BEAT_SECONDS, Heartbeat
-from chaz.lease_watch import LeaseWatch
-from chaz.reconcile import Reconciler
-from chaz.retention import expire_artifacts as expire_artifacts_now
-from chaz.retention import expire_events as expire_events_now
+from chaz import metrics
+from chaz.plumbing.heartbeat import BEAT_SECONDS, Heartbeat
 from chaz.services import Services
 from chaz.settings import get_settings
 from chaz.tools import default_registry
-from chaz.turns import RUNNING, TurnRunner
+from chaz.usecases import naming
+from chaz.usecases import schedules as schedule_fires
+from chaz.usecases.lease_watch import LeaseWatch
+from chaz.usecases.reconcile import Reconciler
+from chaz.usecases.retention import expire_artifacts as expire_artifacts_now
+from chaz.usecases.retention import expire_events as expire_events_now
+from chaz.usecases.turns import RUNNING, TurnRunner
 from workers.app import app
 
 log = logging.getLogger(__name__)
@@ -200,7 +201,7 @@ def rename(session_id: str) -> dict[str, Any]:
 
 @app.task(name="chaz.fire", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def fire(schedule_id: str, slot: str) -> dict[str, Any]:
-    """Fire one slot of a schedule (sent by chaz.beat; docs/schedules.md).
+    """Fire one slot of a schedule (sent by chaz.usecases.beat; docs/schedules.md).
 
     Redelivered or sent twice, it fires once: the slot's claim is unique.
     """

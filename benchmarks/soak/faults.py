@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 
 from benchmarks.soak.stack import Database, RedisServer, Supervisor
-from chaz.dispatch import Dispatcher
+from chaz.plumbing.dispatch import Dispatcher
 
 KINDS = ("kill", "pg", "redis-flush", "redis-restart", "redeliver")
 

@@ -24,7 +24,7 @@ from benchmarks.soak.faults import KINDS, Fault, Injector, Monitor, plan
 from benchmarks.soak.load import AGENT, Producers
 from benchmarks.soak.stack import Database, RedisServer, Supervisor
 from benchmarks.stacks import scrub_environment
-from chaz.dispatch import Dispatcher
+from chaz.plumbing.dispatch import Dispatcher
 from chaz.settings import Settings
 from chaz.store import Store
 from chaz.store.migrate import upgrade

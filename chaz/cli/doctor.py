@@ -9,7 +9,7 @@ from chaz.settings import Settings
 
 def cmd_doctor(ctx: Context) -> int:
     """Check settings, database, Redis, queues, workers, reconciler and beat; 0 if all is well."""
-    from chaz import doctor
+    from chaz.usecases import doctor
 
     def load() -> Settings:
         # Bad settings are the first check's failure, not the command's error.

@@ -12,8 +12,8 @@ from chaz.errors import ConfigError
 
 def cmd_exporter(ctx: Context) -> int:
     """Serve queue depths, jobs, deliveries and refusals on ``--port`` (docs/operations.md)."""
-    from chaz import exporter
     from chaz.services import Services
+    from chaz.usecases import exporter
 
     args, out = ctx.args, ctx.out
     services = Services(ctx.server_settings)

@@ -625,7 +625,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     from chaz.cli.context import Context
     from chaz.cli.output import Output
-    from chaz.files import PRIVATE_UMASK
+    from chaz.plumbing.files import PRIVATE_UMASK
 
     # Whatever a command creates (the home, the database, logs, the processes
     # it starts and their files) is for the owner only.

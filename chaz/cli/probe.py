@@ -3,7 +3,7 @@
 It reads a file in ``CHAZ_HOME`` and, unless ``--live``, one Redis key: no
 broadcast over the broker (``celery inspect ping`` asks every worker and
 waits for their replies), no database. What each mode means, and why
-liveness leaves Redis out, is in :mod:`chaz.heartbeat`.
+liveness leaves Redis out, is in :mod:`chaz.plumbing.heartbeat`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def cmd_probe_worker(ctx: Context) -> int:
     """Exit 0 if every worker of this home (or ``--node``) is ready (or, ``--live``, live)."""
     import redis
 
-    from chaz import heartbeat
+    from chaz.plumbing import heartbeat
 
     args, out = ctx.args, ctx.out
     mode = "live" if args.live else "ready"

@@ -3,7 +3,7 @@
 The deliveries table is the record; the flag only spares a turn's end a
 database read when nothing waits: ``turn_ended.lua`` reports it in the same
 round trip. A flag lost with Redis delays a message until the reconciler's
-sweep finds it (chaz.deliveries.sweep); it never loses one.
+sweep finds it (chaz.usecases.deliveries.sweep); it never loses one.
 """
 
 from __future__ import annotations

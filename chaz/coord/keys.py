@@ -29,7 +29,7 @@ key                                     type        meaning
                                                     idempotency key (retries wait for it)
 ``chaz:worker:{hostname}``              string      pid of a worker that is ready for tasks,
                                                     re-set on each of its beats with a short
-                                                    expiry (``chaz.heartbeat``)
+                                                    expiry (``chaz.plumbing.heartbeat``)
 ``chaz:inbox:{sid}``                    string      set while messages wait in ``sid``'s inbox
                                                     (a hint: the deliveries table is the record)
 ``chaz:reconciled``                     string      when a reconciler pass last completed (ISO

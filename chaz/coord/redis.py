@@ -18,7 +18,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from chaz.errors import BackendUnavailable
-from chaz.files import PRIVATE_UMASK, create_private, private_dir
+from chaz.plumbing.files import PRIVATE_UMASK, create_private, private_dir
 from chaz.settings import Settings
 
 

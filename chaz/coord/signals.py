@@ -28,7 +28,7 @@ class TurnEnd:
     woken: str | None
     #: Jobs still queued in the session (None: the counter is missing).
     queued: int | None
-    #: Messages wait in the session's inbox: drain it (chaz.deliveries).
+    #: Messages wait in the session's inbox: drain it (chaz.usecases.deliveries).
     inbox: bool = False
 
 

@@ -8,7 +8,7 @@ state machine (docs/collaboration.md#deliveries):
 ``failed``, each with a code and a reason.
 
 The rules here are pure: the store applies them, the use case
-(:mod:`chaz.deliveries`) drives them.
+(:mod:`chaz.usecases.deliveries`) drives them.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A session made by the ``agent`` tool or a fork is named at once (stage 1,
 :func:`stage1_label`: no model call), and renamed in the background by its
 own model when its finished-turn count reaches one of :data:`RENAME_AT`
-(stage 2, :mod:`chaz.naming`). Names are unique in the whole database, so a
+(stage 2, :mod:`chaz.usecases.naming`). Names are unique in the whole database, so a
 taken label becomes ``label-2``, ``label-3``, ... (:func:`candidates`).
 Pure functions; docs/collaboration.md#names.
 """

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from chaz.domain.script import GATE_NAME
 from chaz.errors import ValidationError
-from chaz.files import create_private, private_dir
+from chaz.plumbing.files import create_private, private_dir
 from chaz.runtime.cancel import CancelToken
 
 _POLL_SECONDS = 0.02

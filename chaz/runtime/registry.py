@@ -100,7 +100,7 @@ class ToolContext:
 
 
 class Delegation(Protocol):
-    """The use cases that collaboration tools call, provided by :mod:`chaz.turns`.
+    """The use cases that collaboration tools call, provided by :mod:`chaz.usecases.turns`.
 
     Tools sit below the use cases (admission, turns, control): they reach them
     through this port rather than importing them.

@@ -56,7 +56,7 @@ def ended(
     child's head; ``archive_when_done`` archives the session; a ``followup``
     reply records one follow-up delivery back to the sender session (unique
     per finished job, so a repeated end cannot make two). The follow-up is
-    admitted after the commit (:mod:`chaz.deliveries`); a crash in between
+    admitted after the commit (:mod:`chaz.usecases.deliveries`); a crash in between
     leaves it ``accepted``, and the reconciler admits it.
     """
     if fire_id is not None:

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
-from chaz.files import create_private, private_dir
+from chaz.plumbing.files import create_private, private_dir
 from chaz.settings import Settings, get_settings
 
 #: A process's pool when nobody sized it (docs/capacity.md#postgresql-connections).

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy.exc
 from sqlalchemy import Engine, text
 
-from chaz.files import create_private
+from chaz.plumbing.files import create_private
 from chaz.store.db import is_sqlite
 
 if TYPE_CHECKING:

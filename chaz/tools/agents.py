@@ -1,7 +1,7 @@
 """The tools that hand work to other sessions: ``agent``, ``spawn_agent``, ``send_message``.
 
 Their contracts: docs/collaboration.md. Each is one delivery
-(:mod:`chaz.deliveries`, reached through the delegation port): a new
+(:mod:`chaz.usecases.deliveries`, reached through the delegation port): a new
 session and its first job (``agent`` without ``to``, ``spawn_agent``), a
 tracked job in an existing session (``agent(to=...)``), or a message
 (``send_message``). Arguments come from a model: every one is checked, and
@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from chaz import branches, visibility
+from chaz.access import branches, visibility
 from chaz.domain.addresses import StartMode, parse_start_from
 from chaz.domain.deliveries import Delivered, DeliveryKind, NewBranch, Reply
 from chaz.domain.entries import EntryType

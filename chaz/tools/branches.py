@@ -3,7 +3,7 @@
 Seed 003 §2.2, §2.3, §2.6; docs/collaboration.md#list-agents, #archive and
 #read-conversation. Their output is text for a model: compact, one line per
 session or entry, deterministic.
-``read_conversation`` goes through :func:`chaz.visibility.check_read`, so a
+``read_conversation`` goes through :func:`chaz.access.visibility.check_read`, so a
 session the caller may not read is answered exactly like a missing one.
 """
 
@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from chaz import branches, visibility
+from chaz.access import branches, visibility
 from chaz.domain.entries import EntryType
 from chaz.domain.principals import Grant
 from chaz.domain.sessions import ArchivedBy, Session

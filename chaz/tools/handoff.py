@@ -3,7 +3,7 @@ from, and a new session's first names.
 
 ``agent``, ``spawn_agent`` and ``send_message`` (:mod:`chaz.tools.agents`)
 and ``session_send`` / ``session_create`` (:mod:`chaz.tools.session_delivery`)
-each end in one delivery (:mod:`chaz.deliveries`); they check and describe it
+each end in one delivery (:mod:`chaz.usecases.deliveries`); they check and describe it
 the same way, here.
 """
 

@@ -1,7 +1,7 @@
 """Seed 002's session tools that write: ``session_create``, ``session_send``,
 ``session_deliveries`` and ``session_rename`` (docs/sessions.md#sending-between-sessions).
 
-``session_send`` and ``session_create`` are deliveries (:mod:`chaz.deliveries`,
+``session_send`` and ``session_create`` are deliveries (:mod:`chaz.usecases.deliveries`,
 reached through the delegation port), one more kind on the path every
 hand-off takes: a request owns one FIFO turn in its target, and with
 ``reply="completion"`` its frozen result comes back to the caller's session

@@ -13,7 +13,7 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from chaz import discovery
+from chaz.access import discovery
 from chaz.domain.principals import Grant
 from chaz.domain.search import MAX_LIST_LIMIT, MAX_SEARCH_LIMIT
 from chaz.domain.sessions import Session, is_interactive

@@ -14,11 +14,11 @@ import threading
 import pytest
 
 import chaz
-from chaz import approvals
 from chaz.domain.approvals import Approval, ApprovalState
 from chaz.domain.entries import EntryType
 from chaz.domain.principals import Grant, Principal
 from chaz.errors import ApprovalNotFound, Forbidden
+from chaz.usecases import approvals
 from tests.acceptance.test_cli import chaz_cli, cli_env, ok
 from tests.support.principals import post_as, session_in
 from tests.support.stack import Stack

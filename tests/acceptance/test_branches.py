@@ -10,9 +10,9 @@ from typing import Any
 from sqlalchemy import text
 
 import chaz
-from chaz import naming
 from chaz.domain.entries import EntryType
 from chaz.domain.sessions import NameSource, Session
+from chaz.usecases import naming
 from tests.support.stack import Stack
 
 ECHO = chaz.AgentSpec(

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 import chaz
-from chaz import admission, turns
 from chaz.domain.entries import EntryType
 from chaz.services import Services
 from chaz.tools import default_registry
-from chaz.turns import TurnRunner
+from chaz.usecases import admission, turns
+from chaz.usecases.turns import TurnRunner
 from tests.support.dispatch import RecordingDispatcher
 from tests.support.stack import Stack
 

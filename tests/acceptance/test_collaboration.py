@@ -521,7 +521,7 @@ def test_c10_completion_replies_once_and_only_when_it_should(st: Stack) -> None:
     assert by_kid[waiting["session_id"]].metadata["followup"]["is_error"] is True
     assert "cancelled" in by_kid[waiting["session_id"]].content
     # A reconciler pass (a redelivered completion) adds nothing.
-    from chaz.reconcile import Reconciler
+    from chaz.usecases.reconcile import Reconciler
 
     Reconciler(st.client.services, grace_seconds=0).run()
     assert len(followups(st, s.id)) == 3

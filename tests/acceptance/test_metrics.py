@@ -19,10 +19,10 @@ from collections.abc import Iterator
 import pytest
 
 import chaz
-from chaz import exporter
 from chaz.errors import QueueFull
 from chaz.services import Services
 from chaz.stack import settings_env
+from chaz.usecases import exporter
 from tests.conftest import free_port
 from tests.support.metrics import Sample, scrape
 from tests.support.stack import Stack

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from chaz.coord import keys
-from chaz.heartbeat import BEAT_SECONDS, beats_dir
+from chaz.plumbing.heartbeat import BEAT_SECONDS, beats_dir
 from chaz.stack import settings_env
 from tests.support.stack import Stack
 

@@ -10,10 +10,10 @@ import pytest
 from sqlalchemy import text
 
 import chaz
-from chaz import admission
-from chaz.control import check_ownership
 from chaz.domain.entries import EntryType, NewEntry
 from chaz.errors import Unauthorized, VersionConflict
+from chaz.usecases import admission
+from chaz.usecases.control import check_ownership
 from tests.support.stack import Stack
 
 

@@ -15,11 +15,11 @@ from datetime import timedelta
 import pytest
 
 import chaz
-from chaz import schedules
 from chaz.domain.approvals import DEFAULT_TIMEOUT_SECONDS, Approval, ApprovalState
 from chaz.domain.entries import EntryType
 from chaz.errors import ValidationError
 from chaz.ids import utcnow
+from chaz.usecases import schedules
 from tests.acceptance.test_approvals import _for_call, _waiting
 from tests.support.principals import post_as
 from tests.support.stack import Stack

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import text
 
 import chaz
-from chaz import branches
+from chaz.access import branches
 from chaz.domain.sessions import ArchivedBy, NameSource
 from chaz.errors import AmbiguousName, NameTaken, SessionArchived, SessionNotFound, ValidationError
 from chaz.services import Services

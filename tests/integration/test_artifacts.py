@@ -13,7 +13,6 @@ import pytest
 from sqlalchemy import update
 
 import chaz
-from chaz import control, retention
 from chaz.domain.entries import EntryType, NewEntry
 from chaz.domain.jobs import Job, JobStatus, missing_job
 from chaz.domain.results import RESULT_CAP, TEXT, excerpt
@@ -23,6 +22,7 @@ from chaz.services import Services
 from chaz.store import artifacts
 from chaz.store.models import ArtifactRow, JobRow
 from chaz.store.repo import Fence, Finish
+from chaz.usecases import control, retention
 from tests.support.stack import Stack
 
 AGENT = chaz.AgentSpec(id="bot", script=[{"steps": [{"say": "ok"}]}])

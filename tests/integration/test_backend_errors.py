@@ -8,7 +8,7 @@ import pytest
 
 import chaz
 from chaz.errors import BackendUnavailable
-from chaz.faults import is_transient
+from chaz.plumbing.faults import is_transient
 from chaz.settings import Settings
 from tests.conftest import free_port
 

@@ -16,7 +16,7 @@ import threading
 import chaz
 from chaz.domain.entries import EntryType
 from chaz.domain.jobs import JobStatus
-from chaz.turns import TurnRunner
+from chaz.usecases.turns import TurnRunner
 from tests.support.stack import Stack
 
 AGENT = chaz.AgentSpec(

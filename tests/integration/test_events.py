@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 import chaz
-from chaz import event_log
 from chaz.domain.events import DELIVERY_ACCEPTED, SESSION_RENAMED, job_event
 from chaz.errors import SessionNotFound, ValidationError
 from chaz.stack import settings_env
 from chaz.store.events import record
+from chaz.usecases import event_log
 from tests.support.stack import Stack
 
 AGENT = chaz.AgentSpec(id="bot", script=[{"steps": [{"say": "ok"}]}])

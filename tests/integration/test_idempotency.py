@@ -1,6 +1,6 @@
 """Idempotency keys at the producer API: two scopes, and a reused key is the same request.
 
-No workers: a turn is run in this process by the real :class:`chaz.turns.TurnRunner`,
+No workers: a turn is run in this process by the real :class:`chaz.usecases.turns.TurnRunner`,
 exactly as a worker's task would run it.
 """
 
@@ -14,7 +14,7 @@ import chaz
 from chaz.domain.entries import EntryType, KeyScope, NewEntry
 from chaz.domain.jobs import JobStatus
 from chaz.errors import IdempotencyMismatch
-from chaz.turns import TurnRunner
+from chaz.usecases.turns import TurnRunner
 from tests.support.stack import Stack
 
 AGENT = chaz.AgentSpec(id="bot", script=[{"steps": [{"say": "ok"}]}])

@@ -1,6 +1,6 @@
 """Bad input at the producer API and the tools: a chaz code, the same on both stacks,
 and nothing written (issue 7, items 7-9, 12, 13). No workers: a turn that must run
-is run in this process by the real :class:`chaz.turns.TurnRunner`."""
+is run in this process by the real :class:`chaz.usecases.turns.TurnRunner`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from chaz.errors import ChazError, RequestTooLarge, ValidationError
 from chaz.runtime.backends.base import ToolCallRequest
 from chaz.runtime.registry import ToolContext
 from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
-from chaz.turns import RunnerDelegation, TurnRunner
+from chaz.usecases.turns import RunnerDelegation, TurnRunner
 from tests.support.stack import Stack
 
 AGENT = chaz.AgentSpec(id="bot", script=[{"steps": [{"say": "ok"}]}])

@@ -18,7 +18,6 @@ from collections.abc import Iterator
 import pytest
 
 import chaz
-from chaz import admission
 from chaz.client import Projects
 from chaz.coord import keys, scripts
 from chaz.domain.jobs import JobStatus
@@ -32,11 +31,12 @@ from chaz.errors import (
     QuotaError,
     ValidationError,
 )
-from chaz.reconcile import Reconciler
 from chaz.services import Services
 from chaz.settings import Settings
 from chaz.stack import settings_env
-from chaz.turns import MAX_ATTEMPTS, TurnRunner
+from chaz.usecases import admission
+from chaz.usecases.reconcile import Reconciler
+from chaz.usecases.turns import MAX_ATTEMPTS, TurnRunner
 from tests.support.concurrency import race
 from tests.support.dispatch import RecordingDispatcher
 from tests.support.projects import jobs_counter, live_members, session_in

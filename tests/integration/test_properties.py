@@ -24,7 +24,7 @@ from chaz.errors import ChazError, ValidationError
 from chaz.runtime.backends.base import ToolCallRequest
 from chaz.runtime.registry import ToolContext
 from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
-from chaz.turns import RunnerDelegation, TurnRunner
+from chaz.usecases.turns import RunnerDelegation, TurnRunner
 from tests.support.stack import Stack
 
 AGENT = chaz.AgentSpec(id="bot", tools=["echo"], script=[{"steps": [{"say": "ok"}]}])

@@ -7,13 +7,13 @@ from collections.abc import Iterator
 import pytest
 
 import chaz
-from chaz import admission
 from chaz.coord import keys
 from chaz.domain.entries import EntryType
 from chaz.domain.jobs import JobStatus
-from chaz.reconcile import Reconciler
 from chaz.services import Services
 from chaz.tools import default_registry
+from chaz.usecases import admission
+from chaz.usecases.reconcile import Reconciler
 from tests.support.dispatch import RecordingDispatcher
 from tests.support.stack import Stack
 
@@ -82,7 +82,7 @@ def test_slots_of_finished_jobs_are_freed_and_their_waiters_woken(svc: Services)
 
 
 def test_queued_counter_drops_once_whether_a_job_starts_or_is_cancelled(svc: Services) -> None:
-    from chaz.control import cancel
+    from chaz.usecases.control import cancel
 
     s = svc.store.create_session("echo")
     a = admission.write(svc, s.id, EntryType.MESSAGE, "user:u", "a").job
@@ -91,7 +91,7 @@ def test_queued_counter_drops_once_whether_a_job_starts_or_is_cancelled(svc: Ser
     assert svc.redis.get(keys.queued(s.id)) == "2"
     cancel(svc, b.id)
     assert svc.redis.get(keys.queued(s.id)) == "1"
-    from chaz.turns import TurnRunner
+    from chaz.usecases.turns import TurnRunner
 
     # The inline (foreground) path:
     TurnRunner(svc, default_registry()).wake(s.id, a.id, lend_slot=True)

@@ -11,10 +11,10 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import chaz
-from chaz import schedules
 from chaz.domain.entries import EntryType
 from chaz.domain.schedules import FireOutcome
 from chaz.errors import ScheduleNotFound
+from chaz.usecases import schedules
 from tests.support.stack import Stack
 
 SLOT = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
@@ -109,7 +109,7 @@ def test_a_slot_is_claimed_once_and_policies_are_kept(stack: Stack) -> None:
 def test_a_fire_that_died_after_its_claim_is_admitted_once_by_the_reconciler(
     stack: Stack,
 ) -> None:
-    from chaz.reconcile import Reconciler
+    from chaz.usecases.reconcile import Reconciler
 
     client = stack.client
     svc = client.services

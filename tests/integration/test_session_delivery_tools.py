@@ -18,14 +18,14 @@ import pytest
 from sqlalchemy import func, select, text, update
 
 import chaz
-from chaz import deliveries, naming
 from chaz.domain.deliveries import DeliveryKind, DeliveryState
 from chaz.domain.sessions import NameSource
 from chaz.errors import SessionArchived, SessionNotFound, ValidationError
 from chaz.runtime.backends.base import ToolCallRequest
 from chaz.runtime.registry import ToolContext
 from chaz.store.models import DeliveryRow, JobRow, SessionRow
-from chaz.turns import RunnerDelegation, TurnRunner
+from chaz.usecases import deliveries, naming
+from chaz.usecases.turns import RunnerDelegation, TurnRunner
 from tests.support.stack import Stack
 
 SESSION_TOOLS = ["session_send", "session_create", "session_deliveries", "session_rename", "echo"]

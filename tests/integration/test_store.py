@@ -66,7 +66,7 @@ def write(
     fence: Fence | None = None,
     **fields: Any,
 ) -> Appended:
-    """The store's half of ``chaz.admission.write``: admit by the processing rule,
+    """The store's half of ``chaz.usecases.admission.write``: admit by the processing rule,
     with no quota (quotas are Redis's, tested in test_admission)."""
     draft = NewEntry(type, sender, content, **fields)
     if not store.admits(type, sender):

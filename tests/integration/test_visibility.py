@@ -8,11 +8,12 @@ import pytest
 from sqlalchemy import text
 
 import chaz
-from chaz import admission, visibility
+from chaz.access import visibility
 from chaz.domain.entries import EntryType, NewEntry
 from chaz.errors import AmbiguousName, SessionNotFound, Unauthorized
 from chaz.services import Services
 from chaz.store.repo import JobFields
+from chaz.usecases import admission
 from tests.support.stack import Stack
 
 LEAF = chaz.AgentSpec(id="leaf", script=[{"steps": [{"say": "ok"}]}])

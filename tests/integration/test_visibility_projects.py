@@ -16,12 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import chaz
-from chaz import admission, branches, visibility
+from chaz.access import branches, visibility
 from chaz.domain.entries import EntryType, NewEntry
 from chaz.domain.principals import ALL_GRANTS, Grant, narrow, turn_grants
 from chaz.errors import AmbiguousName, SessionNotFound, Unauthorized
 from chaz.services import Services
 from chaz.store.repo import JobFields
+from chaz.usecases import admission
 from tests.support.stack import Stack
 
 PROJECTS = ("default", "acme", "zeta")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 class RecordingDispatcher:
-    """Stands in for :class:`chaz.dispatch.Dispatcher`: ``wakes`` lists each
+    """Stands in for :class:`chaz.plumbing.dispatch.Dispatcher`: ``wakes`` lists each
     ``(session_id, execution_id)`` asked for, in order."""
 
     def __init__(self) -> None:

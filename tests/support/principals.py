@@ -10,10 +10,10 @@ entries use.
 from __future__ import annotations
 
 import chaz
-from chaz import admission
 from chaz.domain.entries import EntryType, NewEntry
 from chaz.domain.principals import Grant, grant_names
 from chaz.store.repo import Appended, JobFields
+from chaz.usecases import admission
 
 
 def session_in(

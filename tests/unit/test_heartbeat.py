@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from chaz.heartbeat import LIVE_MAX_AGE_SECONDS, Beat, beats_dir, live_problem, local_beats
+from chaz.plumbing.heartbeat import LIVE_MAX_AGE_SECONDS, Beat, beats_dir, live_problem, local_beats
 
 
 def _write(home: Path, name: str, node: str, pid: int, state: str = "ready") -> Path:

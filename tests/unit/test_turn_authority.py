@@ -8,7 +8,6 @@ from typing import Any, cast
 import pytest
 
 import chaz
-from chaz import approvals
 from chaz.domain.approvals import (
     DECIDED,
     DEFAULT_TIMEOUT_SECONDS,
@@ -23,6 +22,7 @@ from chaz.domain.principals import Grant, Principal
 from chaz.errors import Forbidden, ValidationError
 from chaz.runtime.registry import ToolContext
 from chaz.services import Services
+from chaz.usecases import approvals
 
 SCRIPT = [{"steps": [{"say": "ok"}]}]
 

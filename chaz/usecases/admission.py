@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from chaz import projects
 from chaz.coord import refusals
 from chaz.coord.pubsub import publish
 from chaz.coord.quotas import Reservation
@@ -37,6 +36,7 @@ from chaz.store.repo import (
     NewSession,
     RoomRules,
 )
+from chaz.usecases import projects
 
 T = TypeVar("T")
 

@@ -20,7 +20,7 @@ import logging
 import time
 from typing import Any
 
-from chaz import admission, deliveries, visibility
+from chaz.access import visibility
 from chaz.domain.artifacts import Artifact, is_excerpt
 from chaz.domain.entries import EntryType, NewEntry
 from chaz.domain.jobs import Job, JobStatus, missing_job
@@ -44,6 +44,7 @@ from chaz.errors import (
     VersionConflict,
 )
 from chaz.services import Services
+from chaz.usecases import admission, deliveries
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +232,7 @@ def _outcome(job: Job, *, previous: JobStatus, changed: bool) -> dict[str, Any]:
 def check_ownership(services: Services, job: Job, viewer_session_id: str) -> None:
     """Allow the job's own session, its caller's, or an ancestor's (docs/contracts.md#job-output).
 
-    The rule lives in :func:`chaz.visibility.check_job`, the one visibility
+    The rule lives in :func:`chaz.access.visibility.check_job`, the one visibility
     check; this name stays for the callers that know it.
     """
     visibility.check_job(services, job, viewer_session_id)

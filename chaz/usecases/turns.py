@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from chaz import admission, compaction, control, deliveries, metrics, naming
+from chaz import metrics
 from chaz.coord.lanes import Lease
 from chaz.coord.partials import PartialPublisher
 from chaz.coord.pubsub import publish
@@ -47,8 +47,8 @@ from chaz.domain.limits import resolve_limits
 from chaz.domain.principals import Principal, parse_grants, turn_grants
 from chaz.domain.sessions import Session, is_interactive
 from chaz.errors import Cancelled, ChazError, HandedBack, IllegalTransition, LeaseLost
-from chaz.faults import is_transient
 from chaz.ids import utcnow
+from chaz.plumbing.faults import is_transient
 from chaz.runtime.backends import make_backend
 from chaz.runtime.backends.base import ToolCallRequest, TurnContext
 from chaz.runtime.cancel import CancelToken, Running
@@ -58,6 +58,7 @@ from chaz.runtime.loop import RUN, Checkpoint, LoopPorts, Suspend, Verdict, run_
 from chaz.runtime.registry import ToolContext, ToolRegistry
 from chaz.services import Services
 from chaz.store.repo import Appended, Fence, Finish, JobFields, TurnSetup, TurnStart
+from chaz.usecases import admission, compaction, control, deliveries, naming
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ class TurnRunner:
         wake-up runs that one turn only.
 
         A transient fault (Redis or the database briefly away, see
-        :mod:`chaz.faults`) ends the wake-up with ``retry``: nothing is
+        :mod:`chaz.plumbing.faults`) ends the wake-up with ``retry``: nothing is
         finished or failed, the lane is given back if Redis answers, and a
         new wake-up is queued; the job's next start counts an attempt and
         resumes from its checkpoint, as after a lost worker.
@@ -387,7 +388,7 @@ def after_job(services: Services, job: Job, *, inbox: bool, session: Session | N
     renamed when it reached a rename point (#names).
 
     A failure here is logged, not raised: the job's end has committed, and
-    the reconciler's sweep finishes what was left (chaz.deliveries.sweep).
+    the reconciler's sweep finishes what was left (chaz.usecases.deliveries.sweep).
     """
     try:
         if job.delivery_id is not None:

@@ -77,7 +77,7 @@ def compact(services: Services, ref: str, *, timeout: float = 60.0) -> Entry | N
         services.lease_keeper.drop(lease)
         with contextlib.suppress(Exception):
             services.lanes.release(sid, token)
-        # Released first, looked second, as a turn's end does (chaz.turns): an
+        # Released first, looked second, as a turn's end does (chaz.usecases.turns): an
         # admission that found the lane ours sent a wake-up that was dropped.
         head = services.store.head_job(sid)
         if head is not None:

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chaz import admission
 from chaz.domain.jobs import Job
 from chaz.domain.schedules import (
     FireOutcome,
@@ -34,6 +33,7 @@ from chaz.ids import utcnow
 from chaz.services import Services
 from chaz.store.repo import JobFields, NewSession, SessionBusy
 from chaz.store.schedules import FireTaken
+from chaz.usecases import admission
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ def send_due(
 ) -> list[tuple[str, datetime]]:
     """Send a fire for each slot due at ``now``, then move each schedule to its next slot.
 
-    The beat's look at the database (chaz.beat): for each due schedule, the
+    The beat's look at the database (chaz.usecases.beat): for each due schedule, the
     slots its missed-run policy fires (:func:`chaz.domain.schedules.plan`).
     Each slot is claimed, then sent; the schedule is moved last. Of two
     beats looking at once, one claims (and sends) each slot. A beat that

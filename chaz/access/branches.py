@@ -19,7 +19,7 @@ from chaz.services import Services
 from chaz.store.directory import SessionSummary
 
 if TYPE_CHECKING:
-    from chaz.visibility import ReadScope
+    from chaz.domain.read_scope import ReadScope
 
 #: How many candidates an ambiguous name lists.
 MAX_CANDIDATES = 10
@@ -48,7 +48,7 @@ def resolve_target(
     :data:`MAX_CANDIDATES` of ``{"to": "SID:HEAD", "name": ...}``); none is
     :func:`~chaz.domain.sessions.missing_session`. ``deliverable`` refuses an
     archived target with :class:`~chaz.errors.SessionArchived` (it takes no
-    new deliveries). ``within`` (a viewer's :class:`~chaz.visibility.ReadScope`)
+    new deliveries). ``within`` (a viewer's :class:`~chaz.domain.read_scope.ReadScope`)
     makes every other session invisible to the lookup: a session outside it
     is not found, exactly like one that does not exist. ``project`` does the
     same for every session of another project (a turn's ``to``: docs/security.md#visibility).

@@ -1,4 +1,4 @@
-"""``python -m chaz.watchdog``: stop what a process started if it dies without doing so.
+"""``python -m chaz.plumbing.watchdog``: stop what a process started if it dies without doing so.
 
 The parent (``chaz up``, ``chaz.embedded()``) writes to this process's stdin
 one line per thing it starts: ``group PGID`` for a worker's process group (the

@@ -30,7 +30,7 @@ from pathlib import Path
 import redis
 
 from chaz.coord import keys
-from chaz.files import private_dir
+from chaz.plumbing.files import private_dir
 
 #: Seconds between two beats of a worker.
 BEAT_SECONDS = 10.0

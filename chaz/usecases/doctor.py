@@ -222,7 +222,7 @@ def check_workers(settings: Settings) -> CheckResult:
 
 def check_reconcile(settings: Settings, client: redis.Redis) -> CheckResult:
     """A reconciler pass completed within the last few reconcile periods."""
-    from chaz.reconcile import RECORD_MIN_SECONDS, RECORD_PERIODS
+    from chaz.usecases.reconcile import RECORD_MIN_SECONDS, RECORD_PERIODS
 
     last = _text(client.get(keys.reconciled()))
     window = max(RECORD_PERIODS * settings.reconcile_seconds, RECORD_MIN_SECONDS)
@@ -238,7 +238,7 @@ def check_reconcile(settings: Settings, client: redis.Redis) -> CheckResult:
 
 def check_beat(client: redis.Redis) -> CheckResult:
     """A beat ticked within its heartbeat's lifetime."""
-    from chaz.beat import HEARTBEAT_SECONDS
+    from chaz.usecases.beat import HEARTBEAT_SECONDS
 
     last = _text(client.get(keys.beat_heartbeat()))
     if last is None:

@@ -1,6 +1,6 @@
 """chaz's Celery beat scheduler: the static entries, and schedules from the database.
 
-``beat_scheduler = "chaz.beat:ChazScheduler"`` (chaz.celery_settings). Like
+``beat_scheduler = "chaz.usecases.beat:ChazScheduler"`` (chaz.celery_settings). Like
 django-celery-beat's and redbeat's schedulers, it subclasses a Celery
 scheduler (:class:`celery.beat.PersistentScheduler`, whose schedule file
 keeps the configured ``beat_schedule`` entries' last runs: the reconciler,
@@ -23,11 +23,11 @@ from typing import Any
 
 from celery.beat import PersistentScheduler
 
-from chaz import schedules
 from chaz.coord import keys
 from chaz.ids import utcnow
 from chaz.services import Services
 from chaz.settings import get_settings
+from chaz.usecases import schedules
 
 log = logging.getLogger(__name__)
 

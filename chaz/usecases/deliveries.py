@@ -9,7 +9,7 @@ transaction as the job it admits, under the target session's quotas
 (docs/collaboration.md#deliveries).
 
 Each function here commits first and publishes second, like
-:mod:`chaz.admission`: a lost wake-up or a crash between a commit and the
+:mod:`chaz.usecases.admission`: a lost wake-up or a crash between a commit and the
 next step delays a delivery, and the reconciler's :func:`sweep` finishes
 it; nothing is lost, and unique keys in the database keep anything from
 happening twice.
@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from chaz import admission
 from chaz.domain.deliveries import (
     ANSWERS,
     INBOX_LIMIT,
@@ -54,6 +53,7 @@ from chaz.ids import new_id, utcnow
 from chaz.services import Services
 from chaz.store import deliveries as dl
 from chaz.store.repo import Admitting, Appended, DeliveryGone, JobFields, NewSession
+from chaz.usecases import admission
 
 log = logging.getLogger(__name__)
 

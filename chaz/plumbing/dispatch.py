@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TURN_TASK = "chaz.turn"
-#: Stage-2 naming of a session (chaz.naming), on the housekeeping queue.
+#: Stage-2 naming of a session (chaz.usecases.naming), on the housekeeping queue.
 RENAME_TASK = "chaz.rename"
 
 #: How long a patient wake-up keeps trying to reach the broker.

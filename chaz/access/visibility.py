@@ -25,35 +25,15 @@ same class, message and details, so a model cannot learn which ids or names exis
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from chaz import branches
+from chaz.access import branches
 from chaz.domain.jobs import Job
-from chaz.domain.principals import DEFAULT_PROJECT
+from chaz.domain.read_scope import ReadScope
 from chaz.domain.sessions import Session, missing_session
 from chaz.errors import Unauthorized
 from chaz.services import Services
 
 #: Lineage walks stop here, so a corrupt cycle cannot hang a caller.
 MAX_HOPS = 64
-
-
-@dataclass(frozen=True)
-class ReadScope:
-    """The sessions one viewer may read: its tree, and sessions of other trees below it."""
-
-    viewer_session_id: str
-    tree_id: str
-    #: Sessions of other trees that descend from the viewer (usually none).
-    below: frozenset[str]
-    #: The viewer's project: nothing outside it is ever readable.
-    project: str = DEFAULT_PROJECT
-
-    def allows(self, session: Session) -> bool:
-        """Whether the viewer may read ``session``'s history."""
-        if session.project != self.project:
-            return False
-        return session.tree_id == self.tree_id or session.id in self.below
 
 
 def readable_scope(services: Services, viewer_session_id: str) -> ReadScope | None:

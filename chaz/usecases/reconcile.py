@@ -1,6 +1,6 @@
 """The reconciler: rebuilds Redis coordination state from the database.
 
-Run periodically by beat (``chaz.reconcile``). It is the sweep behind
+Run periodically by beat (``chaz.usecases.reconcile``). It is the sweep behind
 "a lost notification delays work, it never loses it": a session with
 unfinished jobs and no lane lease gets a fresh wake-up, whether its wake-up
 message was lost, its worker died (the lease expired), or Redis was flushed.
@@ -12,13 +12,13 @@ import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from chaz import approvals
 from chaz.coord import keys
-from chaz.deliveries import SweepReport, sweep
 from chaz.domain.jobs import Job, JobStatus
 from chaz.ids import utcnow
-from chaz.schedules import resume_stranded
 from chaz.services import Services
+from chaz.usecases import approvals
+from chaz.usecases.deliveries import SweepReport, sweep
+from chaz.usecases.schedules import resume_stranded
 
 log = logging.getLogger(__name__)
 

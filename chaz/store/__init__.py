@@ -4,6 +4,6 @@ The database is the source of truth (DESIGN invariant 1): sessions, entries,
 jobs and the rest are rows; Redis only coordinates.
 """
 
-from chaz.store.repo import Store
+from chaz.store.facade import Store
 
 __all__ = ["Store"]

@@ -90,9 +90,7 @@ def _create_deliveries() -> None:
         sa.Column("sender_session_id", sa.String(32), nullable=True),
         sa.Column("sender_entry_id", sa.String(32), nullable=True),
         sa.Column("sender_job_id", sa.String(32), nullable=True),
-        sa.Column(
-            "target_session_id", sa.String(32), sa.ForeignKey("sessions.id"), nullable=False
-        ),
+        sa.Column("target_session_id", sa.String(32), sa.ForeignKey("sessions.id"), nullable=False),
         sa.Column("body", sa.Text(), nullable=False),
         sa.Column("message_count", sa.Integer(), nullable=False),
         sa.Column("generation", sa.Integer(), nullable=False),

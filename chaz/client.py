@@ -85,7 +85,7 @@ from chaz.runtime.registry import ToolRegistry
 from chaz.services import Services
 from chaz.settings import Settings
 from chaz.store.migrate import upgrade
-from chaz.store.repo import Appended, JobFields
+from chaz.store.types import Appended, JobFields
 from chaz.tools import default_registry
 from chaz.usecases import admission, compaction, event_log
 from chaz.usecases import approvals as approval_cases

@@ -28,7 +28,7 @@ from chaz.coord.signals import TurnSignals
 from chaz.plumbing.dispatch import Dispatcher
 from chaz.settings import Settings
 from chaz.store.db import PoolOptions
-from chaz.store.repo import Store
+from chaz.store.facade import Store
 
 
 class Services:

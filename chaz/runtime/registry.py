@@ -34,7 +34,7 @@ from chaz.errors import ChazError, ConfigError, HandedBack
 from chaz.runtime.backends.base import ToolCallRequest, ToolSpec
 from chaz.runtime.cancel import CancelToken
 from chaz.services import Services
-from chaz.store.repo import Appended, JobFields
+from chaz.store.types import Appended, JobFields
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,11 @@
-"""The durable store: SQLAlchemy models, migrations and the repository.
+"""The durable store: SQLAlchemy models, migrations, and ``Store``, the facade
+composed of one class per concept over one shared ``Database``
+(docs/store.md).
 
 The database is the source of truth (DESIGN invariant 1): sessions, entries,
 jobs and the rest are rows; Redis only coordinates.
 """
 
-from chaz.store.repo import Store
+from chaz.store.facade import Store
 
 __all__ = ["Store"]

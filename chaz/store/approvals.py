@@ -21,9 +21,11 @@ from chaz.errors import ApprovalNotFound, IllegalTransition
 from chaz.ids import as_utc, utcnow
 from chaz.store.models import ApprovalRow, JobRow
 from chaz.store.rows import as_entry, as_job
+from chaz.store.types import Fence
+from chaz.store.writes import append_entry, check_fence
 
 if TYPE_CHECKING:
-    from chaz.store.repo import Fence, Store
+    from chaz.store.db import Database
 
 
 @dataclass(frozen=True)
@@ -51,12 +53,12 @@ def as_approval(row: Any) -> Approval:
 class ApprovalStore:
     """Requests, decisions and timeouts (``Store.approvals``)."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     def get(self, request_id: str) -> Approval:
         """One request, or :class:`~chaz.errors.ApprovalNotFound`."""
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             row = (
                 conn.execute(select(ApprovalRow).where(ApprovalRow.request_id == request_id))
                 .mappings()
@@ -87,7 +89,7 @@ class ApprovalStore:
             stmt = stmt.where(ApprovalRow.session_id == session_id)
         if project is not None:
             stmt = stmt.where(ApprovalRow.project == project)
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             return [as_approval(r) for r in conn.execute(stmt).mappings()]
 
     def approved_all(self, job_id: str) -> bool:
@@ -97,7 +99,7 @@ class ApprovalStore:
             ApprovalRow.state == ApprovalState.APPROVED.value,
             ApprovalRow.decision == "approve_all",
         )
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             return conn.execute(stmt.limit(1)).first() is not None
 
     def due(self, now: datetime, limit: int = 500) -> list[Approval]:
@@ -108,7 +110,7 @@ class ApprovalStore:
             .order_by(ApprovalRow.expires_at)
             .limit(limit)
         )
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             return [as_approval(r) for r in conn.execute(stmt).mappings()]
 
     def suspend(
@@ -123,19 +125,15 @@ class ApprovalStore:
         :class:`~chaz.errors.IllegalTransition` if it is no longer running (a
         cancel was requested): then nothing is written.
         """
-        from chaz.store.repo import _bump, _check_fence, _insert_entry
-
-        with self._store._write() as conn:
-            _check_fence(conn, fence)
+        with self._db.write() as conn:
+            check_fence(conn, fence)
             entry: Entry | None = None
             exists = conn.scalar(
                 select(ApprovalRow.state).where(ApprovalRow.request_id == approval.request_id)
             )
             if exists is None:
                 conn.execute(insert(ApprovalRow).values(**approval.model_dump(mode="python")))
-                row = _bump(conn, approval.session_id, admit=False)
-                values, _ = _insert_entry(conn, row, draft, admit=False, job_fields=None)
-                entry = as_entry(values)
+                entry = as_entry(append_entry(conn, approval.session_id, draft))
             job_row = conn.execute(select(JobRow).where(JobRow.id == fence.job_id)).mappings().one()
             if job_row["status"] != JobStatus.RUNNING.value:
                 raise IllegalTransition(
@@ -172,10 +170,8 @@ class ApprovalStore:
 
         A request past its timeout closes ``expired`` whatever ``target`` asked.
         """
-        from chaz.store.repo import _bump, _insert_entry
-
         now = now or utcnow()
-        with self._store._write() as conn:
+        with self._db.write() as conn:
             row = (
                 conn.execute(select(ApprovalRow).where(ApprovalRow.request_id == request_id))
                 .mappings()
@@ -219,19 +215,12 @@ class ApprovalStore:
                 draft = NewEntry(
                     draft.type, draft.sender, draft.content, meta, job_id=current.job_id
                 )
-                values, _ = _insert_entry(
-                    conn,
-                    _bump(conn, current.session_id, admit=False),
-                    draft,
-                    admit=False,
-                    job_fields=None,
-                )
-                entry = as_entry(values)
+                entry = as_entry(append_entry(conn, current.session_id, draft))
         return Closed(final, won, job, entry)
 
     def cancel_for_job(self, job_id: str) -> None:
         """Close the job's pending requests ``cancelled`` (its job was cancelled)."""
-        with self._store._write() as conn:
+        with self._db.write() as conn:
             conn.execute(
                 update(ApprovalRow)
                 .where(

@@ -23,7 +23,7 @@ from chaz.store import upsert
 from chaz.store.models import ArtifactRow, JobRow
 
 if TYPE_CHECKING:
-    from chaz.store.repo import Store
+    from chaz.store.db import Database
 
 ARTIFACTS = cast(Table, ArtifactRow.__table__)
 JOBS = cast(Table, JobRow.__table__)
@@ -70,12 +70,12 @@ def record(conn: Connection, job_id: str, session_id: str, text: str) -> None:
 class ArtifactStore:
     """Reads and retention of artifacts (``Store.artifacts``)."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     def get(self, job_id: str) -> Artifact | None:
         """The artifact of ``job_id``'s result, if it has one (and it has not expired)."""
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             row = conn.execute(_BY_JOB, {"jid": job_id}).mappings().first()
         return _artifact(row) if row is not None else None
 
@@ -98,11 +98,11 @@ class ArtifactStore:
             .order_by(JOBS.c.finished_at)
             .limit(limit)
         )
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             found = conn.execute(candidates).all()
         removed = 0
         for artifact_id, job_id in found:
-            with self._store._write() as conn:
+            with self._db.write() as conn:
                 job = conn.execute(_LOCK_RESULT, {"jid": job_id}).mappings().first()
                 if not _eligible(job, cutoff):
                     continue
@@ -135,3 +135,14 @@ def _artifact(row: Any) -> Artifact:
         sha256=row["sha256"],
         created_at=as_utc(row["created_at"]),
     )
+
+
+def refs(conn: Connection, job_id: str) -> list[dict[str, Any]]:
+    """The references of a job's artifact (at most one): its id, length and
+    digest, as a request's frozen result names them."""
+    rows = conn.execute(
+        select(ArtifactRow.id, ArtifactRow.byte_length, ArtifactRow.sha256).where(
+            ArtifactRow.job_id == job_id
+        )
+    ).all()
+    return [{"artifact_id": a, "byte_length": n, "sha256": h} for a, n, h in rows]

@@ -1,14 +1,18 @@
-"""Engine creation: PostgreSQL pools sized to the threads that use them, and
-the SQLite settings that make several processes safe."""
+"""The database handle every store module takes: :class:`Database` (the
+engine and its read and write transactions), and engine creation: PostgreSQL
+pools sized to the threads that use them, and the SQLite settings that make
+several processes safe."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
 from chaz.plumbing.files import create_private, private_dir
@@ -125,3 +129,47 @@ def _sqlite_engine(url: str) -> Engine:
 def is_sqlite(engine: Engine) -> bool:
     """True for the embedded SQLite store."""
     return engine.dialect.name == "sqlite"
+
+
+class Database:
+    """One engine and its transactions, shared by every store module.
+
+    The store's concepts (agents, sessions, jobs, deliveries, ...) are small
+    sets of named operations over one ``Database``; none opens a connection
+    any other way.
+    """
+
+    def __init__(self, url: str, pool: PoolOptions | None = None) -> None:
+        self.url = url
+        self.engine = make_engine(url, pool)
+
+    @property
+    def sqlite(self) -> bool:
+        """True for the embedded SQLite store."""
+        return is_sqlite(self.engine)
+
+    def close(self) -> None:
+        """Release pooled connections."""
+        self.engine.dispose()
+
+    @contextmanager
+    def write(self, durable: bool = True) -> Iterator[Connection]:
+        """A write transaction. ``durable=False`` lets PostgreSQL acknowledge the
+        commit before its WAL reaches disk (``synchronous_commit=off``).
+
+        Used only for writes whose loss in a *database* crash is repaired by
+        the next durable commit or by a resumed turn (a turn's start, its Ack,
+        its audit entries): the next durable commit flushes the WAL before it,
+        so ordering is kept. Admissions, checkpoints and a turn's final entry
+        stay durable.
+        """
+        with self.engine.connect().execution_options(chaz_write=True) as conn, conn.begin():
+            if not durable and conn.dialect.name == "postgresql":
+                conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
+            yield conn
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A read transaction (SQLite: a deferred one, taking no write lock)."""
+        with self.engine.connect() as conn, conn.begin():
+            yield conn

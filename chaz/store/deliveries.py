@@ -31,7 +31,7 @@ from chaz.store.events import record
 from chaz.store.models import DeliveryRow, JobRow, SessionRow
 
 if TYPE_CHECKING:
-    from chaz.store.repo import Store
+    from chaz.store.db import Database
 
 DELIVERIES = cast(Table, DeliveryRow.__table__)
 
@@ -279,8 +279,8 @@ def _in_project(project: str) -> ColumnElement[bool]:
 class DeliveryStore:
     """Reads of deliveries, and the writes that stand alone."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     def get(self, delivery_id: str, *, project: str | None = None) -> Delivery:
         """One delivery, or :class:`DeliveryNotFound`; with ``project``, one of
@@ -288,7 +288,7 @@ class DeliveryStore:
         stmt = select(DELIVERIES).where(DELIVERIES.c.id == delivery_id)
         if project is not None:
             stmt = stmt.where(_in_project(project))
-        with self._store.engine.connect() as conn:
+        with self._db.engine.connect() as conn:
             row = conn.execute(stmt).mappings().first()
         if row is None:
             raise DeliveryNotFound(f"no delivery {delivery_id!r}", delivery_id=delivery_id)
@@ -296,7 +296,7 @@ class DeliveryStore:
 
     def by_key(self, key: str) -> Delivery | None:
         """The delivery made with this idempotency key, if any."""
-        with self._store.engine.connect() as conn:
+        with self._db.engine.connect() as conn:
             return by_key(conn, key)
 
     def list(
@@ -317,12 +317,12 @@ class DeliveryStore:
         stmt = stmt.where(
             into if direction == "in" else out if direction == "out" else or_(into, out)
         )
-        with self._store.engine.connect() as conn:
+        with self._db.engine.connect() as conn:
             return [as_delivery(r) for r in conn.execute(stmt).mappings()]
 
     def inbox(self, target_session_id: str) -> builtins.list[Delivery]:
         """The messages waiting in a session's inbox, oldest first."""
-        with self._store.engine.connect() as conn:
+        with self._db.engine.connect() as conn:
             return inbox(conn, target_session_id)
 
     def has_inbox(self, target_session_id: str) -> bool:
@@ -336,7 +336,7 @@ class DeliveryStore:
             )
             .limit(1)
         )
-        with self._store.engine.connect() as conn:
+        with self._db.engine.connect() as conn:
             return conn.scalar(stmt) is not None
 
     def stranded(self, older_than: datetime, limit: int = 500) -> builtins.list[Delivery]:
@@ -351,7 +351,7 @@ class DeliveryStore:
             .order_by(DELIVERIES.c.created_at)
             .limit(limit)
         )
-        with self._store.engine.connect() as conn:
+        with self._db.engine.connect() as conn:
             return [as_delivery(r) for r in conn.execute(stmt).mappings()]
 
     def requests(
@@ -380,7 +380,7 @@ class DeliveryStore:
             stmt = stmt.where(DELIVERIES.c.kind.in_([k.value for k in kinds]))
         if states is not None:
             stmt = stmt.where(DELIVERIES.c.state.in_([s.value for s in states]))
-        with self._store.engine.connect() as conn:
+        with self._db.engine.connect() as conn:
             return [(as_delivery(r), r["job_status"]) for r in conn.execute(stmt).mappings()]
 
     def with_job_status(self, delivery_id: str) -> tuple[Delivery, str | None] | None:
@@ -391,7 +391,7 @@ class DeliveryStore:
             .outerjoin(jobs, jobs.c.id == DELIVERIES.c.job_id)
             .where(DELIVERIES.c.id == delivery_id)
         )
-        with self._store.engine.connect() as conn:
+        with self._db.engine.connect() as conn:
             row = conn.execute(stmt).mappings().first()
         return (as_delivery(row), row["job_status"]) if row is not None else None
 
@@ -410,7 +410,7 @@ class DeliveryStore:
             .order_by(DELIVERIES.c.updated_at)
             .limit(limit)
         )
-        with self._store.engine.connect() as conn:
+        with self._db.engine.connect() as conn:
             return [as_delivery(r) for r in conn.execute(stmt).mappings()]
 
     def latest_session(self, agent_id: str, project: str, *, besides: str) -> str | None:
@@ -431,7 +431,7 @@ class DeliveryStore:
             )
             .limit(1)
         )
-        with self._store.engine.connect() as conn:
+        with self._db.engine.connect() as conn:
             found = conn.scalar(stmt)
         return str(found) if found is not None else None
 
@@ -440,5 +440,5 @@ class DeliveryStore:
         stmt = select(func.count()).where(
             DELIVERIES.c.target_session_id == session_id, DELIVERIES.c.state == state.value
         )
-        with self._store.engine.connect() as conn:
+        with self._db.engine.connect() as conn:
             return int(conn.scalar(stmt) or 0)

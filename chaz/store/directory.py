@@ -1,15 +1,15 @@
 """Sessions as collaboration reads and changes them: addresses, lineage,
 archive, names and listings (docs/collaboration.md).
 
-A mixin of :class:`chaz.store.repo.Store`: these are the store's own
-methods (``store.find_sessions``, ``store.archive_session``, ...), kept apart
-from the write path of entries and jobs.
+One of the concepts the :class:`~chaz.store.facade.Store` is composed of:
+``store.find_sessions``, ``store.archive_session``, ... (creating and
+reading one session is :mod:`chaz.store.sessions`). :func:`archive_auto` is
+the archive a completion policy applies inside a job's end.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -24,6 +24,7 @@ from chaz.errors import NameTaken, SessionArchived
 from chaz.ids import utcnow
 from chaz.store import session_queries as sq
 from chaz.store import statements as st
+from chaz.store.db import Database
 from chaz.store.events import record
 from chaz.store.models import EntryRow, JobRow, SessionRow
 from chaz.store.rows import as_session, session_row
@@ -56,13 +57,9 @@ class Outline:
 
 
 class SessionDirectory:
-    """Reads and changes of sessions beyond the write path (a mixin of ``Store``)."""
+    """Reads and changes of sessions beyond the write path (a concept of ``Store``)."""
 
-    def _read(self) -> AbstractContextManager[Connection]:
-        raise NotImplementedError
-
-    def _write(self, durable: bool = True) -> AbstractContextManager[Connection]:
-        raise NotImplementedError
+    db: Database
 
     def list_sessions(
         self,
@@ -84,12 +81,12 @@ class SessionDirectory:
             stmt = stmt.where(SessionRow.tree_id == tree_id)
         if archived is not None:
             stmt = stmt.where(archived_filter(archived))
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [as_session(r) for r in conn.execute(stmt).mappings()]
 
     def find_sessions(self, ref: str) -> list[Session]:
         """The session whose id is ``ref``, then the one named ``ref`` (0, 1 or 2 of them)."""
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(
                 select(SessionRow)
                 .where(or_(SessionRow.id == ref, SessionRow.name == ref))
@@ -131,7 +128,7 @@ class SessionDirectory:
             )
         if project is not None:
             stmt = stmt.where(SessionRow.project == project)
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [as_session(r) for r in conn.execute(stmt).mappings()]
 
     def descendant_sessions(self, session_id: str, max_hops: int) -> dict[str, str]:
@@ -140,21 +137,21 @@ class SessionDirectory:
 
         One recursive query, which the hop bound ends even on a corrupt cycle.
         """
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(sq.DESCENDANTS, {"sid": session_id, "hops": max_hops})
             return {r[0]: r[1] for r in rows if r[0] != session_id}
 
     def job_ancestor_sessions(self, job_id: str, max_hops: int) -> list[str]:
         """The sessions of ``job_id``'s ancestor jobs (``parent_job_id`` upwards, the
         nearest first, at most ``max_hops``): one recursive query, cycle-safe."""
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(sq.JOB_ANCESTORS, {"jid": job_id, "hops": max_hops})
             return [r[0] for r in rows]
 
     def unfinished_ancestor_in(self, job_id: str, session_id: str, max_hops: int) -> str | None:
         """The nearest unfinished ancestor job of ``job_id`` (``parent_job_id``
         upwards, at most ``max_hops``) that runs in ``session_id``, if any."""
-        with self._read() as conn:
+        with self.db.read() as conn:
             params = {"jid": job_id, "sid": session_id, "hops": max_hops}
             found: str | None = conn.scalar(sq.UNFINISHED_ANCESTOR_IN, params)
             return found
@@ -192,7 +189,7 @@ class SessionDirectory:
             .values(**values)
             .returning(*st.SESSIONS.c)
         )
-        with self._write() as conn:
+        with self.db.write() as conn:
             row = conn.execute(stmt).mappings().first()
             if row is None:
                 return as_session(session_row(conn, session_id)), False
@@ -238,7 +235,7 @@ class SessionDirectory:
             stmt = stmt.where(SessionRow.archived_at.is_(None))
         stmt = stmt.values(name=name, name_source=source.value).returning(*st.SESSIONS.c)
         try:
-            with self._write() as conn:
+            with self.db.write() as conn:
                 row = conn.execute(stmt).mappings().first()
                 if row is None:
                     if only_if_auto:
@@ -260,12 +257,12 @@ class SessionDirectory:
         """Names in use that start with ``prefix`` (to pick a free ``prefix-N``)."""
         name = SessionRow.name
         stmt = select(name).where(func.substr(name, 1, len(prefix)) == prefix).limit(limit)
-        with self._read() as conn:
+        with self.db.read() as conn:
             return {n for n in conn.scalars(stmt) if n is not None}
 
     def count_turns(self, session_id: str) -> int:
         """The session's finished turns: jobs that started and reached a terminal state."""
-        with self._read() as conn:
+        with self.db.read() as conn:
             return int(conn.scalar(sq.FINISHED_TURNS, {"sid": session_id}) or 0)
 
     def session_summaries(
@@ -298,7 +295,7 @@ class SessionDirectory:
             stmt = stmt.where(c.agent_id == agent_id)
         if project is not None:
             stmt = stmt.where(c.project == project)
-        with self._read() as conn:
+        with self.db.read() as conn:
             sessions = [as_session(r) for r in conn.execute(stmt).mappings()]
             ids = [s.id for s in sessions]
             if not ids:
@@ -326,8 +323,37 @@ class SessionDirectory:
     def entry_outline(self, session_id: str) -> list[Outline]:
         """Every entry of the session without its content (its length instead), in seq
         order: enough to number turns and plan a bounded read."""
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [Outline(*r) for r in conn.execute(sq.OUTLINE, {"sid": session_id})]
+
+
+def archive_auto(conn: Connection, session_id: str, reason: str) -> None:
+    """Archive a session by completion policy in the open transaction, unless it
+    is archived already (then its first ``archived_at`` and any manual reason
+    stand); a change writes the same ``session.archived`` event as a manual
+    archive."""
+    now = utcnow()
+    done = conn.execute(
+        update(SessionRow)
+        .where(SessionRow.id == session_id, SessionRow.archived_at.is_(None))
+        .values(
+            archived_at=now,
+            archived_by=ArchivedBy.AUTO.value,
+            archive_reason=func.coalesce(SessionRow.archive_reason, reason),
+        )
+    ).rowcount
+    if done:
+        record(
+            conn,
+            session_id,
+            SESSION_ARCHIVED,
+            {
+                "archived_at": now.isoformat(),
+                "archived_by": ArchivedBy.AUTO.value,
+                "reason": reason,
+                "requested_by": ArchivedBy.AUTO.value,
+            },
+        )
 
 
 def archived_filter(archived: bool) -> ColumnElement[bool]:

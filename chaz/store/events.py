@@ -36,7 +36,7 @@ from chaz.ids import as_utc, utcnow
 from chaz.store.models import EventRow
 
 if TYPE_CHECKING:
-    from chaz.store.repo import Store
+    from chaz.store.db import Database
 
 EVENTS = cast(Table, EventRow.__table__)
 _INSERT = insert(EVENTS)
@@ -80,14 +80,14 @@ class EventLog:
     #: How long :meth:`list` waits for the writers it must outlast (PostgreSQL).
     settle_timeout = 10.0
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     def add(self, session_id: str, kind: str, data: dict[str, Any] | None = None) -> Event:
         """Append one event in a transaction of its own."""
         kind = check_text("kind", kind, max_chars=MAX_KIND_CHARS)
         data = check_json("data", data)
-        with self._store._write() as conn:
+        with self._db.write() as conn:
             return record(conn, session_id, kind, data)
 
     def expire(self, before: datetime, limit: int = 500) -> int:
@@ -99,7 +99,7 @@ class EventLog:
         An event that commits late (a lower id, newer than its neighbours)
         waits for a later sweep.
         """
-        with self._store._write() as conn:
+        with self._db.write() as conn:
             rows = conn.execute(
                 select(EVENTS.c.id, EVENTS.c.created_at).order_by(EVENTS.c.id).limit(limit)
             ).all()
@@ -144,14 +144,14 @@ class EventLog:
         wait: float,
     ) -> builtins.list[Event] | None:
         """:meth:`list`, or None when the writers it must outlast run longer than ``wait``."""
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             rows = _read(conn, session_id, after, limit, kinds)
             if not rows or conn.dialect.name != "postgresql":
                 return [_event(r) for r in rows]
             writers = list(conn.scalars(_WRITERS, {"table": EVENTS.name}))
         if writers and not self._outlast(writers, wait):
             return None
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             rows = _read(conn, session_id, after, limit, kinds, until=rows[-1]["id"])
         return [_event(r) for r in rows]
 
@@ -160,7 +160,7 @@ class EventLog:
         deadline = time.monotonic() + wait
         pause = 0.002
         while True:
-            with self._store._read() as conn:
+            with self._db.read() as conn:
                 busy = conn.scalar(_STILL_WRITING, {"table": EVENTS.name, "writers": writers})
             if not busy:
                 return True

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy import Engine, distinct, func, literal_column, select
+from sqlalchemy import distinct, func, literal_column, select
 
 from chaz.domain.deliveries import DeliveryState
 from chaz.domain.jobs import ACTIVE, JobStatus
+from chaz.store.db import Database
 from chaz.store.models import DeliveryRow, JobRow, unfinished
 
 _ACTIVE = sorted(s.value for s in ACTIVE)
@@ -33,9 +34,9 @@ class FleetCounts:
     deliveries: dict[str, int] = field(default_factory=dict)
 
 
-def counts(engine: Engine) -> FleetCounts:
+def counts(db: Database) -> FleetCounts:
     """Read the fleet's counts in one transaction."""
-    with engine.connect() as conn, conn.begin():
+    with db.read() as conn:
         jobs = dict.fromkeys(_ACTIVE, 0)
         for status, n in conn.execute(
             select(JobRow.status, func.count())

@@ -28,7 +28,7 @@ from chaz.ids import as_utc, new_id, utcnow
 from chaz.store.models import ApiKeyRow
 
 if TYPE_CHECKING:
-    from chaz.store.repo import Store
+    from chaz.store.db import Database
 
 API_KEYS = cast(Table, ApiKeyRow.__table__)
 #: Every column but the hash: what a read hands back.
@@ -51,8 +51,8 @@ def as_key(row: Any) -> ApiKey:
 class KeyStore:
     """Create, authenticate, revoke and list API keys (``Store.keys``)."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     def create(
         self,
@@ -80,7 +80,7 @@ class KeyStore:
             "created_at": utcnow(),
             "revoked_at": None,
         }
-        with self._store._write() as conn:
+        with self._db.write() as conn:
             conn.execute(insert(API_KEYS).values(**row))
         return as_key(row), text
 
@@ -92,7 +92,7 @@ class KeyStore:
         """
         key_id, digest = keys.parse(text)
         stmt = select(*_SHOWN).where(API_KEYS.c.key_hash == digest)
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             row = conn.execute(stmt).mappings().first()
         if row is None or row["id"] != key_id or row["revoked_at"] is not None:
             raise keys.refused()
@@ -103,7 +103,7 @@ class KeyStore:
         changes nothing (the first ``revoked_at`` stays); an unknown id is
         ``key.not_found``."""
         key_id = check_ref("key_id", key_id)
-        with self._store._write() as conn:
+        with self._db.write() as conn:
             conn.execute(
                 update(API_KEYS)
                 .where(API_KEYS.c.id == key_id, API_KEYS.c.revoked_at.is_(None))
@@ -119,5 +119,5 @@ class KeyStore:
         stmt = select(*_SHOWN).order_by(API_KEYS.c.created_at, API_KEYS.c.id)
         if project is not None:
             stmt = stmt.where(API_KEYS.c.project == check_project(project))
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             return [as_key(r) for r in conn.execute(stmt).mappings()]

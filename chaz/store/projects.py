@@ -26,7 +26,7 @@ from chaz.store import upsert
 from chaz.store.models import JobRow, ProjectRow, SessionRow
 
 if TYPE_CHECKING:
-    from chaz.store.repo import Store
+    from chaz.store.db import Database
 
 #: How long a process trusts the limits it read for a project.
 CACHE_SECONDS = 5.0
@@ -58,8 +58,8 @@ def read_counts(conn: Connection, project: str) -> tuple[list[str], int]:
 class ProjectStore:
     """Read and write projects' limits (``Store.projects``)."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def __init__(self, db: Database) -> None:
+        self._db = db
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[float, Stored]] = {}
 
@@ -76,7 +76,7 @@ class ProjectStore:
         if hit is not None and hit[0] > now:
             return hit[1]
         if read is None:
-            with self._store._read() as conn:
+            with self._db.read() as conn:
                 value = read_stored(conn, project)
         else:
             value = read()
@@ -86,14 +86,14 @@ class ProjectStore:
 
     def counts(self, project: str) -> tuple[builtins.list[str], int]:
         """The ids of the project's unfinished jobs and how many it ever admitted."""
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             return read_counts(conn, project)
 
     def get(self, project: str) -> dict[str, Any]:
         """The project's row and use: ``id``, ``max_live``, ``max_jobs`` (as
         stored), ``live`` and ``jobs`` (counted), ``created_at``,
         ``updated_at`` (None without a row)."""
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             row = (
                 conn.execute(select(ProjectRow).where(ProjectRow.id == project)).mappings().first()
             )
@@ -104,7 +104,7 @@ class ProjectStore:
         """Set both limits of a project (None: the default), creating its row."""
         now = utcnow()
         values = {"max_live": max_live, "max_jobs": max_jobs, "updated_at": now}
-        with self._store._write() as conn:
+        with self._db.write() as conn:
             # One statement: a concurrent put of the same new project cannot
             # fail between a check and an insert.
             conn.execute(
@@ -118,7 +118,7 @@ class ProjectStore:
 
     def list(self) -> builtins.list[dict[str, Any]]:
         """Every project that has a row or a session, by id, as :meth:`get` shows it."""
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             rows = {r["id"]: r for r in conn.execute(select(ProjectRow)).mappings()}
             named = set(conn.scalars(select(SessionRow.project).distinct()).all())
             ids = sorted(set(rows) | named)

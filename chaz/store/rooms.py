@@ -25,14 +25,14 @@ from chaz.store.models import SessionRow
 from chaz.store.rows import as_session
 
 if TYPE_CHECKING:
-    from chaz.store.repo import Store
+    from chaz.store.db import Database
 
 
 class RoomStore:
     """Change the members of a room (``Store.rooms``)."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     def list(
         self, *, limit: int = 50, archived: bool = False, project: str | None = None
@@ -47,7 +47,7 @@ class RoomStore:
         )
         if project is not None:
             stmt = stmt.where(SessionRow.project == project)
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             return [as_session(r) for r in conn.execute(stmt).mappings()]
 
     def add_member(self, session_id: str, agent_id: str) -> Session:
@@ -55,7 +55,7 @@ class RoomStore:
 
         Adding a member already there changes nothing and records nothing.
         """
-        with self._store._write() as conn:
+        with self._db.write() as conn:
             row = _locked(conn, session_id)
             members: list[str] = list(row["members"] or [])
             if agent_id in members:
@@ -74,7 +74,7 @@ class RoomStore:
         The host cannot be removed (it is the session's agent). The room stays
         a room with its host alone when its last member leaves.
         """
-        with self._store._write() as conn:
+        with self._db.write() as conn:
             row = _locked(conn, session_id)
             members: list[str] = list(row["members"] or [])
             if agent_id not in members:

@@ -34,7 +34,7 @@ from chaz.store import upsert
 from chaz.store.models import AgentRow, ScheduleFireRow, ScheduleRow, SessionRow
 
 if TYPE_CHECKING:
-    from chaz.store.repo import Store
+    from chaz.store.db import Database
 
 SCHEDULES = cast(Table, ScheduleRow.__table__)
 FIRES = cast(Table, ScheduleFireRow.__table__)
@@ -69,8 +69,8 @@ class ScheduleStore:
     ``now`` is injectable everywhere a slot is computed.
     """
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     # -- definitions ----------------------------------------------------------
 
@@ -98,7 +98,7 @@ class ScheduleStore:
         owner = check_owner(owner)
         values = check_fields(fields)
         now = now or utcnow()
-        with self._store._write() as conn:
+        with self._db.write() as conn:
             if schedule_id is not None:
                 found = (
                     conn.execute(select(SCHEDULES).where(SCHEDULES.c.id == schedule_id))
@@ -152,7 +152,7 @@ class ScheduleStore:
         newly pinned session must be of it.
         """
         now = now or utcnow()
-        with self._store._write() as conn:
+        with self._db.write() as conn:
             old = _locked(conn, schedule_id, owner, project)
             merged = {k: getattr(old, k) for k in EDITABLE}
             merged = {k: v.value if hasattr(v, "value") else v for k, v in merged.items()}
@@ -175,7 +175,7 @@ class ScheduleStore:
         self, schedule_id: str, *, owner: str | None = None, project: str | None = None
     ) -> Schedule:
         """Delete a schedule and its ledger; the schedule as it was."""
-        with self._store._write() as conn:
+        with self._db.write() as conn:
             old = _locked(conn, schedule_id, owner, project)
             conn.execute(delete(FIRES).where(FIRES.c.schedule_id == old.id))
             conn.execute(delete(SCHEDULES).where(SCHEDULES.c.id == old.id))
@@ -186,7 +186,7 @@ class ScheduleStore:
     ) -> Schedule:
         """One schedule (of ``owner``, of ``project``, when given), or
         :class:`ScheduleNotFound`, the same for one that exists elsewhere."""
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             row = conn.execute(select(SCHEDULES).where(SCHEDULES.c.id == schedule_id)).mappings()
             found = row.first()
         if found is None or _elsewhere(found, owner, project):
@@ -202,7 +202,7 @@ class ScheduleStore:
             stmt = stmt.where(SCHEDULES.c.owner_agent_id == owner)
         if project is not None:
             stmt = stmt.where(SCHEDULES.c.project == project)
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             return [as_schedule(r) for r in conn.execute(stmt).mappings()]
 
     def fires(self, schedule_id: str, *, limit: int = 100) -> builtins.list[ScheduleFire]:
@@ -213,13 +213,13 @@ class ScheduleStore:
             .order_by(FIRES.c.slot.desc())
             .limit(limit)
         )
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             return [as_fire(r) for r in conn.execute(stmt).mappings()]
 
     def fire_at(self, schedule_id: str, slot: datetime) -> ScheduleFire | None:
         """The ledger row of one slot, if it was claimed."""
         stmt = select(FIRES).where(FIRES.c.schedule_id == schedule_id, FIRES.c.slot == slot)
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             row = conn.execute(stmt).mappings().first()
         return as_fire(row) if row is not None else None
 
@@ -236,13 +236,13 @@ class ScheduleStore:
             )
             .order_by(SCHEDULES.c.next_slot)
         )
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             return [as_schedule(r) for r in conn.execute(stmt).mappings()]
 
     def soonest(self) -> datetime | None:
         """The earliest next slot of any enabled schedule (for the beat's sleep)."""
         stmt = select(func.min(SCHEDULES.c.next_slot)).where(SCHEDULES.c.enabled.is_(True))
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             value = conn.scalar(stmt)
         return as_utc(value) if value is not None else None
 
@@ -253,13 +253,13 @@ class ScheduleStore:
         removal moves it.
         """
         stmt = select(func.max(SCHEDULES.c.updated_at), func.count())
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             row = conn.execute(stmt).one()
         return (row[0], int(row[1]))
 
     def advance(self, schedule_id: str, seen: datetime, nxt: datetime | None) -> bool:
         """Move the next slot from ``seen`` to ``nxt``; False if someone moved it first."""
-        with self._store._write() as conn:
+        with self._db.write() as conn:
             done = conn.execute(
                 update(SCHEDULES)
                 .where(SCHEDULES.c.id == schedule_id, SCHEDULES.c.next_slot == seen)
@@ -282,7 +282,7 @@ class ScheduleStore:
             .order_by(FIRES.c.fired_at)
             .limit(limit)
         )
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             return [as_fire(r) for r in conn.execute(stmt).mappings()]
 
     def claim(
@@ -309,7 +309,7 @@ class ScheduleStore:
             "duration_ms": None,
             "usage": None,
         }
-        with self._store._write() as conn:
+        with self._db.write() as conn:
             row = (
                 conn.execute(
                     select(SCHEDULES).where(SCHEDULES.c.id == schedule_id).with_for_update()
@@ -342,7 +342,7 @@ class ScheduleStore:
 
     def admitted(self, fire_id: str, session_id: str, job_id: str) -> None:
         """Record the session and job a claimed fire admitted."""
-        with self._store._write() as conn:
+        with self._db.write() as conn:
             conn.execute(
                 update(FIRES)
                 .where(FIRES.c.id == fire_id)
@@ -371,7 +371,7 @@ class ScheduleStore:
         )
         # The session, if any, in the same compare-and-set that checks the fire.
         claim = jobless.values(session_id=session_id or FIRES.c.session_id)
-        with self._store._write() as conn:
+        with self._db.write() as conn:
             if conn.execute(claim).rowcount:
                 fire_ended(conn, fire_id, outcome, error=error, now=now)
 
@@ -379,7 +379,7 @@ class ScheduleStore:
         self, schedule_id: str, reason: str, *, error: dict[str, Any] | None = None
     ) -> None:
         """Turn a schedule off with a reason (its pinned session is gone, say)."""
-        with self._store._write() as conn:
+        with self._db.write() as conn:
             _disable(conn, schedule_id, reason, error)
 
 
@@ -394,7 +394,7 @@ def fire_ended(
 ) -> None:
     """Record a fire's outcome and its schedule's failure count, in the open transaction.
 
-    Called where a fire's job ends (:func:`chaz.store.completion.ended`) and
+    Called where a fire's job ends (:func:`chaz.store.ending.job_ended`) and
     where a fire admits nothing. A failure (``failed``, ``refused``) counts
     one more consecutive failure, and the schedule disables itself at its
     ``max_failures``, keeping the error; a success clears the count; a

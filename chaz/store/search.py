@@ -58,7 +58,7 @@ from chaz.ids import as_utc
 from chaz.store.statements import JOBS, SESSIONS
 
 if TYPE_CHECKING:
-    from chaz.store.repo import Store
+    from chaz.store.db import Database
 
 #: Schema objects of search that the models do not describe (the schema
 #: comparison ignores exactly these): SQLite's FTS5 tables (and the shadow
@@ -106,14 +106,14 @@ class _Hit:
 class SearchStore:
     """``store.search``: one page of a project's sessions, and ranked search."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     # -- writes -----------------------------------------------------------------
 
     def describe(self, session_id: str, description: str | None) -> None:
         """Set (or, with None, clear) a session's description; missing: ``session.not_found``."""
-        with self._store.engine.begin() as conn:
+        with self._db.engine.begin() as conn:
             done = conn.execute(
                 update(SESSIONS).where(SESSIONS.c.id == session_id).values(description=description)
             )
@@ -149,7 +149,7 @@ class SearchStore:
                     and_(active == cursor.active, SESSIONS.c.id < cursor.session_id),
                 )
             )
-        with self._store.engine.connect() as conn:
+        with self._db.engine.connect() as conn:
             rows = conn.execute(stmt).all()
             more = len(rows) > limit
             rows = rows[:limit]
@@ -172,7 +172,7 @@ class SearchStore:
     ) -> list[SearchResult]:
         """At most ``limit`` distinct sessions: those with matching Messages first
         (best rank first), then those whose name or description alone matched."""
-        with self._store.engine.connect() as conn:
+        with self._db.engine.connect() as conn:
             pg = conn.dialect.name == "postgresql"
             if pg:
                 # A generic plan of a prepared search cannot see how selective
@@ -233,56 +233,11 @@ def _message_hits(
     }
     where = _scope_sql(scope)
     if query.is_short:
-        if pg:
-            checks = " AND ".join(
-                f"strpos(lower(w.content), lower(:t{i})) > 0" for i in range(len(query.terms))
-            )
-            params |= _term_params("t", query.terms)
-        else:
-            checks = " AND ".join(
-                f"instr(lower(w.content), :t{i}) > 0" for i in range(len(query.terms))
-            )
-            params |= _term_params("t", [_ascii_lower(t) for t in query.terms])
-        # No index can find a one- or two-character string: scan the latest
-        # Messages of the visible sessions (most recently active sessions
-        # first, through the project's activity index), a bounded window.
-        hits = (
-            "SELECT w.sid, w.eid, w.ts, 0.0 AS score FROM ("
-            "SELECT e.session_id AS sid, e.id AS eid, e.created_at AS ts, e.content AS content "
-            "FROM sessions s JOIN entries e ON e.session_id = s.id "
-            f"WHERE e.type = 'message' AND {where} "
-            f"ORDER BY s.active_at DESC LIMIT :scan) w WHERE {checks}"
-        )
-        params["scan"] = SHORT_SCAN_ROWS
+        hits = _short_hits(query, where, params, pg)
     elif pg:
-        likes = " AND ".join(f"e.content ILIKE :p{i} ESCAPE '\\'" for i in range(len(query.terms)))
-        params |= _term_params("p", [_like(t) for t in query.terms])
-        params |= {"q": " ".join(query.terms), "cap": PG_CANDIDATES}
-        # The trigram index finds; full-text rank orders. The tsquery is built
-        # once (a CTE), not per row; a row's first 4,000 characters are ranked.
-        hits = (
-            "WITH cand AS MATERIALIZED ("
-            "SELECT e.session_id AS sid, e.id AS eid, e.created_at AS ts, "
-            "left(e.content, 4000) AS body "
-            "FROM entries e JOIN sessions s ON s.id = e.session_id "
-            f"WHERE e.type = 'message' AND {likes} AND {where} LIMIT :cap), "
-            "tsq AS MATERIALIZED (SELECT plainto_tsquery('simple', :q) AS q) "
-            "SELECT sid, eid, ts, -ts_rank(to_tsvector('simple', body), tsq.q) AS score "
-            "FROM cand, tsq"
-        )
+        hits = _pg_hits(query, where, params)
     else:
-        checks = "".join(
-            f" AND instr(lower(e.content), :t{i}) > 0" for i in range(len(query.short))
-        )
-        params |= _term_params("t", [_ascii_lower(t) for t in query.short])
-        params["match"] = _fts_match(query.indexed)
-        hits = (
-            "SELECT e.session_id AS sid, e.id AS eid, e.created_at AS ts, "
-            "bm25(entries_fts) AS score "
-            "FROM entries_fts JOIN entries e ON e.rowid = entries_fts.rowid "
-            "JOIN sessions s ON s.id = e.session_id "
-            f"WHERE entries_fts MATCH :match AND {where}{checks}"
-        )
+        hits = _fts_hits(query, where, params)
     sql = (
         f"WITH hits AS MATERIALIZED ({hits}), "
         "top AS (SELECT sid, min(score) AS best, max(ts) AS latest FROM hits "
@@ -306,6 +261,64 @@ def _message_hits(
         _Hit(r.sid, r.eid, as_utc(r.ts), float(r.best), as_utc(r.latest), int(r.rn))
         for r in conn.execute(stmt, params)
     ]
+
+
+def _short_hits(query: Query, where: str, params: dict[str, Any], pg: bool) -> str:
+    """The hits of a query of one- or two-character terms (adds its ``params``)."""
+    if pg:
+        checks = " AND ".join(
+            f"strpos(lower(w.content), lower(:t{i})) > 0" for i in range(len(query.terms))
+        )
+        params |= _term_params("t", query.terms)
+    else:
+        checks = " AND ".join(
+            f"instr(lower(w.content), :t{i}) > 0" for i in range(len(query.terms))
+        )
+        params |= _term_params("t", [_ascii_lower(t) for t in query.terms])
+    params["scan"] = SHORT_SCAN_ROWS
+    # No index can find a one- or two-character string: scan the latest
+    # Messages of the visible sessions (most recently active sessions
+    # first, through the project's activity index), a bounded window.
+    return (
+        "SELECT w.sid, w.eid, w.ts, 0.0 AS score FROM ("
+        "SELECT e.session_id AS sid, e.id AS eid, e.created_at AS ts, e.content AS content "
+        "FROM sessions s JOIN entries e ON e.session_id = s.id "
+        f"WHERE e.type = 'message' AND {where} "
+        f"ORDER BY s.active_at DESC LIMIT :scan) w WHERE {checks}"
+    )
+
+
+def _pg_hits(query: Query, where: str, params: dict[str, Any]) -> str:
+    """The hits of a query on PostgreSQL (adds its ``params``)."""
+    likes = " AND ".join(f"e.content ILIKE :p{i} ESCAPE '\\'" for i in range(len(query.terms)))
+    params |= _term_params("p", [_like(t) for t in query.terms])
+    params |= {"q": " ".join(query.terms), "cap": PG_CANDIDATES}
+    # The trigram index finds; full-text rank orders. The tsquery is built
+    # once (a CTE), not per row; a row's first 4,000 characters are ranked.
+    return (
+        "WITH cand AS MATERIALIZED ("
+        "SELECT e.session_id AS sid, e.id AS eid, e.created_at AS ts, "
+        "left(e.content, 4000) AS body "
+        "FROM entries e JOIN sessions s ON s.id = e.session_id "
+        f"WHERE e.type = 'message' AND {likes} AND {where} LIMIT :cap), "
+        "tsq AS MATERIALIZED (SELECT plainto_tsquery('simple', :q) AS q) "
+        "SELECT sid, eid, ts, -ts_rank(to_tsvector('simple', body), tsq.q) AS score "
+        "FROM cand, tsq"
+    )
+
+
+def _fts_hits(query: Query, where: str, params: dict[str, Any]) -> str:
+    """The hits of a query on SQLite's full-text index (adds its ``params``)."""
+    checks = "".join(f" AND instr(lower(e.content), :t{i}) > 0" for i in range(len(query.short)))
+    params |= _term_params("t", [_ascii_lower(t) for t in query.short])
+    params["match"] = _fts_match(query.indexed)
+    return (
+        "SELECT e.session_id AS sid, e.id AS eid, e.created_at AS ts, "
+        "bm25(entries_fts) AS score "
+        "FROM entries_fts JOIN entries e ON e.rowid = entries_fts.rowid "
+        "JOIN sessions s ON s.id = e.session_id "
+        f"WHERE entries_fts MATCH :match AND {where}{checks}"
+    )
 
 
 def _metadata_hits(

@@ -1,6 +1,6 @@
 """Statements over sessions for addresses, lineage and listings (issue 9), built once.
 
-Only :mod:`chaz.store.repo` runs them. The lineage walks are recursive CTEs
+Only :mod:`chaz.store.directory` runs them. The lineage walks are recursive CTEs
 (PostgreSQL and SQLite both have ``WITH RECURSIVE``): one round trip however
 deep the lineage, and a hop bound that ends the recursion even when corrupt
 data makes a cycle.

@@ -2,9 +2,9 @@
 
 Every turn and every admission runs these. Building a SQLAlchemy statement
 (coercions, cache keys) costs more CPU than executing it on SQLite: a third
-of a round trip's CPU went there when :mod:`chaz.store.repo` built them on
-every call. A module-level statement with bind parameters is built once, and
-the engine caches its compiled form. Only :mod:`chaz.store.repo` runs them.
+of a round trip's CPU went there when the store built them on every call. A
+module-level statement with bind parameters is built once, and the engine
+caches its compiled form. Only the store's concept modules run them.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def _anchor() -> Any:
 #: (it is one of them, so it comes back too) or, without one, ``upto``;
 #: newest first, at most ``lim`` of them, and only the columns a context
 #: needs. The store walks the windows back and stops at the newest Summary,
-#: the context's start (chaz.store.repo._context).
+#: the context's start (chaz.store.context._context).
 CONTEXT = (
     select(*SAID_COLUMNS)
     .where(

@@ -21,7 +21,7 @@ from chaz.ids import as_utc, new_id, utcnow
 from chaz.store.models import SessionRow, TodoRow
 
 if TYPE_CHECKING:
-    from chaz.store.repo import Store
+    from chaz.store.db import Database
 
 
 class TodoStore:
@@ -31,8 +31,8 @@ class TodoStore:
     :class:`~chaz.errors.TodoNotFound`, exactly like one that does not exist.
     """
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     def create(
         self, session_id: str, title: str, note: str | None = None, *, todo_id: str | None = None
@@ -46,7 +46,7 @@ class TodoStore:
         """
         title = check_title(title)
         note = check_note(note)
-        with self._store._write() as conn:
+        with self._db.write() as conn:
             # The session row's lock serializes the creators of one session:
             # the count below and the next ordinal cannot change under us.
             # NO KEY UPDATE does not block inserts that merely reference it.
@@ -106,7 +106,7 @@ class TodoStore:
         if not values:
             raise invalid("status", "nothing to change: give a status, a title or a note")
         values["updated_at"] = utcnow()
-        with self._store._write() as conn:
+        with self._db.write() as conn:
             done = conn.execute(
                 update(TodoRow)
                 .where(TodoRow.id == todo_id, TodoRow.session_id == session_id)
@@ -119,7 +119,7 @@ class TodoStore:
 
     def get(self, session_id: str, todo_id: str) -> Todo:
         """One todo of the session, or :class:`~chaz.errors.TodoNotFound`."""
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             row = conn.execute(_by_id(session_id, todo_id)).mappings().first()
         if row is None:
             raise TodoNotFound(f"no todo {todo_id!r} in this session", todo_id=todo_id)
@@ -130,7 +130,7 @@ class TodoStore:
         stmt = select(TodoRow).where(TodoRow.session_id == session_id).order_by(TodoRow.ordinal)
         if status is not None:
             stmt = stmt.where(TodoRow.status == check_status(status).value)
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             return [_todo(r) for r in conn.execute(stmt).mappings()]
 
 

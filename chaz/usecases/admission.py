@@ -22,21 +22,16 @@ from typing import Any, TypeVar
 from chaz.coord import refusals
 from chaz.coord.pubsub import publish
 from chaz.coord.quotas import Reservation
-from chaz.domain.entries import EntryType, KeyScope, NewEntry
+from chaz.domain.entries import Entry, EntryType, KeyScope, NewEntry
+from chaz.domain.jobs import Job
 from chaz.domain.limits import resolve_limits
 from chaz.domain.sessions import missing_session
 from chaz.errors import ChazError
 from chaz.services import Services
-from chaz.store.repo import (
-    Admitting,
-    Appended,
-    Fence,
-    JobFields,
-    KeyTaken,
-    NewSession,
-    RoomRules,
-)
-from chaz.usecases import projects
+from chaz.store.admitting import Admitting
+from chaz.store.core import RoomRoute
+from chaz.store.types import Appended, Fence, JobFields, KeyTaken, NewSession
+from chaz.usecases import projects, rooms
 
 T = TypeVar("T")
 
@@ -84,17 +79,30 @@ def append(
 
 
 @contextmanager
-def room_rules(services: Services, session_id: str) -> Iterator[RoomRules]:
-    """The rules a room's routing needs (its default burst budget, its quota
-    reservation), for one transaction; a reservation whose transaction does
-    not commit is refunded."""
+def room_rules(services: Services, session_id: str) -> Iterator[RoomRoute]:
+    """A room's routing (:func:`chaz.usecases.rooms.route`) with what it needs
+    from the settings and the quotas (the default burst budget, the woken
+    member's reservation), for one transaction; a reservation whose
+    transaction does not commit is refunded."""
     reserved: list[Reservation] = []
 
     def reserve(tx: Admitting) -> None:
         reserved.append(reserve_quota(services, tx))
 
+    def route(
+        tx: Admitting, draft: NewEntry, entry_id: str, posted_by: str | None
+    ) -> tuple[Job | None, tuple[Entry, ...]]:
+        return rooms.route(
+            tx,
+            draft,
+            entry_id,
+            posted_by,
+            default_budget=services.settings.room_burst_budget,
+            reserve=reserve,
+        )
+
     try:
-        yield RoomRules(services.settings.room_burst_budget, reserve)
+        yield route
     except BaseException:
         for at in reserved:
             services.quotas.refund(at)
@@ -158,8 +166,8 @@ def _admit_once(
         if tx.session.members is None:
             return tx.insert(draft, job_fields=job_fields)
         # A room: the entry wakes the member the room's rule picks (docs/rooms.md).
-        return tx.insert_in_room(
-            draft, job_fields=job_fields, default_budget=services.settings.room_burst_budget
+        return rooms.insert(
+            tx, draft, job_fields=job_fields, default_budget=services.settings.room_burst_budget
         )
 
     # A room's agent Message that woke nobody admitted no job: transact

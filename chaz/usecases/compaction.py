@@ -42,7 +42,7 @@ from chaz.runtime.backends import make_backend
 from chaz.runtime.backends.base import ChatMessage, TurnContext
 from chaz.runtime.backends.scripted import ScriptedBackend
 from chaz.services import Services
-from chaz.store.repo import TurnSetup
+from chaz.store.types import TurnSetup
 
 log = logging.getLogger(__name__)
 

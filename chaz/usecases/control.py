@@ -44,7 +44,7 @@ from chaz.errors import (
     VersionConflict,
 )
 from chaz.services import Services
-from chaz.usecases import admission, deliveries
+from chaz.usecases import admission, completion, deliveries
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,10 @@ def _cancel_one(
             if job.status in (JobStatus.QUEUED, JobStatus.WAITING_APPROVAL):
                 # Neither has a running turn to stop: it ends here, at once.
                 done = store.transition(
-                    job.id, JobStatus.CANCELLED, expected_version=expected_version or job.version
+                    job.id,
+                    JobStatus.CANCELLED,
+                    expected_version=expected_version or job.version,
+                    completion=completion.ended,
                 )
                 if job.status is JobStatus.WAITING_APPROVAL:
                     store.approvals.cancel_for_job(job.id)
@@ -186,7 +189,10 @@ def _cancel_one(
                 return _outcome(done, previous=job.status, changed=True)
             if job.status is JobStatus.RUNNING:
                 done = store.transition(
-                    job.id, JobStatus.STOPPING, expected_version=expected_version or job.version
+                    job.id,
+                    JobStatus.STOPPING,
+                    expected_version=expected_version or job.version,
+                    completion=completion.ended,
                 )
                 services.flags.request(job.id, reason)
                 return _outcome(done, previous=job.status, changed=True)

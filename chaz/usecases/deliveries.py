@@ -52,8 +52,9 @@ from chaz.errors import (
 from chaz.ids import new_id, utcnow
 from chaz.services import Services
 from chaz.store import deliveries as dl
-from chaz.store.repo import Admitting, Appended, DeliveryGone, JobFields, NewSession
-from chaz.usecases import admission
+from chaz.store.admitting import Admitting
+from chaz.store.types import Appended, DeliveryGone, JobFields, NewSession
+from chaz.usecases import admission, completion
 
 log = logging.getLogger(__name__)
 
@@ -411,7 +412,7 @@ def sweep(services: Services, grace: timedelta) -> SweepReport:
     report = SweepReport()
     idle_targets: set[str] = set()
     for stuck in services.store.deliveries.stuck(utcnow() - grace):
-        if services.store.finalize_delivery(stuck):
+        if services.store.finalize_delivery(stuck, completion=completion.ended):
             report.finalized += 1
             if stuck.job_id is not None:
                 settle(services, services.store.get_job(stuck.job_id))

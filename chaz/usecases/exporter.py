@@ -82,7 +82,7 @@ class FleetCollector(Collector):
         return [depth, refused]
 
     def _database(self) -> list[Metric]:
-        found = counts(self.services.store.engine)
+        found = counts(self.services.store.db)
         jobs = GaugeMetricFamily("chaz_jobs", "Unfinished jobs, by state.", labels=["state"])
         for state, n in found.jobs.items():
             jobs.add_metric([state], n)

@@ -6,7 +6,7 @@ target session, and admits a job *directly* in it through the same
 admission, quotas and lane as any turn, carrying the prompt as the job's
 ``input``: the turn reads it as its trigger, and no Directive entry is
 written (seed 000's status update). The job's end records the fire's
-outcome (chaz.store.completion); a fire that admits nothing records why.
+outcome (chaz.store.ending); a fire that admits nothing records why.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from chaz.domain.sessions import Origin
 from chaz.errors import ChazError, ScheduleNotFound, SessionNotFound
 from chaz.ids import utcnow
 from chaz.services import Services
-from chaz.store.repo import JobFields, NewSession, SessionBusy
 from chaz.store.schedules import FireTaken
+from chaz.store.types import JobFields, NewSession, SessionBusy
 from chaz.usecases import admission
 
 log = logging.getLogger(__name__)

@@ -57,8 +57,9 @@ from chaz.runtime.events import EventSink, RuntimeEvent, ToolCallEvent
 from chaz.runtime.loop import RUN, Checkpoint, LoopPorts, Suspend, Verdict, run_loop
 from chaz.runtime.registry import ToolContext, ToolRegistry
 from chaz.services import Services
-from chaz.store.repo import Appended, Fence, Finish, JobFields, TurnSetup, TurnStart
-from chaz.usecases import admission, compaction, control, deliveries, naming
+from chaz.store.core import TurnStart
+from chaz.store.types import Appended, Fence, Finish, JobFields, TurnSetup
+from chaz.usecases import admission, compaction, completion, control, deliveries, naming
 
 log = logging.getLogger(__name__)
 
@@ -415,6 +416,7 @@ def refuse_archived(services: Services, job: Job, session: Session) -> None:
             JobStatus.CANCELLED,
             expected_version=job.version,
             error={"code": "session.archived", "message": reason, "retryable": False},
+            completion=completion.ended,
         )
     except ChazError:
         return  # it moved under us (a cancel): whoever moved it settles it
@@ -739,13 +741,15 @@ class Turn:
         finish = Finish(job.id, JobStatus.SUCCEEDED, result=text)
         try:
             if self.setup.session.members is None or draft is None:
-                done = self.services.store.end_turn(self.fence, finish, job.session_id, draft)
+                done = self.services.store.end_turn(
+                    self.fence, finish, job.session_id, draft, completion=completion.ended
+                )
                 metrics.turn_ended(JobStatus.SUCCEEDED.value, self.began)
                 return done.entry if done is not None and done.created else None
             # A room: the reply may wake the member it mentions, in the same transaction.
             with admission.room_rules(self.services, job.session_id) as room:
                 ended = self.services.store.end_turn(
-                    self.fence, finish, job.session_id, draft, room
+                    self.fence, finish, job.session_id, draft, room, completion=completion.ended
                 )
         except IllegalTransition:
             # The cancel committed after the turn's last look at its token and
@@ -775,6 +779,7 @@ class Turn:
                 metadata={"code": error["code"], "retryable": error["retryable"]},
                 idempotency_key=f"job:{job.id}:error",
             ),
+            completion=completion.ended,
         )
         metrics.turn_ended(status.value, self.began)
         return done.entry if done is not None and done.created else None

@@ -32,7 +32,7 @@ from chaz.coord import keys
 from chaz.coord.partials import Partial, StreamListener
 from chaz.coord.pubsub import Listener, Subscriber, wait_time
 from chaz.domain.entries import Entry, EntryType
-from chaz.store.repo import Store
+from chaz.store.facade import Store
 
 
 @overload

@@ -12,6 +12,7 @@ from sqlalchemy import text
 import chaz
 from chaz.domain.entries import EntryType, NewEntry
 from chaz.errors import Unauthorized, VersionConflict
+from chaz.store.types import JobFields
 from chaz.usecases import admission
 from chaz.usecases.control import check_ownership
 from tests.support.stack import Stack
@@ -123,7 +124,7 @@ def test_job_output_ownership(stack: Stack) -> None:
             svc,
             child.id,
             NewEntry(EntryType.DIRECTIVE, "agent:root", "work"),
-            job_fields=chaz.store.repo.JobFields(parent_job_id=parent, call_depth=depth),
+            job_fields=JobFields(parent_job_id=parent, call_depth=depth),
         )
         assert done.job is not None
         parent = done.job.id

@@ -11,6 +11,7 @@ from chaz.coord import keys
 from chaz.domain.entries import EntryType
 from chaz.domain.jobs import JobStatus
 from chaz.errors import JobsExhausted, QueueFull, QuotaError
+from chaz.usecases import completion
 from tests.support.concurrency import race
 from tests.support.stack import Stack
 
@@ -95,7 +96,7 @@ def test_cumulative_allowance_never_refills(client: chaz.Client) -> None:
         client.sessions.post(s.id, f"job {i}")
     # Cancel both queued jobs (they leave the queue, but were admitted).
     for job in jobs(client, s.id):
-        client.services.store.transition(job.id, JobStatus.CANCELLED)
+        client.services.store.transition(job.id, JobStatus.CANCELLED, completion=completion.ended)
         client.services.quotas.dequeued(s.id)
     assert counters(client, s.id) == (0, 2)
     with pytest.raises(JobsExhausted):

@@ -21,8 +21,8 @@ from chaz.ids import utcnow
 from chaz.services import Services
 from chaz.store import artifacts
 from chaz.store.models import ArtifactRow, JobRow
-from chaz.store.repo import Fence, Finish
-from chaz.usecases import control, retention
+from chaz.store.types import Fence, Finish
+from chaz.usecases import completion, control, retention
 from tests.support.stack import Stack
 
 AGENT = chaz.AgentSpec(id="bot", script=[{"steps": [{"say": "ok"}]}])
@@ -50,7 +50,7 @@ def finished(stack: Stack, session_id: str, text: str | None) -> Job:
     else:
         finish = Finish(job.id, JobStatus.SUCCEEDED, result=text)
         draft = NewEntry(EntryType.MESSAGE, "agent:bot", text)
-    store.end_turn(Fence(job.id, "tok"), finish, session_id, draft)
+    store.end_turn(Fence(job.id, "tok"), finish, session_id, draft, completion=completion.ended)
     return store.get_job(job.id)
 
 
@@ -96,6 +96,7 @@ def test_an_artifact_is_recorded_only_above_the_cap_only_once_and_only_with_its_
             Finish(lost.id, JobStatus.SUCCEEDED, result=BIG),
             s.id,
             NewEntry(EntryType.MESSAGE, "agent:bot", "stale"),
+            completion=completion.ended,
         )
     assert store.artifacts.get(lost.id) is None
     with store.engine.connect() as conn:

@@ -16,6 +16,7 @@ import threading
 import chaz
 from chaz.domain.entries import EntryType
 from chaz.domain.jobs import JobStatus
+from chaz.usecases import completion
 from chaz.usecases.turns import TurnRunner
 from tests.support.stack import Stack
 
@@ -38,7 +39,7 @@ def test_a_reply_committing_after_the_cancel_is_not_written(stack: Stack) -> Non
             lambda: client.jobs.get(job_id).status is JobStatus.RUNNING, 30, "the turn to start"
         )
         # The cancel, as the database sees it, without the flag the turn watches.
-        client.services.store.transition(job_id, JobStatus.STOPPING)
+        client.services.store.transition(job_id, JobStatus.STOPPING, completion=completion.ended)
     finally:
         stack.open_gate(f"window-{s.id}")
         turn.join(timeout=60)

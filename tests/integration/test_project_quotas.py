@@ -34,7 +34,7 @@ from chaz.errors import (
 from chaz.services import Services
 from chaz.settings import Settings
 from chaz.stack import settings_env
-from chaz.usecases import admission
+from chaz.usecases import admission, completion
 from chaz.usecases.reconcile import Reconciler
 from chaz.usecases.turns import MAX_ATTEMPTS, TurnRunner
 from tests.support.concurrency import race
@@ -227,7 +227,7 @@ def test_a_reconciler_pass_frees_a_slot_whose_end_never_reached_redis(
     first = client.sessions.post(s1.id, "first")
     assert first.job_id is not None
     # The job ends in the database, and its process dies before telling Redis.
-    client.services.store.transition(first.job_id, JobStatus.CANCELLED)
+    client.services.store.transition(first.job_id, JobStatus.CANCELLED, completion=completion.ended)
     with pytest.raises(ProjectLiveExceeded):
         client.sessions.post(s2.id, "the slot leaked")
     # A reservation whose producer died before its commit (no job: an old

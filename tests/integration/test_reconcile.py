@@ -12,7 +12,7 @@ from chaz.domain.entries import EntryType
 from chaz.domain.jobs import JobStatus
 from chaz.services import Services
 from chaz.tools import default_registry
-from chaz.usecases import admission
+from chaz.usecases import admission, completion
 from chaz.usecases.reconcile import Reconciler
 from tests.support.dispatch import RecordingDispatcher
 from tests.support.stack import Stack
@@ -55,7 +55,7 @@ def test_flushed_counters_and_cancel_flags_come_back(svc: Services) -> None:
     running = jobs[0]
     assert running is not None
     svc.store.start_turn(running.id, "t")
-    svc.store.transition(running.id, JobStatus.STOPPING)
+    svc.store.transition(running.id, JobStatus.STOPPING, completion=completion.ended)
     svc.redis.flushdb()
     report = Reconciler(svc, grace_seconds=0).run()
     assert report.counters_rebuilt >= 2  # the session's counters and the tree's live set
@@ -72,7 +72,7 @@ def test_slots_of_finished_jobs_are_freed_and_their_waiters_woken(svc: Services)
     waiting = admission.write(svc, other.id, EntryType.MESSAGE, "user:u", "y")
     assert done is not None and waiting.job is not None
     svc.store.start_turn(done.id, "t")
-    svc.store.transition(done.id, JobStatus.SUCCEEDED)
+    svc.store.transition(done.id, JobStatus.SUCCEEDED, completion=completion.ended)
     # The worker died before handing its slot on; another session waits for one.
     svc.redis.hset(keys.live(s.tree_id), mapping={"_": "1", done.id: s.id})
     svc.redis.zadd(keys.waiting(s.tree_id), {waiting.entry.session_id: 1})

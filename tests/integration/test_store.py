@@ -17,7 +17,8 @@ from chaz.ids import new_id, utcnow
 from chaz.store import Store
 from chaz.store.migrate import upgrade
 from chaz.store.models import EntryRow, JobRow, SessionRow
-from chaz.store.repo import Appended, Fence, Finish, KeyTaken
+from chaz.store.types import Appended, Fence, Finish, KeyTaken
+from chaz.usecases import completion
 from tests.support.concurrency import race
 from tests.support.stack import Stack
 
@@ -290,10 +291,15 @@ def test_a_stale_fence_writes_nothing(store: Store) -> None:
             Finish(job_id, JobStatus.SUCCEEDED, result="stale"),
             s.id,
             NewEntry(EntryType.MESSAGE, "agent:bot", "stale reply"),
+            completion=completion.ended,
         )
     with pytest.raises(LeaseLost):
         store.end_turn(
-            old, Finish(job_id, JobStatus.FAILED), s.id, NewEntry(EntryType.ERROR, "agent:bot", "x")
+            old,
+            Finish(job_id, JobStatus.FAILED),
+            s.id,
+            NewEntry(EntryType.ERROR, "agent:bot", "x"),
+            completion=completion.ended,
         )
     assert store.get_session(s.id).last_seq == last_seq
     assert [e.content for e in store.entries(s.id)] == ["go", "working"]
@@ -330,6 +336,7 @@ def test_a_hand_back_drops_the_fence_and_the_next_start_takes_the_job_over(store
             Finish(job_id, JobStatus.SUCCEEDED, result="stale"),
             s.id,
             NewEntry(EntryType.MESSAGE, "agent:bot", "stale reply"),
+            completion=completion.ended,
         )
     assert store.checkpoint(job_id) == {"steps": 1, "handbacks": 1}
 
@@ -356,6 +363,7 @@ def test_finish_commits_the_entry_and_the_job_together(store: Store) -> None:
         Finish(job_id, JobStatus.SUCCEEDED, result="the answer"),
         s.id,
         NewEntry(EntryType.MESSAGE, "agent:bot", "the answer"),
+        completion=completion.ended,
     )
     assert done.job is None and done.entry.job_id == job_id
     job = store.get_job(job_id)
@@ -376,6 +384,7 @@ def test_a_failed_finish_rolls_back_its_entry(store: Store) -> None:
         Finish(job_id, JobStatus.SUCCEEDED, result="r"),
         s.id,
         NewEntry(EntryType.ACK, "agent:bot", ""),
+        completion=completion.ended,
     )
     before = store.get_session(s.id).last_seq
     # The job is already terminal (and its fence released): the entry must not stay.
@@ -385,6 +394,7 @@ def test_a_failed_finish_rolls_back_its_entry(store: Store) -> None:
             Finish(job_id, JobStatus.FAILED, error={"code": "x"}),
             s.id,
             NewEntry(EntryType.ERROR, "system:worker", "late failure"),
+            completion=completion.ended,
         )
     assert store.get_session(s.id).last_seq == before
     assert [e.content for e in store.entries(s.id)] == ["go", ""]
@@ -400,14 +410,21 @@ def test_transition_checks_version_and_the_state_machine(store: Store) -> None:
     assert done.job is not None
     job = done.job
     with pytest.raises(IllegalTransition):
-        store.transition(job.id, JobStatus.SUCCEEDED)
+        store.transition(job.id, JobStatus.SUCCEEDED, completion=completion.ended)
     with pytest.raises(chaz.errors.VersionConflict):
-        store.transition(job.id, JobStatus.CANCELLED, expected_version=job.version + 1)
-    cancelled = store.transition(job.id, JobStatus.CANCELLED, expected_version=job.version)
+        store.transition(
+            job.id,
+            JobStatus.CANCELLED,
+            expected_version=job.version + 1,
+            completion=completion.ended,
+        )
+    cancelled = store.transition(
+        job.id, JobStatus.CANCELLED, expected_version=job.version, completion=completion.ended
+    )
     assert cancelled.status is JobStatus.CANCELLED and cancelled.version == job.version + 1
     assert store.get_job(job.id) == cancelled
     with pytest.raises(IllegalTransition):
-        store.transition(job.id, JobStatus.QUEUED)
+        store.transition(job.id, JobStatus.QUEUED, completion=completion.ended)
     with pytest.raises(IllegalTransition):
         store.start_turn(job.id, "tok")
     assert store.get_job(job.id).status is JobStatus.CANCELLED

@@ -12,7 +12,7 @@ from chaz.access import visibility
 from chaz.domain.entries import EntryType, NewEntry
 from chaz.errors import AmbiguousName, SessionNotFound, Unauthorized
 from chaz.services import Services
-from chaz.store.repo import JobFields
+from chaz.store.types import JobFields
 from chaz.usecases import admission
 from tests.support.stack import Stack
 

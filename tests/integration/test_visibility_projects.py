@@ -21,7 +21,7 @@ from chaz.domain.entries import EntryType, NewEntry
 from chaz.domain.principals import ALL_GRANTS, Grant, narrow, turn_grants
 from chaz.errors import AmbiguousName, SessionNotFound, Unauthorized
 from chaz.services import Services
-from chaz.store.repo import JobFields
+from chaz.store.types import JobFields
 from chaz.usecases import admission
 from tests.support.stack import Stack
 

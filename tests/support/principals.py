@@ -12,7 +12,7 @@ from __future__ import annotations
 import chaz
 from chaz.domain.entries import EntryType, NewEntry
 from chaz.domain.principals import Grant, grant_names
-from chaz.store.repo import Appended, JobFields
+from chaz.store.types import Appended, JobFields
 from chaz.usecases import admission
 
 

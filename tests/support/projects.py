@@ -6,8 +6,9 @@ import chaz
 from chaz.coord import keys
 from chaz.domain.agents import Limits
 from chaz.domain.sessions import Session
-from chaz.store.repo import NewSession, _insert_session
 from chaz.store.rows import as_session
+from chaz.store.sessions import insert_session
+from chaz.store.types import NewSession
 
 
 def session_in(
@@ -16,8 +17,8 @@ def session_in(
     """A new session of ``agent_id`` in ``project`` (the producer API makes
     sessions of its principal's project; this names any)."""
     new = NewSession(agent_id, project=project, limits=limits)
-    with client.services.store._write() as conn:
-        return as_session(_insert_session(conn, new))
+    with client.services.store.db.write() as conn:
+        return as_session(insert_session(conn, new))
 
 
 def live_members(client: chaz.Client, project: str) -> set[str] | None:

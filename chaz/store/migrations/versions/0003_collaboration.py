@@ -40,38 +40,7 @@ def upgrade() -> None:
     op.execute("UPDATE sessions SET name_source = 'user' WHERE name IS NOT NULL")
     with op.batch_alter_table("jobs") as batch:
         batch.add_column(sa.Column("delivery_id", sa.String(32), nullable=True))
-    op.create_table(
-        "deliveries",
-        sa.Column("id", sa.String(32), primary_key=True),
-        sa.Column("kind", sa.String(16), nullable=False),
-        sa.Column("sender", sa.String(160), nullable=False),
-        sa.Column("sender_session_id", sa.String(32), nullable=True),
-        sa.Column("sender_entry_id", sa.String(32), nullable=True),
-        sa.Column("sender_job_id", sa.String(32), nullable=True),
-        sa.Column(
-            "target_session_id", sa.String(32), sa.ForeignKey("sessions.id"), nullable=False
-        ),
-        sa.Column("body", sa.Text(), nullable=False),
-        sa.Column("message_count", sa.Integer(), nullable=False),
-        sa.Column("generation", sa.Integer(), nullable=False),
-        sa.Column("state", sa.String(16), nullable=False),
-        sa.Column("code", sa.String(64), nullable=True),
-        sa.Column("reason", sa.Text(), nullable=True),
-        sa.Column("job_id", sa.String(32), nullable=True),
-        sa.Column("reply", sa.String(16), nullable=False),
-        sa.Column("archive_when_done", sa.Boolean(), nullable=False),
-        sa.Column("answers_job_id", sa.String(32), nullable=True),
-        sa.Column("metadata", sa.JSON(), nullable=False),
-        sa.Column("idempotency_key", sa.String(200), nullable=False, unique=True),
-        sa.Column("created_at", TS, nullable=False),
-        sa.Column("updated_at", TS, nullable=False),
-    )
-    op.create_index(
-        "ix_deliveries_target_state", "deliveries", ["target_session_id", "state", "created_at"]
-    )
-    op.create_index("ix_deliveries_sender", "deliveries", ["sender_session_id", "created_at"])
-    op.create_index("ix_deliveries_job_id", "deliveries", ["job_id"])
-    op.create_index("ix_deliveries_state_created", "deliveries", ["state", "created_at"])
+    _create_deliveries()
     op.create_table(
         "events",
         sa.Column(
@@ -109,6 +78,40 @@ def upgrade() -> None:
         sa.Column("updated_at", TS, nullable=False),
         sa.UniqueConstraint("session_id", "ordinal", name="uq_todos_session_ordinal"),
     )
+
+
+def _create_deliveries() -> None:
+    """The deliveries table (docs/store.md#tables) and its indexes."""
+    op.create_table(
+        "deliveries",
+        sa.Column("id", sa.String(32), primary_key=True),
+        sa.Column("kind", sa.String(16), nullable=False),
+        sa.Column("sender", sa.String(160), nullable=False),
+        sa.Column("sender_session_id", sa.String(32), nullable=True),
+        sa.Column("sender_entry_id", sa.String(32), nullable=True),
+        sa.Column("sender_job_id", sa.String(32), nullable=True),
+        sa.Column("target_session_id", sa.String(32), sa.ForeignKey("sessions.id"), nullable=False),
+        sa.Column("body", sa.Text(), nullable=False),
+        sa.Column("message_count", sa.Integer(), nullable=False),
+        sa.Column("generation", sa.Integer(), nullable=False),
+        sa.Column("state", sa.String(16), nullable=False),
+        sa.Column("code", sa.String(64), nullable=True),
+        sa.Column("reason", sa.Text(), nullable=True),
+        sa.Column("job_id", sa.String(32), nullable=True),
+        sa.Column("reply", sa.String(16), nullable=False),
+        sa.Column("archive_when_done", sa.Boolean(), nullable=False),
+        sa.Column("answers_job_id", sa.String(32), nullable=True),
+        sa.Column("metadata", sa.JSON(), nullable=False),
+        sa.Column("idempotency_key", sa.String(200), nullable=False, unique=True),
+        sa.Column("created_at", TS, nullable=False),
+        sa.Column("updated_at", TS, nullable=False),
+    )
+    op.create_index(
+        "ix_deliveries_target_state", "deliveries", ["target_session_id", "state", "created_at"]
+    )
+    op.create_index("ix_deliveries_sender", "deliveries", ["sender_session_id", "created_at"])
+    op.create_index("ix_deliveries_job_id", "deliveries", ["job_id"])
+    op.create_index("ix_deliveries_state_created", "deliveries", ["state", "created_at"])
 
 
 def downgrade() -> None:

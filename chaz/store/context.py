@@ -1,0 +1,200 @@
+"""A session's context: what a turn reads before it starts, what a compaction
+stands for, and the Summary that bounds both (docs/sessions.md#compaction).
+
+Context is Message, Directive and Summary entries, from the latest Summary
+on, read through a fork's sources, at most a limit of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, select
+from sqlalchemy.exc import IntegrityError
+
+from chaz.domain.entries import EntryType, NewEntry, Said
+from chaz.domain.sessions import Session
+from chaz.errors import SessionArchived, SessionNotFound
+from chaz.store import entries
+from chaz.store import statements as st
+from chaz.store.agents import SpecCache
+from chaz.store.db import Database
+from chaz.store.models import SessionRow
+from chaz.store.rows import as_entry, as_job, as_said, as_session
+from chaz.store.types import Appended, TurnSetup
+from chaz.store.writes import bump, insert_entry
+
+#: A fork of a fork of ... is read through at most this many sources.
+MAX_FORK_HOPS = 16
+
+
+class _Moved(Exception):
+    """A context entry was written after the range a Summary stands for."""
+
+
+class Context:
+    """A turn's setup, a compaction's range and its Summary (``store.turn_setup``, ...)."""
+
+    db: Database
+    specs: SpecCache
+
+    def turn_setup(self, session_id: str, max_context: int) -> TurnSetup | None:
+        """The session's head job, its session and agent, and the job's context.
+
+        One read transaction: a turn's setup was four. Context is Message,
+        Directive and Summary entries up to the trigger, starting at the
+        latest Summary, and at most the last ``max_context`` of them: a long
+        session must not make every turn read its whole history.
+        """
+        with self.db.read() as conn:
+            return read_setup(conn, self.specs, session_id, max_context)
+
+    def compaction_range(self, session_id: str, limit: int) -> tuple[Session, list[Said], int]:
+        """What a compaction of the session stands for, read in one transaction.
+
+        The session; its context from the latest Summary (included) to its
+        head, oldest first, read through a fork's sources as a turn's context
+        is, at most ``limit`` entries; and ``covers``, the seq of the
+        session's own newest context entry (0: none).
+        """
+        with self.db.read() as conn:
+            row = conn.execute(st.SESSION_BY_ID, {"ref": session_id}).mappings().first()
+            if row is None:
+                raise SessionNotFound(f"no session {session_id!r}", session=session_id)
+            history = _context(conn, session_id, None, row["last_seq"], limit)
+            covers = history[0].seq if history else 0
+            if row["fork_session_id"] is not None:
+                _read_through(conn, row, history, limit)
+        history.reverse()
+        return as_session(row), history, covers
+
+    def write_summary(self, session_id: str, draft: NewEntry, covers: int) -> Appended | None:
+        """Append a Summary at the session's head, standing for its context up to ``covers``.
+
+        Under the session row's lock, and only if no context entry was written
+        after ``covers`` since the range was read: a Message that came in
+        meanwhile would otherwise sit before the new boundary, summarized by
+        nobody, and drop out of every later context. None then (the caller
+        reads the range again). The Summary's idempotency key (one per
+        range) makes a repeated compaction return the first Summary
+        (``created`` False). An archived session is refused.
+        """
+        try:
+            with self.db.write() as conn:
+                row = bump(conn, session_id, admit=False)
+                if row["archived_at"] is not None:
+                    raise SessionArchived(
+                        f"session {session_id} is archived", session_id=session_id
+                    )
+                # Inserted first: a repeat meets the key (and returns the first
+                # Summary) before the check below would take it for news.
+                values, _ = insert_entry(conn, row, draft, admit=False, job_fields=None)
+                after = {"sid": session_id, "covers": covers, "below": row["last_seq"]}
+                if conn.scalar(st.CONTEXT_AFTER, after):
+                    raise _Moved
+        except _Moved:
+            return None
+        except IntegrityError:
+            found = entries.replay(self.db, session_id, draft)
+            if found is None:
+                raise
+            return found
+        return Appended(entry=as_entry(values), job=None, created=True)
+
+
+def read_setup(
+    conn: Connection, specs: SpecCache, session_id: str, max_context: int
+) -> TurnSetup | None:
+    """:meth:`Context.turn_setup` in the open transaction ``conn``."""
+    head = conn.execute(st.HEAD, {"sid": session_id}).mappings().first()
+    if head is None:
+        return None
+    job = as_job(head)
+    row = conn.execute(st.SESSION_AND_AGENT, {"sid": session_id}).mappings().one()
+    agent = specs.parsed(row["agent_id"], row["agent_spec"])
+    if job.member_agent_id not in (None, row["agent_id"]):
+        # A room's member: its turn runs with its own spec (docs/rooms.md).
+        agent = specs.load(conn, job.member_agent_id)
+    tid = job.trigger_entry_id
+    history = _context(conn, session_id, tid, row["last_seq"], max_context)
+    trigger = history[0] if history and history[0].id == tid else None
+    if trigger is None and tid is not None:
+        # A trigger that is not context (or is gone): read it alone.
+        found = conn.execute(st.SAID_BY_ID, {"tid": tid}).first()
+        if found is not None:
+            trigger = as_said(found)
+    if row["fork_session_id"] is not None:
+        _read_through(conn, row, history, max_context)
+    history.reverse()
+    if job.input is not None and tid is None:
+        # A schedule fire (docs/schedules.md): its prompt is this turn's
+        # input, in no entry; the model reads it last, as a Directive.
+        trigger = Said(
+            f"job:{job.id}:input",
+            row["last_seq"],
+            EntryType.DIRECTIVE,
+            "system:schedule",
+            job.input,
+        )
+        history.append(trigger)
+    return TurnSetup(job, as_session(row), agent, history, trigger)
+
+
+def _context(
+    conn: Connection, session_id: str, tid: str | None, upto: int, limit: int
+) -> list[Said]:
+    """A session's context entries up to the trigger ``tid`` (or, without one,
+    up to ``upto``), newest first: from the newest Summary on (where a
+    context starts, docs/sessions.md#compaction), at most ``limit`` of them.
+
+    Read in windows of :data:`~chaz.store.statements.CONTEXT_WINDOW` seqs back
+    from the trigger, each an index range, until the Summary, the limit or the
+    session's first entry: the cost is the entries since the last Summary
+    (at most the limit's worth), never the session's length. A compacted
+    session takes one statement.
+    """
+    kept: list[Said] = []
+    window = st.CONTEXT_WINDOW
+    while len(kept) < limit and upto > 0:
+        params = {"sid": session_id, "tid": tid, "upto": upto, "window": window}
+        rows = conn.execute(st.CONTEXT, {**params, "lim": limit - len(kept)}).all()
+        for r in rows:
+            said = as_said(r)
+            kept.append(said)
+            if said.type is EntryType.SUMMARY:
+                return kept
+        if tid is not None:
+            # Further back: below the trigger's own window (a long session
+            # that no Summary bounds yet). A trigger that is a context entry
+            # came back first, with its seq: no statement to read it.
+            first = kept[0] if kept else None
+            top = first.seq if first is not None and first.id == tid else None
+            if top is None:
+                top = conn.scalar(st.SEQ_BY_ID, {"tid": tid})
+            upto, tid = (top if top is not None else upto), None
+        upto -= window
+    return kept
+
+
+def _read_through(conn: Connection, session: Any, history: list[Said], limit: int) -> None:
+    """Extend a fork's context (``history``, newest first) with its source's.
+
+    A fork is a pointer, not a copy: its context continues with the source
+    session's context up to the entry it was forked at, and so on through
+    the source's own source, until a Summary starts the context or
+    ``limit`` entries are read (the same bound as any context). A source of
+    another project is never read through (docs/security.md#visibility): the
+    context stops there as if the source were gone.
+    """
+    source, upto = session["fork_session_id"], session["fork_seq"]
+    project = session["project"]
+    for _ in range(MAX_FORK_HOPS):
+        if source is None or len(history) >= limit:
+            return
+        if history and history[-1].type is EntryType.SUMMARY:
+            return  # the context starts at this Summary
+        if conn.scalar(select(SessionRow.project).where(SessionRow.id == source)) != project:
+            return
+        history.extend(_context(conn, source, None, upto, limit - len(history)))
+        found = conn.execute(st.FORK_OF, {"sid": source}).first()
+        source, upto = (found[0], found[1]) if found is not None else (None, None)

@@ -1,0 +1,411 @@
+"""The fenced write core: admission, a turn's start, its appends and its end.
+
+Every entry written here takes the session's next seq under its row lock
+(:func:`chaz.store.writes.bump`; SQLite: the database write lock), so per
+session, commit order is seq order (docs/store.md). A turn's writes carry
+its :class:`~chaz.store.types.Fence` and are refused once another worker
+holds its job. The rules that decide what an end or a room's entry does
+beyond the rows are handed in by the use cases: a job's end takes a
+:data:`~chaz.store.ending.Completion`, a room's entry a :class:`RoomRoute`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any, Protocol, cast
+
+from sqlalchemy import Connection, and_, update
+from sqlalchemy.exc import IntegrityError
+
+from chaz.domain import events as ev
+from chaz.domain.entries import Entry, EntryType, NewEntry, parse_sender
+from chaz.domain.jobs import Job, JobStatus, check_transition
+from chaz.errors import AgentNotFound, LeaseLost, SessionNotFound
+from chaz.ids import utcnow
+from chaz.store import artifacts, entries
+from chaz.store import statements as st
+from chaz.store.admitting import Admitting
+from chaz.store.agents import SpecCache
+from chaz.store.context import read_setup
+from chaz.store.db import Database
+from chaz.store.ending import Completion, job_ended
+from chaz.store.events import record
+from chaz.store.models import JobRow
+from chaz.store.rows import as_entry, as_job
+from chaz.store.sessions import insert_session
+from chaz.store.types import Appended, Fence, Finish, NewSession, TurnSetup
+from chaz.store.writes import append_entry, bump, check_fence, insert_entry, lock_job
+
+
+class RoomRoute(Protocol):
+    """Routes an entry just written into a room (:mod:`chaz.usecases.rooms`).
+
+    Called in the entry's transaction with the room as an :class:`Admitting`
+    (for the member it wakes), the entry's ``draft`` and ``entry_id``, and
+    ``posted_by``, the job of the turn that wrote it (None: a producer's).
+    Returns the job it admitted, if any, and the notices it wrote.
+    """
+
+    def __call__(
+        self, tx: Admitting, draft: NewEntry, entry_id: str, posted_by: str | None
+    ) -> tuple[Job | None, tuple[Entry, ...]]:
+        """Route the entry; see the class."""
+        ...
+
+
+class TurnStart:
+    """A turn's setup, as read, and its start, still to write (:meth:`Writes.turn_start`).
+
+    ``setup`` is None when the session has no unfinished job. The caller
+    decides from the setup whether the turn runs (its live slot, an
+    approval it waits for) and then calls :meth:`start` at most once, before
+    the block ends; what the start wrote is visible to others only after
+    the block has ended.
+    """
+
+    def __init__(self, db: Database, conn: Connection | None, setup: TurnSetup | None) -> None:
+        self._db = db
+        self._conn = conn
+        #: The head job, its session and agent, and its context.
+        self.setup = setup
+
+    def start(
+        self, token: str, *, ack_sender: str, ack_metadata: dict[str, Any] | None = None
+    ) -> tuple[Job, Entry | None]:
+        """Start the setup's job under ``token`` and write its Ack, as
+        :meth:`Writes.start_turn` does with ``seen`` the job as the setup read it."""
+        assert self.setup is not None, "no job to start"
+        job = self.setup.job
+        if self._conn is None:
+            with self._db.write(durable=False) as conn:
+                return _start_turn(conn, job.id, token, ack_sender, ack_metadata, job)
+        # Not durable, as start_turn's own transaction (see Database.write).
+        self._conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
+        return _start_turn(self._conn, job.id, token, ack_sender, ack_metadata, job)
+
+
+class Writes:
+    """The fenced write core of ``Store``: ``store.admitting``, ``store.append``,
+    ``store.start_turn``, ``store.end_turn``, ..."""
+
+    db: Database
+    specs: SpecCache
+
+    @contextmanager
+    def admitting(
+        self, session_id: str, *, create: NewSession | None = None, entry: bool = True
+    ) -> Iterator[Admitting]:
+        """The unit of work of one admission (see :class:`Admitting`).
+
+        Commits when the block ends; anything raised inside it rolls the
+        whole admission back and leaves the session as it was. With
+        ``create``, the session is made in the same transaction (its id
+        replaces ``session_id``): a refused spawn leaves no empty session.
+        ``entry=False`` takes a job ordinal and no seq: the admission writes a
+        job with no entry (:meth:`Admitting.insert_job`).
+        """
+        with self.db.write() as conn:
+            if create is not None:
+                session_id = insert_session(conn, create)["id"]
+            if entry:
+                row = bump(conn, session_id, admit=True)
+            else:
+                row = conn.execute(st.BUMP_JOB, {"sid": session_id, "now": utcnow()}).mappings()
+                row = row.first()
+                if row is None:
+                    raise SessionNotFound(f"no session {session_id!r}", session=session_id)
+            if row["agent_spec"] is None:
+                raise AgentNotFound(f"no agent {row['agent_id']!r}", agent_id=row["agent_id"])
+            specs, locked = self.specs, row
+            yield Admitting(
+                conn, row, lambda: specs.parsed(locked["agent_id"], locked["agent_spec"])
+            )
+
+    def append(
+        self,
+        session_id: str,
+        draft: NewEntry,
+        fence: Fence | None = None,
+        room: RoomRoute | None = None,
+    ) -> Appended:
+        """Append one entry that admits nothing (an Ack, a tool call, a note, ...).
+
+        A repeated ``idempotency_key`` returns the first append unchanged
+        (``created`` is False): the unique key in the database, not a read
+        first, is what makes this safe under concurrency (see
+        ``Store.replay`` for how a producer's reused key is checked). A
+        ``fence`` makes it a running turn's entry: refused with
+        :class:`~chaz.errors.LeaseLost` once another worker holds the job,
+        and committed without waiting for the disk, since a resumed turn
+        repairs its loss in a database crash (see :meth:`Database.write`;
+        the turn's last entry is :meth:`end_turn`, durable).
+
+        With ``room``, a Message into a room session is routed
+        (docs/rooms.md): it may admit a member's job, returned as ``job``.
+        """
+        parse_sender(draft.sender)
+        woke: tuple[Job | None, tuple[Entry, ...]] = (None, ())
+        try:
+            with self.db.write(durable=fence is None) as conn:
+                if fence is not None:
+                    check_fence(conn, fence)
+                row = bump(conn, session_id, admit=False)
+                entry_values, _ = insert_entry(conn, row, draft, admit=False, job_fields=None)
+                if room is not None and row["members"] is not None:
+                    posted_by = fence.job_id if fence is not None else None
+                    woke = room(self._room(conn, row), draft, entry_values["id"], posted_by)
+        except IntegrityError:
+            found = entries.replay(self.db, session_id, draft)
+            if found is None:
+                raise
+            return found
+        return Appended(entry=as_entry(entry_values), job=woke[0], created=True, notices=woke[1])
+
+    def end_turn(
+        self,
+        fence: Fence,
+        finish: Finish,
+        session_id: str,
+        draft: NewEntry | None,
+        room: RoomRoute | None = None,
+        *,
+        completion: Completion,
+    ) -> Appended | None:
+        """A turn's last entry (its reply or its Error) and its job's end, in one transaction.
+
+        Whoever sees a turn's final entry sees its job finished. The job's
+        end is also the fence check: a worker that lost the job writes
+        nothing (:class:`~chaz.errors.LeaseLost`). ``completion`` is the
+        job's delivery's completion policy, applied in the same transaction.
+        With ``room``, a reply in a room session is routed in the same
+        transaction (docs/rooms.md): the member it wakes is ``job`` of the
+        result. ``draft`` None ends the job with no entry (a schedule fire's
+        empty reply, docs/schedules.md); then None is returned.
+        """
+        if draft is not None:
+            draft = replace(draft, job_id=finish.job_id)
+        woke: tuple[Job | None, tuple[Entry, ...]] = (None, ())
+        try:
+            with self.db.write() as conn:
+                delivery_id, fire_id = _fenced_finish(conn, fence, finish)
+                if finish.result is not None:
+                    artifacts.record(conn, finish.job_id, session_id, finish.result)
+                entry_values = None
+                if draft is not None:
+                    row = bump(conn, session_id, admit=False)
+                    entry_values, _ = insert_entry(conn, row, draft, admit=False, job_fields=None)
+                    if room is not None and row["members"] is not None:
+                        tx = self._room(conn, row)
+                        woke = room(tx, draft, entry_values["id"], finish.job_id)
+                job_ended(
+                    conn,
+                    finish.job_id,
+                    session_id,
+                    finish.status,
+                    result=finish.result,
+                    error=finish.error,
+                    delivery_id=delivery_id,
+                    fire_id=fire_id,
+                    completion=completion,
+                )
+        except IntegrityError:
+            found = entries.replay(self.db, session_id, draft) if draft is not None else None
+            if found is None:
+                raise
+            return found
+        if entry_values is None:
+            return None
+        return Appended(entry=as_entry(entry_values), job=woke[0], created=True, notices=woke[1])
+
+    def _room(self, conn: Connection, row: Any) -> Admitting:
+        """The room (``row``: its session, locked) as a unit of work for its routing;
+        its agent is read only if a member is woken."""
+        specs = self.specs
+        return Admitting(conn, row, lambda: specs.load(conn, row["agent_id"]))
+
+    @contextmanager
+    def turn_start(self, session_id: str, max_context: int) -> Iterator[TurnStart]:
+        """A turn's setup and its start as one unit of work (see :class:`TurnStart`).
+
+        On PostgreSQL the setup's reads and the start's write share one
+        transaction, which commits when the block ends: a turn then takes
+        three transactions in all (its admission, this, its end) instead of
+        four (docs/performance.md). On SQLite the setup is read in a
+        transaction of its own and the start writes in another, as
+        ``turn_setup`` and :meth:`start_turn` do: a write transaction
+        there takes the database's one write lock, which the setup's reads
+        and the caller's checks between them must not hold.
+        """
+        if self.db.sqlite:
+            with self.db.read() as conn:
+                setup = read_setup(conn, self.specs, session_id, max_context)
+            yield TurnStart(self.db, None, setup)
+            return
+        with self.db.write() as conn:
+            yield TurnStart(self.db, conn, read_setup(conn, self.specs, session_id, max_context))
+
+    def start_turn(
+        self,
+        job_id: str,
+        token: str,
+        *,
+        ack_sender: str | None = None,
+        ack_metadata: dict[str, Any] | None = None,
+        seen: Job | None = None,
+    ) -> tuple[Job, Entry | None]:
+        """Claim a job for a turn under ``token``, and on its first start write its
+        Ack, in one transaction: queued becomes running; a running (or stopping)
+        job whose worker died is taken over as it is, for a resume.
+
+        A resumed turn writes no second Ack: the first start committed its Ack
+        together with the start. ``seen`` is the job as the caller read it:
+        the start is then one compare-and-set on its version instead of a
+        locking read and a write (a changed job falls back to the latter).
+        """
+        # Not durable: if a database crash loses this, the job is still queued
+        # (or held by the old token) and the reconciler runs it again.
+        with self.db.write(durable=False) as conn:
+            return _start_turn(conn, job_id, token, ack_sender, ack_metadata, seen)
+
+    def save_checkpoint(self, fence: Fence, checkpoint: dict[str, Any]) -> None:
+        """Record the turn's progress; refused (LeaseLost) if another worker took over."""
+        with self.db.write() as conn:
+            check_fence(conn, fence)
+            conn.execute(
+                update(JobRow).where(JobRow.id == fence.job_id).values(checkpoint=checkpoint)
+            )
+
+    def hand_back(self, fence: Fence, checkpoint: dict[str, Any]) -> None:
+        """Give a running turn back (its worker is shutting down): write its last
+        ``checkpoint`` and drop its lease token, in one fenced write.
+
+        The status stays as it is (``running``, or ``stopping`` if a cancel
+        came): the next start takes the job over like a dead worker's, for a
+        resume, and nothing this worker still tries to write passes the fence.
+        :class:`~chaz.errors.LeaseLost` if another worker holds the job (then
+        nothing is written).
+        """
+        with self.db.write() as conn:
+            done = conn.execute(
+                update(JobRow)
+                .where(
+                    and_(
+                        JobRow.id == fence.job_id,
+                        JobRow.lease_token == fence.token,
+                        JobRow.status.in_((JobStatus.RUNNING.value, JobStatus.STOPPING.value)),
+                    )
+                )
+                .values(checkpoint=checkpoint, lease_token=None, version=JobRow.version + 1)
+            ).rowcount
+            if not done:
+                check_fence(conn, fence)
+                raise LeaseLost(f"job {fence.job_id} is no longer running", job_id=fence.job_id)
+
+
+def _start_turn(
+    conn: Connection,
+    job_id: str,
+    token: str,
+    ack_sender: str | None,
+    ack_metadata: dict[str, Any] | None,
+    seen: Job | None,
+) -> tuple[Job, Entry | None]:
+    """:meth:`Writes.start_turn` in the open write transaction ``conn``."""
+    row = _started(conn, seen, token) if seen is not None else None
+    if row is None:
+        row = lock_job(conn, job_id)
+        values = _start_values(row, token)
+        conn.execute(
+            st.START,
+            {"jid": job_id, "seen_version": row["version"], **_start_params(values)},
+        )
+        row |= values
+    if row["attempts"] == 1 and (row.get("delivery_id") or row.get("fire_id")):
+        record(conn, row["session_id"], ev.job_event("running"), {"job_id": job_id})
+    ack: Entry | None = None
+    if ack_sender is not None and row["attempts"] == 1:
+        ack_entry = NewEntry(
+            EntryType.ACK,
+            ack_sender,
+            "processing",
+            metadata=ack_metadata,
+            idempotency_key=f"job:{job_id}:ack",
+            job_id=job_id,
+        )
+        ack = as_entry(append_entry(conn, row["session_id"], ack_entry))
+    return as_job(row), ack
+
+
+def _start_values(row: dict[str, Any], token: str) -> dict[str, Any]:
+    """The columns a turn's start sets: queued becomes running; a running (or
+    stopping) job whose worker died is taken over as it is, for a resume."""
+    status = JobStatus(row["status"])
+    values: dict[str, Any] = {
+        "status": row["status"],
+        "started_at": row["started_at"],
+        "lease_token": token,
+        "attempts": row["attempts"] + 1,
+        "version": row["version"] + 1,
+    }
+    if status is JobStatus.QUEUED:
+        check_transition(status, JobStatus.RUNNING)
+        values |= {"status": JobStatus.RUNNING.value, "started_at": utcnow()}
+    elif status not in (JobStatus.RUNNING, JobStatus.STOPPING):
+        check_transition(status, JobStatus.RUNNING)
+    return values
+
+
+def _start_params(values: dict[str, Any]) -> dict[str, Any]:
+    return {f"v_{k}": v for k, v in values.items()}
+
+
+def _started(conn: Connection, seen: Job, token: str) -> dict[str, Any] | None:
+    """Start the job as ``seen``, if it has not changed since; None if it has."""
+    row = seen.model_dump()
+    row["status"] = seen.status.value
+    values = _start_values(row, token)
+    done = conn.execute(
+        st.START, {"jid": seen.id, "seen_version": seen.version, **_start_params(values)}
+    ).rowcount
+    return row | values if done else None
+
+
+def _fenced_finish(conn: Connection, fence: Fence, finish: Finish) -> tuple[str | None, str | None]:
+    """End a job held under ``fence``: one compare-and-set when all is as expected.
+
+    Returns the ids of the delivery and of the schedule fire that admitted
+    the job, where one did.
+    """
+    done = conn.execute(
+        st.FENCED_FINISH[finish.status],
+        {
+            "jid": finish.job_id,
+            "token": fence.token,
+            "v_result": finish.result,
+            "v_error": finish.error,
+            "v_finished_at": utcnow(),
+        },
+    ).first()
+    if done is not None:
+        return cast("str | None", done[0]), cast("str | None", done[1])
+    # Not applied: say why (the fence first), as the locking path would.
+    check_fence(conn, fence)
+    job = _finish(conn, finish)
+    return job.delivery_id, job.fire_id
+
+
+def _finish(conn: Connection, finish: Finish) -> Job:
+    row = lock_job(conn, finish.job_id)
+    check_transition(JobStatus(row["status"]), finish.status)
+    values = {
+        "status": finish.status.value,
+        "version": row["version"] + 1,
+        "result": finish.result,
+        "error": finish.error,
+        "finished_at": utcnow(),
+        "lease_token": None,
+    }
+    conn.execute(update(JobRow).where(JobRow.id == finish.job_id).values(**values))
+    return as_job({**row, **values})

@@ -1,0 +1,160 @@
+"""The write helpers every concept shares, each run in an open write transaction.
+
+A session's next seq (and job ordinal) under its row lock (:func:`bump`),
+an entry and the job it admits (:func:`insert_entry`), a job row
+(:func:`new_job`), a turn's fence (:func:`check_fence`) and a job's row lock
+(:func:`lock_job`). They take a ``Connection`` and never open one: whoever
+holds the transaction decides what commits together.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, and_, case, func, select
+
+from chaz.domain import events as ev
+from chaz.domain.entries import NewEntry
+from chaz.domain.jobs import JobStatus, missing_job
+from chaz.errors import LeaseLost, SessionNotFound
+from chaz.ids import new_id, utcnow
+from chaz.store import statements as st
+from chaz.store.events import record
+from chaz.store.types import Fence, JobFields
+
+
+def bump(conn: Connection, session_id: str, admit: bool) -> Any:
+    """Take the session's next seq (and, for an admission, its next job ordinal),
+    locking the session row; the session row as it now is."""
+    if admit:
+        row = conn.execute(st.BUMP_ADMIT, {"sid": session_id, "now": utcnow()}).mappings().first()
+    else:
+        row = conn.execute(st.BUMP, {"sid": session_id}).mappings().first()
+    if row is None:
+        raise SessionNotFound(f"no session {session_id!r}", session=session_id)
+    return row
+
+
+def insert_entry(
+    conn: Connection,
+    session: Any,
+    draft: NewEntry,
+    *,
+    admit: bool,
+    job_fields: JobFields | None,
+    job_id: str | None = None,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Insert one entry (and the job it admits, with id ``job_id`` if given)
+    into ``session``, a row that :func:`bump` returned in this open write
+    transaction."""
+    session_id = session["id"]
+    now = utcnow()
+    entry_id = new_id()
+    job_row: dict[str, Any] | None = None
+    if admit:
+        job_row = new_job(session, session["last_ordinal"], entry_id, job_fields, now, job_id)
+        job_id = job_row["id"]
+    else:
+        job_id = draft.job_id
+    entry_values = {
+        "id": entry_id,
+        "session_id": session_id,
+        "seq": session["last_seq"],
+        "type": draft.type.value,
+        "sender": draft.sender,
+        "content": draft.content,
+        "metadata": draft.metadata or {},
+        "job_id": job_id,
+        "idempotency_key": draft.idempotency_key,
+        "key_scope": draft.key_scope.value if draft.idempotency_key is not None else None,
+        "created_at": now,
+    }
+    conn.execute(st.INSERT_ENTRY, entry_values)
+    if job_row is not None:
+        conn.execute(st.INSERT_JOB, job_row)
+        if job_row["delivery_id"]:
+            # Only a delivered job's states are logged: a producer's own turns
+            # are in the jobs table, and three more rows per turn cost every
+            # turn a quarter more PostgreSQL time (docs/performance.md).
+            record(conn, session_id, ev.job_event("queued"), {"job_id": job_row["id"]})
+    return entry_values, job_row
+
+
+def append_entry(conn: Connection, session_id: str, draft: NewEntry) -> dict[str, Any]:
+    """Append an entry that admits nothing at the session's head (:func:`bump`
+    and :func:`insert_entry`); its columns."""
+    values, _ = insert_entry(
+        conn, bump(conn, session_id, admit=False), draft, admit=False, job_fields=None
+    )
+    return values
+
+
+def new_job(
+    session: Any,
+    ordinal: int,
+    entry_id: str | None,
+    fields: JobFields | None,
+    now: datetime,
+    job_id: str | None = None,
+) -> dict[str, Any]:
+    """A job row for ``session`` (its row): the job takes the session's project,
+    and runs unattended when either the fields or the session say so."""
+    f = fields or JobFields()
+    return {
+        "id": job_id or new_id(),
+        "session_id": session["id"],
+        "tree_id": session["tree_id"],
+        "project": session["project"],
+        "owner": f.owner,
+        "grants": f.grants,
+        "unattended": bool(f.unattended or session["unattended"]),
+        "ordinal": ordinal,
+        "trigger_entry_id": entry_id,
+        "status": JobStatus.QUEUED.value,
+        "version": 1,
+        "caller_session_id": f.caller_session_id,
+        "caller_entry_id": f.caller_entry_id,
+        "parent_job_id": f.parent_job_id,
+        "call_depth": f.call_depth,
+        "message_count": f.message_count,
+        "delivery_id": f.delivery_id,
+        "member_agent_id": f.member_agent_id,
+        "attempts": 0,
+        "lease_token": None,
+        "checkpoint": None,
+        "result": None,
+        "error": None,
+        "created_at": now,
+        "started_at": None,
+        "finished_at": None,
+    }
+
+
+def check_fence(conn: Connection, fence: Fence) -> None:
+    """:class:`~chaz.errors.LeaseLost` unless ``fence`` still holds its job (row locked)."""
+    token = conn.scalar(st.FENCE, {"jid": fence.job_id})
+    if token != fence.token:
+        raise LeaseLost(f"job {fence.job_id} is no longer held by this worker", job_id=fence.job_id)
+
+
+def lock_job(conn: Connection, job_id: str) -> dict[str, Any]:
+    """The job's row, locked for this transaction, or :class:`~chaz.errors.JobNotFound`."""
+    row = conn.execute(st.LOCK_JOB, {"jid": job_id}).mappings().first()
+    if row is None:
+        raise missing_job(job_id)
+    return dict(row)
+
+
+def job_counts(conn: Connection, session_id: str) -> tuple[int, int]:
+    """``(queued, total)``: the session's waiting jobs and all it ever admitted."""
+    # A job queued again after an approval decision left the queue on its
+    # first start (attempts > 0): it is not counted against the queue again.
+    queued = func.sum(
+        case(
+            (and_(st.JOBS.c.status == JobStatus.QUEUED.value, st.JOBS.c.attempts == 0), 1),
+            else_=0,
+        )
+    )
+    row = conn.execute(select(queued, func.count()).where(st.JOBS.c.session_id == session_id)).one()
+    return int(row[0] or 0), int(row[1])

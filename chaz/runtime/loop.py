@@ -36,7 +36,7 @@ from chaz.runtime.backends.base import (
 )
 from chaz.runtime.cancel import CancelToken
 from chaz.runtime.events import EventSink, ToolCallEvent, ToolResultEvent
-from chaz.runtime.registry import ToolContext, ToolOutcome, ToolRegistry
+from chaz.runtime.registry import ToolContext, ToolOutcome, ToolRegistry, capped, content_cap
 
 INTERRUPTED = (
     "interrupted: the worker running this tool call stopped before it finished; "
@@ -180,8 +180,9 @@ def run_loop(
             # refuses NUL): repair it, as a tool's output is, rather than
             # fail the turn when its reply is written.
             return sanitized(response.text or "")
-        cp.transcript.append(_assistant(response.text, response.tool_calls))
-        cp.pending = [c.model_dump() for c in response.tool_calls]
+        calls = [capped(c, content_cap(tool_ctx)) for c in response.tool_calls]
+        cp.transcript.append(_assistant(response.text, calls))
+        cp.pending = [c.model_dump() for c in calls]
         ports.save(cp)
         _run_calls(ports, cp, tool_ctx)
 

@@ -29,6 +29,7 @@ from chaz.domain.validation import (
     check_tool_name,
     sanitized,
     truncated,
+    truncated_size,
 )
 from chaz.errors import ChazError, ConfigError, HandedBack
 from chaz.runtime.backends.base import ToolCallRequest, ToolSpec
@@ -199,9 +200,19 @@ class ToolRegistry:
         if tool is None or call.name not in ctx.allowed_tools:
             offered = ", ".join(sorted(ctx.allowed_tools & set(self._tools))) or "none"
             return _error("tool.unknown", f"unknown tool {call.name!r}; available: {offered}")
+        whole = truncated_size(call.arguments)
+        if whole is not None:
+            return _error(
+                "tool.malformed",
+                f"arguments are {whole} bytes, more than CHAZ_MAX_CONTENT_BYTES="
+                f"{content_cap(ctx)}: the call did not run",
+            )
         try:
             raw = json.loads(call.arguments or "{}")
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:
+            # JSONDecodeError, and also an integer of more digits than
+            # Python converts (sys.get_int_max_str_digits), which json raises
+            # as a plain ValueError.
             return _error("tool.malformed", f"arguments are not valid JSON: {exc}")
         except RecursionError:
             # A model (or an attacker) can nest brackets deeper than the parser goes.
@@ -235,8 +246,24 @@ class ToolRegistry:
             return _error(
                 "tool.crashed", f"{tool.name} returned {type(output).__name__}, not text"
             )
-        cap = ctx.services.settings.max_content_bytes if ctx.services else DEFAULT_MAX_CONTENT_BYTES
-        return ToolOutcome(truncated(sanitized(output), cap)[0])
+        return ToolOutcome(truncated(sanitized(output), content_cap(ctx))[0])
+
+
+def content_cap(ctx: ToolContext) -> int:
+    """The most bytes a tool call's arguments or its result may hold (CHAZ_MAX_CONTENT_BYTES)."""
+    return ctx.services.settings.max_content_bytes if ctx.services else DEFAULT_MAX_CONTENT_BYTES
+
+
+def capped(call: ToolCallRequest, cap: int) -> ToolCallRequest:
+    """``call``, its arguments cut to ``cap`` bytes with a note when longer.
+
+    A model's call is capped before it is checkpointed, stored as a ToolCall
+    entry or published, as a tool's result is; the registry then refuses a
+    cut call (``tool.malformed``) instead of running it on part of its
+    arguments.
+    """
+    text, cut = truncated(call.arguments, cap)
+    return call.model_copy(update={"arguments": text}) if cut else call
 
 
 def _error(code: str, message: str) -> ToolOutcome:

@@ -199,9 +199,13 @@ def _run_calls(ports: LoopPorts, cp: Checkpoint, tool_ctx: ToolContext) -> None:
             cp.unstarted = True
             ports.save(cp)
             raise
-        verdict = _gate(ports, cp, call)
+        # A call that cannot run asks nobody to approve it.
+        refused = ports.registry.refusal(call, tool_ctx)
+        verdict = RUN if refused is not None else _gate(ports, cp, call)
         ports.sink.emit(ToolCallEvent(call.id, call.name, call.arguments))
-        if verdict.run:
+        if refused is not None:
+            outcome = refused
+        elif verdict.run:
             outcome = ports.registry.invoke(call, tool_ctx)
         else:
             outcome = ToolOutcome(verdict.output, is_error=True)

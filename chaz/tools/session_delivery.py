@@ -36,7 +36,7 @@ from chaz.domain.deliveries import (
 from chaz.domain.entries import EntryType
 from chaz.domain.sessions import NameSource, Session, missing_session
 from chaz.domain.validation import SafeText, check_content, check_session_name
-from chaz.errors import DeliveryNotFound
+from chaz.errors import DeliveryNotFound, SelfDelivery
 from chaz.runtime.registry import Tool, ToolContext
 from chaz.services import Services
 from chaz.tools.handoff import check_creation, check_messages, sender_of, stage1_names
@@ -135,6 +135,12 @@ def session_send(args: SessionSendArgs, ctx: ToolContext) -> str:
         )
         first = done.delivery
     return json.dumps(_answer(svc, first))
+
+
+def _not_to_itself(args: SessionSendArgs, ctx: ToolContext) -> None:
+    """Before the approval gate: a request to the caller's own session never runs."""
+    if args.target_session_id == ctx.session_id:
+        raise SelfDelivery("a session cannot send a request to itself", session_id=ctx.session_id)
 
 
 def _target(svc: Services, caller: Session, ref: str) -> Session:
@@ -295,6 +301,7 @@ TOOLS = [
         "comes back to you later, once, as a result. Interactive turns only; needs approval.",
         SessionSendArgs,
         session_send,
+        precheck=_not_to_itself,
     ),
     Tool(
         "session_create",

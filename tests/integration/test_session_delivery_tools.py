@@ -389,3 +389,37 @@ def test_a_cancelled_request_fails_and_answers_only_when_asked_to(client: chaz.C
     # Cancelling again changes nothing: still one result.
     client.jobs.cancel(asked.job_id or "")
     assert [d.id for d in client.deliveries.list(me.id, direction="in")] == [result.id]
+
+
+def test_a_request_to_its_own_session_is_refused_before_any_approval(
+    client: chaz.Client,
+) -> None:
+    # session_send needs a person's approval; one bound to fail asks nobody.
+    client.agents.put(
+        chaz.AgentSpec(
+            id="selfish",
+            tools=["session_send"],
+            script=[
+                {
+                    "steps": [
+                        {
+                            "call": "session_send",
+                            "args": {"target_session_id": "{session_id}", "message": "me"},
+                        },
+                        {"say": "{last_result}"},
+                    ]
+                }
+            ],
+        )
+    )
+    me = client.sessions.create("selfish")
+    posted = client.sessions.post(me.id, "send yourself something", sender="user:alice")
+    assert posted.job_id is not None
+    TurnRunner(client.services, client.tools).wake(me.id, posted.job_id)
+    job = client.jobs.get(posted.job_id)
+    assert job.status.value == "succeeded", job.error
+    assert json.loads(job.result or "{}")["error"]["code"] == "topology.self"
+    assert client.approvals.pending() == []
+    types = [e.type.value for e in client.sessions.entries(me.id)]
+    assert "approval_request" not in types, types
+    assert _counts(client)[1] == 0  # no delivery

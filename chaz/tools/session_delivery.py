@@ -80,8 +80,8 @@ class SessionCreateArgs(BaseModel):
     target_agent_id: SafeText | None = Field(
         None,
         max_length=255,
-        description="Continue this agent's most recent session in your project instead "
-        "(a new session of that agent if it has none).",
+        description="Create the session for this agent instead, continuing its most recent "
+        "session in your project (a fresh one if it has none).",
     )
 
 
@@ -166,8 +166,9 @@ def _answer(svc: Services, delivery: Delivery) -> dict[str, Any]:
 
 
 def session_create(args: SessionCreateArgs, ctx: ToolContext) -> str:
-    """A new session (or the target agent's latest one) whose first message is a
-    completion request; the ids come back at once while the work runs."""
+    """A new session whose first message is a completion request; the ids come
+    back at once while the work runs. With ``target_agent_id`` the session is
+    that agent's, and continues its most recent session (seed 002)."""
     svc = ctx.need_services()
     require_interactive(ctx, "session_create")
     message = check_content(
@@ -186,15 +187,6 @@ def session_create(args: SessionCreateArgs, ctx: ToolContext) -> str:
     caller = svc.store.get_session(ctx.session_id)
     agent_id = args.target_agent_id or ctx.agent_id
     spec = svc.store.get_agent(agent_id)  # agent.not_found before anything is written
-    if args.target_agent_id:
-        latest = svc.store.deliveries.latest_session(agent_id, caller.project, besides=caller.id)
-        if latest is not None:
-            check_messages(ctx)
-            target = svc.store.get_session(latest)
-            done = ctx.need_delegation().deliver(
-                sender, target, DeliveryKind.SESSION_SEND, message, Reply.COMPLETION
-            )
-            return json.dumps(_created(svc, done.delivery, created=False))
     generation = check_creation(svc, ctx)
     branch = NewBranch(
         agent_id=agent_id,
@@ -202,6 +194,7 @@ def session_create(args: SessionCreateArgs, ctx: ToolContext) -> str:
         kind=DeliveryKind.SESSION_CREATE,
         # Never wider than the caller's own tools, whichever agent runs it.
         tools=sorted(set(spec.tools) & ctx.allowed_tools),
+        fork=_continued(svc, caller, args.target_agent_id),
         names=() if name is not None else stage1_names(description or "", message),
         generation=generation,
         reply=Reply.COMPLETION,
@@ -211,6 +204,18 @@ def session_create(args: SessionCreateArgs, ctx: ToolContext) -> str:
     )
     done = ctx.need_delegation().spawn(sender, branch)
     return json.dumps(_created(svc, done.delivery, created=True, done=done))
+
+
+def _continued(svc: Services, caller: Session, agent_id: str | None) -> tuple[str, int] | None:
+    """Where a session created for ``agent_id`` forks: the head of that agent's
+    most recent live session of the caller's project (a pointer, nothing is
+    copied); None for a fresh session (no target agent, or it has no session)."""
+    if not agent_id:
+        return None
+    latest = svc.store.deliveries.latest_session(agent_id, caller.project, besides=caller.id)
+    if latest is None:
+        return None
+    return latest, svc.store.get_session(latest).last_seq
 
 
 def _created(
@@ -305,8 +310,8 @@ TOOLS = [
     ),
     Tool(
         "session_create",
-        "Create a new session for your agent (or continue target_agent_id's latest session) "
-        "and submit its first request; returns the new ids at once while the work runs, and "
+        "Create a new session for your agent (or for target_agent_id, continuing its latest "
+        "session) and submit its first request; returns the new ids at once while it runs, and "
         "the final answer comes back to you as a result. Interactive turns only; needs approval.",
         SessionCreateArgs,
         session_create,

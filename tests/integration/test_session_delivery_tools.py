@@ -218,14 +218,23 @@ def test_session_create_and_its_deliveries(client: chaz.Client) -> None:
     request = client.deliveries.get(made["requestId"])
     assert request.kind is DeliveryKind.SESSION_CREATE and request.reply.value == "completion"
     assert request.job_id == made["executionId"] and made["status"] == "accepted"
-    # target_agent_id continues that agent's latest live session of the project.
-    older = client.sessions.create("other")
-    latest = client.sessions.create("other")
-    client.sessions.post(older.id, "touch", sender="user:alice")  # now the most recently active
-    cont, err = _call(
-        client, ctx, "session_create", {"message": "go on", "target_agent_id": "other"}, "c2"
+    # target_agent_id creates a session of that agent that continues its latest
+    # live session of the project (a fork at that session's head).
+    client.agents.put(
+        chaz.AgentSpec(id="recaller", script=[{"steps": [{"say": "{context}"}]}])
     )
-    assert not err and not cont["created"] and cont["sessionId"] == older.id, (cont, latest.id)
+    older = client.sessions.create("recaller")
+    latest = client.sessions.create("recaller")
+    client.sessions.post(older.id, "touch", sender="user:alice")  # now the most recently active
+    head = client.sessions.get(older.id).last_seq
+    cont, err = _call(
+        client, ctx, "session_create", {"message": "go on", "target_agent_id": "recaller"}, "c2"
+    )
+    assert not err and cont["created"], cont
+    assert cont["sessionId"] not in (older.id, latest.id, me.id)
+    continued = client.sessions.get(cont["sessionId"])
+    assert continued.agent_id == cont["agentId"] == "recaller"
+    assert (continued.fork_session_id, continued.fork_seq) == (older.id, head)
 
     listed, _ = _call(client, ctx, "session_deliveries", {"direction": "outgoing"}, "c3")
     assert [d["requestId"] for d in listed["deliveries"]] == [cont["requestId"], made["requestId"]]
@@ -242,9 +251,13 @@ def test_session_create_and_its_deliveries(client: chaz.Client) -> None:
     out, is_error = _call(client, stranger, "session_deliveries", {"request_id": made["requestId"]})
     assert is_error and out["error"]["code"] == "delivery.not_found"
     # The target sees it, from its side.
-    into = _turn(client, older.id)
+    into = _turn(client, continued.id)
     seen, _ = _call(client, into, "session_deliveries", {"request_id": cont["requestId"]})
     assert [d["requestId"] for d in seen["deliveries"]] == [cont["requestId"]]
+    # Its first turn reads the older session's history, then the request.
+    TurnRunner(client.services, client.tools).wake(continued.id, cont["executionId"])
+    recalled = client.jobs.get(cont["executionId"]).result or ""
+    assert recalled.index("touch") < recalled.index("go on"), recalled
 
 
 def test_rename_rules_for_tools_and_people(client: chaz.Client) -> None:

@@ -66,6 +66,12 @@ LANE_TAKEOVERS = Counter(
     "Sessions whose lane lease expired with a job unfinished, woken by this "
     "worker's lease watch so another turn takes the job over.",
 )
+BROKER_MESSAGES_SET_ASIDE = Counter(
+    "chaz_broker_messages_set_aside",
+    "Broker messages this worker popped and could not decode, moved to "
+    "chaz:deadletter (chaz.coord.poison), by queue.",
+    ["queue"],
+)
 RECONCILER_PASSES = Counter("chaz_reconciler_passes", "Reconciler passes this worker completed.")
 RECONCILER_REPAIRS = Counter(
     "chaz_reconciler_repairs",

@@ -8,6 +8,7 @@ same code at real servers.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -178,6 +179,16 @@ class Settings(BaseSettings):
         if self.redis_url:
             return self.redis_url
         return f"unix://{self.redis_socket.as_posix()}"
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        """What ``repr`` and ``str`` show: a Settings object ends up in logs and
+        tracebacks, so URLs' passwords and API keys are masked there too."""
+        for name, value in super().__repr_args__():
+            if isinstance(value, str) and name is not None and name.endswith("api_key"):
+                value = "****"
+            elif isinstance(value, str):
+                value = mask_url(value)
+            yield name, value
 
     def masked(self) -> dict[str, Any]:
         """Every setting with its effective value; passwords and keys masked."""

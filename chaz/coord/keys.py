@@ -38,6 +38,8 @@ key                                     type        meaning
                                                     soon after: no key, no beat (``chaz doctor``)
 ``chaz:refusals``                       hash        error code -> admissions refused with it,
                                                     fleet-wide, ever (``chaz exporter``)
+``chaz:deadletter``                     list        broker messages no worker could decode, newest
+                                                    first, as JSON; at most ``DEADLETTER_MAX``
 ======================================  ==========  ==========================================
 """
 
@@ -139,3 +141,12 @@ def beat_heartbeat() -> str:
 def refusals() -> str:
     """Admissions refused, by error code, counted by every producer (the exporter reads it)."""
     return f"{PREFIX}:refusals"
+
+
+#: How many set-aside broker messages ``chaz:deadletter`` keeps (the oldest go).
+DEADLETTER_MAX = 1000
+
+
+def deadletter() -> str:
+    """Broker messages a worker popped and could not decode (``chaz.coord.poison``)."""
+    return f"{PREFIX}:deadletter"

@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 from pydantic import BaseModel, ConfigDict
 
 from chaz.domain.validation import check_agent_id, check_choice, check_text, invalid, is_blank
@@ -36,6 +36,9 @@ DEFAULT_MAX_FAILURES = 3
 ON_TIME = timedelta(seconds=2)
 #: Most slots one look at a cron schedule walks before it jumps to the latest.
 MAX_WALK = 1000
+
+#: Where check_cron starts looking for a cron expression's first slot.
+_CRON_PROBE = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 class ScheduleKind(StrEnum):
@@ -263,10 +266,18 @@ def check_timezone(value: object) -> str:
 
 
 def check_cron(value: object) -> str:
-    """A five-field cron expression croniter accepts."""
+    """A five-field cron expression croniter accepts, and that names a date that exists."""
     expr = check_text("cron", value, max_chars=255).strip()
     if len(expr.split()) != 5 or not croniter.is_valid(expr):
         raise invalid("cron", f"not a five-field cron expression: {expr[:80]!r}")
+    # Well-formed is not enough: "0 0 31 2 *" parses, but no day matches it,
+    # and croniter says so only when asked for a slot (CroniterBadDateError
+    # would then reach the caller, or beat). Ask once now. The day-of-month
+    # and month fields alone decide this, so any start and zone will do.
+    try:
+        croniter(expr, _CRON_PROBE).get_next(datetime)
+    except CroniterBadDateError as exc:
+        raise invalid("cron", f"no date ever matches the cron expression {expr[:80]!r}") from exc
     return expr
 
 

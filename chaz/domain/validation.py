@@ -170,6 +170,18 @@ def truncated(value: str, max_bytes: int) -> tuple[str, bool]:
     return data[:keep].decode("utf-8", "ignore") + note, True
 
 
+_TRUNCATION_NOTE = re.compile(
+    r"\n\[\.\.\. truncated: (\d+) bytes in all; "
+    r"only the first part fits in CHAZ_MAX_CONTENT_BYTES=\d+ \.\.\.\]\Z"
+)
+
+
+def truncated_size(value: str) -> int | None:
+    """The whole size in bytes of a value :func:`truncated` cut, None if it was not cut."""
+    found = _TRUNCATION_NOTE.search(value)
+    return int(found.group(1)) if found else None
+
+
 def check_optional_text(field: str, value: object, *, max_chars: int | None = None) -> str | None:
     """:func:`check_text`, with None allowed."""
     return None if value is None else check_text(field, value, max_chars=max_chars)

@@ -36,7 +36,7 @@ from chaz.runtime.backends.base import (
 )
 from chaz.runtime.cancel import CancelToken
 from chaz.runtime.events import EventSink, ToolCallEvent, ToolResultEvent
-from chaz.runtime.registry import ToolContext, ToolOutcome, ToolRegistry
+from chaz.runtime.registry import ToolContext, ToolOutcome, ToolRegistry, capped, content_cap
 
 INTERRUPTED = (
     "interrupted: the worker running this tool call stopped before it finished; "
@@ -180,8 +180,9 @@ def run_loop(
             # refuses NUL): repair it, as a tool's output is, rather than
             # fail the turn when its reply is written.
             return sanitized(response.text or "")
-        cp.transcript.append(_assistant(response.text, response.tool_calls))
-        cp.pending = [c.model_dump() for c in response.tool_calls]
+        calls = [capped(c, content_cap(tool_ctx)) for c in response.tool_calls]
+        cp.transcript.append(_assistant(response.text, calls))
+        cp.pending = [c.model_dump() for c in calls]
         ports.save(cp)
         _run_calls(ports, cp, tool_ctx)
 
@@ -198,9 +199,13 @@ def _run_calls(ports: LoopPorts, cp: Checkpoint, tool_ctx: ToolContext) -> None:
             cp.unstarted = True
             ports.save(cp)
             raise
-        verdict = _gate(ports, cp, call)
+        # A call that cannot run asks nobody to approve it.
+        refused = ports.registry.refusal(call, tool_ctx)
+        verdict = RUN if refused is not None else _gate(ports, cp, call)
         ports.sink.emit(ToolCallEvent(call.id, call.name, call.arguments))
-        if verdict.run:
+        if refused is not None:
+            outcome = refused
+        elif verdict.run:
             outcome = ports.registry.invoke(call, tool_ctx)
         else:
             outcome = ToolOutcome(verdict.output, is_error=True)

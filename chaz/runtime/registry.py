@@ -29,6 +29,7 @@ from chaz.domain.validation import (
     check_tool_name,
     sanitized,
     truncated,
+    truncated_size,
 )
 from chaz.errors import ChazError, ConfigError, HandedBack
 from chaz.runtime.backends.base import ToolCallRequest, ToolSpec
@@ -152,16 +153,25 @@ class ToolOutcome:
 
 
 ToolFn = Callable[[Any, ToolContext], str]
+#: A tool's own checks of its parsed arguments that need no person: raise a
+#: ChazError to refuse. Pure or read-only, since it runs before the gate.
+PrecheckFn = Callable[[Any, ToolContext], None]
 
 
 @dataclass(frozen=True)
 class Tool:
-    """A named tool with typed arguments."""
+    """A named tool with typed arguments.
+
+    ``precheck``, when given, refuses a call that is bound to fail (say, a
+    request to the caller's own session) before the approval gate, so that
+    nobody is asked to approve it.
+    """
 
     name: str
     description: str
     args: type[pydantic.BaseModel]
     run: ToolFn
+    precheck: PrecheckFn | None = None
 
     def spec(self) -> ToolSpec:
         """The tool as offered to a model."""
@@ -193,15 +203,60 @@ class ToolRegistry:
         """Specs of the named tools that exist, in the order given."""
         return [self._tools[n].spec() for n in names if n in self._tools]
 
+    def refusal(self, call: ToolCallRequest, ctx: ToolContext) -> ToolOutcome | None:
+        """Why ``call`` would be refused without running, as its error outcome; None if not.
+
+        The loop asks this before the approval gate: a call that cannot run
+        (unknown, malformed, invalid, refused by the tool's precheck) asks
+        nobody to approve it.
+        """
+        checked = self._checked(call, ctx)
+        return checked if isinstance(checked, ToolOutcome) else None
+
     def invoke(self, call: ToolCallRequest, ctx: ToolContext) -> ToolOutcome:
         """Validate and run one call; every failure is an error outcome."""
+        checked = self._checked(call, ctx)
+        if isinstance(checked, ToolOutcome):
+            return checked
+        tool, args = checked
+        try:
+            output = tool.run(args, replace(ctx, call_id=call.id))
+        except HandedBack:
+            # Not the call's outcome: the turn stops here and the call stays
+            # pending, for the worker that resumes the turn to settle.
+            raise
+        except ChazError as exc:
+            return ToolOutcome(json.dumps({"error": exc.to_dict()}), is_error=True)
+        except Exception as exc:
+            log.exception("tool %s crashed", tool.name)
+            return _error("tool.crashed", f"{tool.name} failed: {type(exc).__name__}: {exc}")
+        if not isinstance(output, str):
+            return _error(
+                "tool.crashed", f"{tool.name} returned {type(output).__name__}, not text"
+            )
+        return ToolOutcome(truncated(sanitized(output), content_cap(ctx))[0])
+
+    def _checked(
+        self, call: ToolCallRequest, ctx: ToolContext
+    ) -> tuple[Tool, pydantic.BaseModel] | ToolOutcome:
+        """The tool and its parsed arguments, or the error outcome of the first check failed."""
         tool = self._tools.get(call.name)
         if tool is None or call.name not in ctx.allowed_tools:
             offered = ", ".join(sorted(ctx.allowed_tools & set(self._tools))) or "none"
             return _error("tool.unknown", f"unknown tool {call.name!r}; available: {offered}")
+        whole = truncated_size(call.arguments)
+        if whole is not None:
+            return _error(
+                "tool.malformed",
+                f"arguments are {whole} bytes, more than CHAZ_MAX_CONTENT_BYTES="
+                f"{content_cap(ctx)}: the call did not run",
+            )
         try:
             raw = json.loads(call.arguments or "{}")
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:
+            # JSONDecodeError, and also an integer of more digits than
+            # Python converts (sys.get_int_max_str_digits), which json raises
+            # as a plain ValueError.
             return _error("tool.malformed", f"arguments are not valid JSON: {exc}")
         except RecursionError:
             # A model (or an attacker) can nest brackets deeper than the parser goes.
@@ -220,24 +275,29 @@ class ToolRegistry:
             return _error(
                 "tool.invalid_arguments", f"invalid arguments for {tool.name}: {problems}"
             )
-        try:
-            output = tool.run(args, replace(ctx, call_id=call.id))
-        except HandedBack:
-            # Not the call's outcome: the turn stops here and the call stays
-            # pending, for the worker that resumes the turn to settle.
-            raise
-        except ChazError as exc:
-            return ToolOutcome(json.dumps({"error": exc.to_dict()}), is_error=True)
-        except Exception as exc:
-            log.exception("tool %s crashed", tool.name)
-            return _error("tool.crashed", f"{tool.name} failed: {type(exc).__name__}: {exc}")
-        if not isinstance(output, str):
-            return _error(
-                "tool.crashed", f"{tool.name} returned {type(output).__name__}, not text"
-            )
-        cap = ctx.services.settings.max_content_bytes if ctx.services else DEFAULT_MAX_CONTENT_BYTES
-        return ToolOutcome(truncated(sanitized(output), cap)[0])
+        if tool.precheck is not None:
+            try:
+                tool.precheck(args, replace(ctx, call_id=call.id))
+            except ChazError as exc:
+                return ToolOutcome(json.dumps({"error": exc.to_dict()}), is_error=True)
+        return tool, args
 
+
+def content_cap(ctx: ToolContext) -> int:
+    """The most bytes a tool call's arguments or its result may hold (CHAZ_MAX_CONTENT_BYTES)."""
+    return ctx.services.settings.max_content_bytes if ctx.services else DEFAULT_MAX_CONTENT_BYTES
+
+
+def capped(call: ToolCallRequest, cap: int) -> ToolCallRequest:
+    """``call``, its arguments cut to ``cap`` bytes with a note when longer.
+
+    A model's call is capped before it is checkpointed, stored as a ToolCall
+    entry or published, as a tool's result is; the registry then refuses a
+    cut call (``tool.malformed``) instead of running it on part of its
+    arguments.
+    """
+    text, cut = truncated(call.arguments, cap)
+    return call.model_copy(update={"arguments": text}) if cut else call
 
 def _error(code: str, message: str) -> ToolOutcome:
     return ToolOutcome(json.dumps({"error": {"code": code, "message": message}}), is_error=True)

@@ -36,7 +36,7 @@ from chaz.domain.deliveries import (
 from chaz.domain.entries import EntryType
 from chaz.domain.sessions import NameSource, Session, missing_session
 from chaz.domain.validation import SafeText, check_content, check_session_name
-from chaz.errors import DeliveryNotFound
+from chaz.errors import DeliveryNotFound, SelfDelivery
 from chaz.runtime.registry import Tool, ToolContext
 from chaz.services import Services
 from chaz.tools.handoff import check_creation, check_messages, sender_of, stage1_names
@@ -80,8 +80,8 @@ class SessionCreateArgs(BaseModel):
     target_agent_id: SafeText | None = Field(
         None,
         max_length=255,
-        description="Continue this agent's most recent session in your project instead "
-        "(a new session of that agent if it has none).",
+        description="Create the session for this agent instead, continuing its most recent "
+        "session in your project (a fresh one if it has none).",
     )
 
 
@@ -137,6 +137,12 @@ def session_send(args: SessionSendArgs, ctx: ToolContext) -> str:
     return json.dumps(_answer(svc, first))
 
 
+def _not_to_itself(args: SessionSendArgs, ctx: ToolContext) -> None:
+    """Before the approval gate: a request to the caller's own session never runs."""
+    if args.target_session_id == ctx.session_id:
+        raise SelfDelivery("a session cannot send a request to itself", session_id=ctx.session_id)
+
+
 def _target(svc: Services, caller: Session, ref: str) -> Session:
     """The target of a request: a live session of the caller's project, by its id."""
     return check_request_target(
@@ -160,8 +166,9 @@ def _answer(svc: Services, delivery: Delivery) -> dict[str, Any]:
 
 
 def session_create(args: SessionCreateArgs, ctx: ToolContext) -> str:
-    """A new session (or the target agent's latest one) whose first message is a
-    completion request; the ids come back at once while the work runs."""
+    """A new session whose first message is a completion request; the ids come
+    back at once while the work runs. With ``target_agent_id`` the session is
+    that agent's, and continues its most recent session (seed 002)."""
     svc = ctx.need_services()
     require_interactive(ctx, "session_create")
     message = check_content(
@@ -180,15 +187,6 @@ def session_create(args: SessionCreateArgs, ctx: ToolContext) -> str:
     caller = svc.store.get_session(ctx.session_id)
     agent_id = args.target_agent_id or ctx.agent_id
     spec = svc.store.get_agent(agent_id)  # agent.not_found before anything is written
-    if args.target_agent_id:
-        latest = svc.store.deliveries.latest_session(agent_id, caller.project, besides=caller.id)
-        if latest is not None:
-            check_messages(ctx)
-            target = svc.store.get_session(latest)
-            done = ctx.need_delegation().deliver(
-                sender, target, DeliveryKind.SESSION_SEND, message, Reply.COMPLETION
-            )
-            return json.dumps(_created(svc, done.delivery, created=False))
     generation = check_creation(svc, ctx)
     branch = NewBranch(
         agent_id=agent_id,
@@ -196,6 +194,7 @@ def session_create(args: SessionCreateArgs, ctx: ToolContext) -> str:
         kind=DeliveryKind.SESSION_CREATE,
         # Never wider than the caller's own tools, whichever agent runs it.
         tools=sorted(set(spec.tools) & ctx.allowed_tools),
+        fork=_continued(svc, caller, args.target_agent_id),
         names=() if name is not None else stage1_names(description or "", message),
         generation=generation,
         reply=Reply.COMPLETION,
@@ -205,6 +204,18 @@ def session_create(args: SessionCreateArgs, ctx: ToolContext) -> str:
     )
     done = ctx.need_delegation().spawn(sender, branch)
     return json.dumps(_created(svc, done.delivery, created=True, done=done))
+
+
+def _continued(svc: Services, caller: Session, agent_id: str | None) -> tuple[str, int] | None:
+    """Where a session created for ``agent_id`` forks: the head of that agent's
+    most recent live session of the caller's project (a pointer, nothing is
+    copied); None for a fresh session (no target agent, or it has no session)."""
+    if not agent_id:
+        return None
+    latest = svc.store.deliveries.latest_session(agent_id, caller.project, besides=caller.id)
+    if latest is None:
+        return None
+    return latest, svc.store.get_session(latest).last_seq
 
 
 def _created(
@@ -295,11 +306,12 @@ TOOLS = [
         "comes back to you later, once, as a result. Interactive turns only; needs approval.",
         SessionSendArgs,
         session_send,
+        precheck=_not_to_itself,
     ),
     Tool(
         "session_create",
-        "Create a new session for your agent (or continue target_agent_id's latest session) "
-        "and submit its first request; returns the new ids at once while the work runs, and "
+        "Create a new session for your agent (or for target_agent_id, continuing its latest "
+        "session) and submit its first request; returns the new ids at once while it runs, and "
         "the final answer comes back to you as a result. Interactive turns only; needs approval.",
         SessionCreateArgs,
         session_create,

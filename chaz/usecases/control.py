@@ -36,7 +36,6 @@ from chaz.domain.validation import (
 from chaz.errors import (
     ArtifactNotFound,
     Conflict,
-    Forbidden,
     IdempotencyMismatch,
     JobNotFound,
     Timeout,
@@ -105,7 +104,8 @@ def cancel(
     ``command_id`` used to cancel the job and then fail to record the command.
     ``principal`` must hold ``runtime.control`` (checked before the job is
     looked up) and the job must be of its project: knowing an execution id
-    grants nothing (``auth.forbidden``, and nothing changes; docs/security.md).
+    grants nothing (another project's job is ``job.not_found``, as a missing
+    one, and nothing changes; docs/security.md).
     """
     principal.require(Grant.RUNTIME_CONTROL, "cancel jobs")
     job_id = check_ref("execution_id", job_id)
@@ -146,15 +146,14 @@ def cancel(
 
 
 def check_control(principal: Principal, job: Job) -> None:
-    """``auth.forbidden`` unless ``job`` is of ``principal``'s project: the check
-    every execution control command shares (docs/security.md#execution-control)."""
+    """``job.not_found`` unless ``job`` is of ``principal``'s project: the check
+    every execution control command shares (docs/security.md#execution-control).
+
+    A job of another project is answered exactly as a missing one, so an id
+    says nothing about what exists outside the caller's project.
+    """
     if not principal.same_project(job.project):
-        raise Forbidden(
-            f"{principal.name} may not control execution {job.id}: it is not of "
-            f"project {principal.project}",
-            execution_id=job.id,
-            project=principal.project,
-        )
+        raise missing_job(job.id)
 
 
 def _cancel_one(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.backoff import NoBackoff
@@ -22,6 +22,9 @@ from chaz.coord import keys
 from chaz.coord.broker import QUEUES, queue_depths
 from chaz.errors import ChazError
 from chaz.settings import Settings, broker_url_for, mask_url
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
 
 #: Seconds a probe (Redis, a worker's reply) may take before it counts as no answer.
 PROBE_SECONDS = 2.0
@@ -114,12 +117,7 @@ def check_database(settings: Settings) -> CheckResult:
         try:
             current = current_revision(engine)
         except sqlalchemy.exc.SQLAlchemyError as exc:
-            return CheckResult(
-                "database",
-                False,
-                f"{masked} does not answer: {_first_line(exc)}",
-                "start the database, or correct CHAZ_DATABASE_URL",
-            )
+            return _unanswered(masked, parsed, exc)
         head = head_revision()
         if current == head:
             return CheckResult("database", True, f"{masked} at revision {current} (head)")
@@ -133,6 +131,59 @@ def check_database(settings: Settings) -> CheckResult:
         )
     finally:
         engine.dispose()
+
+
+#: PostgreSQL's SQLSTATEs for a missing database and a full server.
+_NO_SUCH_DATABASE = "3D000"
+_TOO_MANY_CONNECTIONS = "53300"
+
+
+def _refusal(exc: Exception) -> str | None:
+    """The SQLSTATE of a server that answered a connection with a refusal, if any.
+
+    psycopg gives no SQLSTATE for an error raised while connecting, so the
+    server's (English) message is read as well.
+    """
+    state = getattr(getattr(exc, "orig", None), "sqlstate", None)
+    if state:
+        return str(state)
+    text = str(exc).lower()
+    if "database" in text and "does not exist" in text:
+        return _NO_SUCH_DATABASE
+    if "too many clients" in text or "connection slots are reserved" in text:
+        return _TOO_MANY_CONNECTIONS
+    return None
+
+
+def _unanswered(masked: str, url: URL, exc: Exception) -> CheckResult:
+    """The failed database check, with the fix its cause calls for."""
+    # PostgreSQL answered, but refused: the server is up, so "start the
+    # database" would send the operator the wrong way.
+    state = _refusal(exc)
+    if state == _NO_SUCH_DATABASE:
+        name = url.database or ""
+        where = f"-h {url.host or '127.0.0.1'} -p {url.port or 5432}"
+        who = f" -U {url.username}" if url.username else ""
+        return CheckResult(
+            "database",
+            False,
+            f"{masked}: the server has no database {name!r}",
+            f"create it (`createdb {where}{who} {name}`), then run `chaz migrate`",
+        )
+    if state == _TOO_MANY_CONNECTIONS:
+        return CheckResult(
+            "database",
+            False,
+            f"{masked} refuses connections: it is full ({_first_line(exc)})",
+            "close idle clients, lower CHAZ_DB_POOL_SIZE, put PgBouncer in front "
+            "(docs/capacity.md), or raise the server's max_connections",
+        )
+    return CheckResult(
+        "database",
+        False,
+        f"{masked} does not answer: {_first_line(exc)}",
+        "start the database, or correct CHAZ_DATABASE_URL",
+    )
 
 
 def _redis_client(settings: Settings) -> redis.Redis:

@@ -68,6 +68,7 @@ class Reconciler:
         for job in active:
             heads.setdefault(job.session_id, job)
         held = svc.lanes.held(list(heads))
+        heads = self._drop_ended(heads, held)
         now = utcnow()
         for session_id, head in heads.items():
             if session_id in held or head.status is JobStatus.WAITING_APPROVAL:
@@ -112,6 +113,23 @@ class Reconciler:
             )
         self.record_pass()
         return report
+
+    def _drop_ended(self, heads: dict[str, Job], held: set[str]) -> dict[str, Job]:
+        """``heads`` without the running ones whose turn ended since they were read.
+
+        The active jobs are read before the leases are looked at, and a turn
+        that ends in between releases its lane: read alone, it would look
+        like an orphan (and its session be woken for nothing). Only running
+        heads with no lease are read again, so a pass that finds no
+        candidate reads nothing more.
+        """
+        turning = (JobStatus.RUNNING, JobStatus.STOPPING)
+        unheld = [h.id for sid, h in heads.items() if sid not in held and h.status in turning]
+        if not unheld:
+            return heads
+        now = self.services.store.get_jobs(unheld)
+        ended = {i for i in unheld if i not in now or now[i].status not in turning}
+        return {sid: h for sid, h in heads.items() if h.id not in ended}
 
     def record_pass(self) -> None:
         """Note in Redis that a pass completed now (read by ``chaz doctor``)."""

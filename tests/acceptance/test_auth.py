@@ -364,14 +364,17 @@ def test_cancelling_another_projects_job_is_forbidden_and_it_runs_to_completion(
                     job_id, expected_version=running.version, command_id="c1", reason="mine"
                 )
             )
-            assert err["code"] == "auth.forbidden", err
-            assert err["details"] == {"execution_id": job_id, "project": "acme"}
+            # Answered exactly as a missing job: the id says nothing.
+            missing = _error(lambda: c.jobs.cancel("0" * 16))  # noqa: B023
+            assert err["code"] == "job.not_found", err
+            assert err["details"] == {"job_id": job_id}
+            assert err["message"] == missing["message"].replace("0" * 16, job_id)
             # The CLI's path is the same one.
             env = cli_env(settings=stack.settings)
             args = ["jobs", "cancel", job_id, "--expected-version", str(running.version)]
             who = ["--api-key", plaintext] if c is key else ["--project", "acme"]
             out = chaz_cli(*who, *args, env=env)
-            assert out.returncode == 1 and "error [auth.forbidden]" in out.stderr, out
+            assert out.returncode == 2 and "error [job.not_found]" in out.stderr, out  # EXIT_USAGE
             assert "Traceback" not in out.stderr
         # A command id another project used returns nothing of its outcome.
         mine = op.sessions.create("echo")

@@ -8,6 +8,7 @@ print no traceback.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from chaz.coord.redis import connect
 from chaz.store.db import make_engine
 from chaz.store.migrate import alembic_config, current_revision, head_revision, upgrade
 from tests.acceptance.test_cli import chaz_cli, cli_env
-from tests.conftest import free_port
+from tests.conftest import PG_ADMIN, free_port
 from tests.support.stack import Stack
 
 CHECKS = ["settings", "database", "redis", "queues", "workers", "reconcile", "beat"]
@@ -163,6 +164,19 @@ def test_a_missing_database_file_names_chaz_migrate(tmp_path: Path) -> None:
     assert checks["database"]["fix"] == "run `chaz migrate`"
     # The doctor only looks: it created nothing.
     assert not missing.parent.exists()
+
+
+def test_a_missing_postgresql_database_says_to_create_it(tmp_path: Path) -> None:
+    base = PG_ADMIN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://")
+    name = f"chaz_doctor_missing_{os.getpid()}"
+    env = cli_env(home=tmp_path / "home", CHAZ_DATABASE_URL=f"{base}/{name}")
+    status, checks = doctor_json(env)
+    assert status == 1
+    database = checks["database"]
+    assert not database["ok"]
+    assert f"the server has no database {name!r}" in database["detail"]
+    assert database["fix"].startswith("create it (`createdb ")
+    assert database["fix"].endswith(f" {name}`), then run `chaz migrate`")
 
 
 def test_unreachable_redis_fails_clearly(tmp_path: Path) -> None:

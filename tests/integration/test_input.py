@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import pydantic
 import pytest
 from sqlalchemy import func, select
 
@@ -16,8 +17,9 @@ from chaz.domain.entries import EntryType
 from chaz.domain.jobs import JobStatus
 from chaz.errors import ChazError, RequestTooLarge, ValidationError
 from chaz.runtime.backends.base import ToolCallRequest
-from chaz.runtime.registry import ToolContext
+from chaz.runtime.registry import Tool, ToolContext
 from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
+from chaz.tools import default_registry
 from chaz.usecases.turns import RunnerDelegation, TurnRunner
 from tests.support.stack import Stack
 
@@ -244,13 +246,20 @@ def test_a_tool_result_with_a_nul_or_a_surrogate_does_not_crash_the_turn(
     assert results == [stored]
 
 
+class _Text(pydantic.BaseModel):
+    text: str
+
+
 def test_a_tool_result_above_the_cap_is_truncated_with_a_note(mstack: Stack) -> None:
     small = mstack.settings.model_copy(update={"max_content_bytes": 200})
-    with chaz.Client(small, migrate=False) as client:
+    # Arguments are capped too: a tool whose result outgrows its arguments.
+    tools = default_registry()
+    tools.register(Tool("triple", "The text, three times.", _Text, lambda a, _: a.text * 3))
+    with chaz.Client(small, migrate=False, tools=tools) as client:
         agent = chaz.AgentSpec(
             id="big",
-            tools=["echo"],
-            script=[{"steps": [{"call": "echo", "args": {"text": "{input}{input}{input}"}}]}],
+            tools=["triple"],
+            script=[{"steps": [{"call": "triple", "args": {"text": "{input}"}}]}],
         )
         client.agents.put(agent)
         s = client.sessions.create("big")
@@ -264,6 +273,50 @@ def test_a_tool_result_above_the_cap_is_truncated_with_a_note(mstack: Stack) -> 
         ]
         assert len(result.encode()) <= 200
         assert result.startswith("y" * 50) and "truncated: 300 bytes" in result
+
+
+def echo_call_outcome(client: chaz.Client, agent_id: str, raw: str) -> tuple[str, str]:
+    """Run one turn whose model calls ``echo`` with ``raw`` arguments: the
+    ToolCall entry's stored arguments and the ToolResult's content."""
+    client.agents.put(
+        chaz.AgentSpec(
+            id=agent_id,
+            tools=["echo"],
+            script=[{"steps": [{"call": "echo", "raw_args": raw}, {"say": "after"}]}],
+        )
+    )
+    s = client.sessions.create(agent_id)
+    entry = client.sessions.post(s.id, "go")
+    assert entry.job_id is not None
+    TurnRunner(client.services, client.tools).wake(s.id, entry.job_id)
+    job = client.jobs.get(entry.job_id)
+    assert (job.status, job.result) == (JobStatus.SUCCEEDED, "after"), job.error
+    entries = client.sessions.entries(s.id)
+    [call] = [json.loads(e.content) for e in entries if e.type is EntryType.TOOL_CALL]
+    [result] = [e.content for e in entries if e.type is EntryType.TOOL_RESULT]
+    return call["arguments"], result
+
+
+def test_an_integer_of_too_many_digits_is_a_malformed_call_not_a_crash(
+    client: chaz.Client,
+) -> None:
+    # json raises a plain ValueError past Python's 4,300-digit conversion limit.
+    _, result = echo_call_outcome(client, "digits", '{"text": ' + "9" * 5000 + "}")
+    error = json.loads(result)["error"]
+    assert error["code"] == "tool.malformed" and "not valid JSON" in error["message"]
+
+
+def test_tool_call_arguments_above_the_cap_are_cut_and_the_call_refused(mstack: Stack) -> None:
+    small = mstack.settings.model_copy(update={"max_content_bytes": 200})
+    with chaz.Client(small, migrate=False) as client:
+        stored, result = echo_call_outcome(
+            client, "bigcall", json.dumps({"text": "x" * 1000})
+        )
+    assert len(stored.encode()) <= 200 and "truncated: 1012 bytes" in stored
+    error = json.loads(result)["error"]
+    assert error["code"] == "tool.malformed"
+    assert "arguments are 1012 bytes, more than CHAZ_MAX_CONTENT_BYTES=200" in error["message"]
+    assert "x" * 100 not in result  # echo never ran
 
 
 # -- item 12: cancel validates before it acts ----------------------------------------

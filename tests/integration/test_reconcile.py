@@ -41,6 +41,27 @@ def test_orphaned_running_job_is_woken_and_held_lanes_are_left_alone(svc: Servic
     assert report.woken == [s1.id]
 
 
+def test_a_turn_that_ends_during_the_pass_is_not_an_orphan(
+    svc: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = svc.store.create_session("echo")
+    job = admission.write(svc, s.id, EntryType.MESSAGE, "user:u", "x").job
+    assert job is not None
+    svc.store.start_turn(job.id, "worker")
+    real_held = svc.lanes.held
+
+    def held_once_the_turn_has_ended(session_ids: list[str]) -> set[str]:
+        # The turn ends (and releases its lane) after the pass read the
+        # active jobs and before it looks at the leases.
+        svc.store.transition(job.id, JobStatus.SUCCEEDED)
+        return real_held(session_ids)
+
+    monkeypatch.setattr(svc.lanes, "held", held_once_the_turn_has_ended)
+    report = Reconciler(svc, grace_seconds=0).run()
+    assert report.orphaned == []
+    assert report.woken == []
+
+
 def test_young_queued_jobs_are_left_to_their_wake_up(svc: Services) -> None:
     s = svc.store.create_session("echo")
     admission.write(svc, s.id, EntryType.MESSAGE, "user:u", "x")

@@ -218,14 +218,23 @@ def test_session_create_and_its_deliveries(client: chaz.Client) -> None:
     request = client.deliveries.get(made["requestId"])
     assert request.kind is DeliveryKind.SESSION_CREATE and request.reply.value == "completion"
     assert request.job_id == made["executionId"] and made["status"] == "accepted"
-    # target_agent_id continues that agent's latest live session of the project.
-    older = client.sessions.create("other")
-    latest = client.sessions.create("other")
-    client.sessions.post(older.id, "touch", sender="user:alice")  # now the most recently active
-    cont, err = _call(
-        client, ctx, "session_create", {"message": "go on", "target_agent_id": "other"}, "c2"
+    # target_agent_id creates a session of that agent that continues its latest
+    # live session of the project (a fork at that session's head).
+    client.agents.put(
+        chaz.AgentSpec(id="recaller", script=[{"steps": [{"say": "{context}"}]}])
     )
-    assert not err and not cont["created"] and cont["sessionId"] == older.id, (cont, latest.id)
+    older = client.sessions.create("recaller")
+    latest = client.sessions.create("recaller")
+    client.sessions.post(older.id, "touch", sender="user:alice")  # now the most recently active
+    head = client.sessions.get(older.id).last_seq
+    cont, err = _call(
+        client, ctx, "session_create", {"message": "go on", "target_agent_id": "recaller"}, "c2"
+    )
+    assert not err and cont["created"], cont
+    assert cont["sessionId"] not in (older.id, latest.id, me.id)
+    continued = client.sessions.get(cont["sessionId"])
+    assert continued.agent_id == cont["agentId"] == "recaller"
+    assert (continued.fork_session_id, continued.fork_seq) == (older.id, head)
 
     listed, _ = _call(client, ctx, "session_deliveries", {"direction": "outgoing"}, "c3")
     assert [d["requestId"] for d in listed["deliveries"]] == [cont["requestId"], made["requestId"]]
@@ -242,9 +251,13 @@ def test_session_create_and_its_deliveries(client: chaz.Client) -> None:
     out, is_error = _call(client, stranger, "session_deliveries", {"request_id": made["requestId"]})
     assert is_error and out["error"]["code"] == "delivery.not_found"
     # The target sees it, from its side.
-    into = _turn(client, older.id)
+    into = _turn(client, continued.id)
     seen, _ = _call(client, into, "session_deliveries", {"request_id": cont["requestId"]})
     assert [d["requestId"] for d in seen["deliveries"]] == [cont["requestId"]]
+    # Its first turn reads the older session's history, then the request.
+    TurnRunner(client.services, client.tools).wake(continued.id, cont["executionId"])
+    recalled = client.jobs.get(cont["executionId"]).result or ""
+    assert recalled.index("touch") < recalled.index("go on"), recalled
 
 
 def test_rename_rules_for_tools_and_people(client: chaz.Client) -> None:
@@ -389,3 +402,37 @@ def test_a_cancelled_request_fails_and_answers_only_when_asked_to(client: chaz.C
     # Cancelling again changes nothing: still one result.
     client.jobs.cancel(asked.job_id or "")
     assert [d.id for d in client.deliveries.list(me.id, direction="in")] == [result.id]
+
+
+def test_a_request_to_its_own_session_is_refused_before_any_approval(
+    client: chaz.Client,
+) -> None:
+    # session_send needs a person's approval; one bound to fail asks nobody.
+    client.agents.put(
+        chaz.AgentSpec(
+            id="selfish",
+            tools=["session_send"],
+            script=[
+                {
+                    "steps": [
+                        {
+                            "call": "session_send",
+                            "args": {"target_session_id": "{session_id}", "message": "me"},
+                        },
+                        {"say": "{last_result}"},
+                    ]
+                }
+            ],
+        )
+    )
+    me = client.sessions.create("selfish")
+    posted = client.sessions.post(me.id, "send yourself something", sender="user:alice")
+    assert posted.job_id is not None
+    TurnRunner(client.services, client.tools).wake(me.id, posted.job_id)
+    job = client.jobs.get(posted.job_id)
+    assert job.status.value == "succeeded", job.error
+    assert json.loads(job.result or "{}")["error"]["code"] == "topology.self"
+    assert client.approvals.pending() == []
+    types = [e.type.value for e in client.sessions.entries(me.id)]
+    assert "approval_request" not in types, types
+    assert _counts(client)[1] == 0  # no delivery

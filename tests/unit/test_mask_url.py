@@ -45,3 +45,18 @@ def test_no_setting_prints_a_password(secret: str) -> None:
         openai_api_key=secret,
     )
     assert secret not in repr(settings.masked())
+
+
+@pytest.mark.parametrize("secret", ["s3cr3t", "p@ss/w:rd;x"])
+def test_the_settings_repr_and_str_mask_passwords(secret: str) -> None:
+    # A Settings object ends up in logs and tracebacks (repr of a local).
+    settings = Settings(
+        _env_file=None,
+        database_url=f"postgresql://u:{secret}@h/db?password={secret}",
+        redis_url=f"redis://:{secret}@h:6379/0",
+        openai_api_key=secret,
+        api_key=secret,
+    )
+    for shown in (repr(settings), str(settings)):
+        assert secret not in shown
+        assert "database_url='postgresql://u:****@" in shown

@@ -125,3 +125,15 @@ def test_every_field_is_checked_with_its_name() -> None:
         sched(kind="interval", interval_seconds=5, name="daily report"), T0
     ) == ("daily-report-20260301T120000Z")
     assert ScheduleKind("cron") is ScheduleKind.CRON
+
+
+@pytest.mark.parametrize("cron", ["0 0 31 2 *", "0 0 30 2 *", "15 3 31 4,6,9,11 *"])
+def test_a_cron_that_no_date_matches_is_refused_by_name(cron: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        sched(kind="cron", cron=cron)
+    assert caught.value.code == "request.invalid" and caught.value.field == "cron"
+
+
+def test_a_cron_of_a_rare_date_is_accepted() -> None:
+    leap = sched(kind="cron", cron="0 0 29 2 *")
+    assert next_slot(leap, T0) == datetime(2028, 2, 29, tzinfo=UTC)

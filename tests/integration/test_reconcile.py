@@ -53,7 +53,7 @@ def test_a_turn_that_ends_during_the_pass_is_not_an_orphan(
     def held_once_the_turn_has_ended(session_ids: list[str]) -> set[str]:
         # The turn ends (and releases its lane) after the pass read the
         # active jobs and before it looks at the leases.
-        svc.store.transition(job.id, JobStatus.SUCCEEDED)
+        svc.store.transition(job.id, JobStatus.SUCCEEDED, completion=completion.ended)
         return real_held(session_ids)
 
     monkeypatch.setattr(svc.lanes, "held", held_once_the_turn_has_ended)

@@ -75,7 +75,7 @@ class Turn:
         self.cancel = CancelToken()
         if cancel_requested:
             self.cancel.set()
-        #: Set while the turn runs (see :meth:`TurnRunner._run`).
+        #: Set while the turn runs (see ``TurnRunner._think``).
         self.heartbeat: Lease | None = None
         #: The agent the turn runs for: in a room, the member the job woke.
         self.agent_id = job.member_agent_id or setup.session.agent_id

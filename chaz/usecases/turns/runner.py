@@ -148,7 +148,7 @@ class TurnRunner:
                 exc,
             )
             # A lane we could not give back expires on its own, and the
-            # lease watch wakes the session then (chaz.coord.leases).
+            # lease watch wakes the session then (chaz.usecases.lease_watch).
             self.services.dispatcher.send_wake(
                 session_id, execution_id, Wake.RETRY, countdown=RETRY_SECONDS
             )

@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 
 from benchmarks.soak.stack import Database, RedisServer, Supervisor
-from chaz.plumbing.dispatch import Dispatcher
+from chaz.plumbing.dispatch import Dispatcher, Wake
 
 KINDS = ("kill", "pg", "redis-flush", "redis-restart", "redeliver")
 
@@ -156,11 +156,11 @@ class Injector:
         woken = 0
         for sid, job_id in self.monitor.unfinished_heads()[:10]:
             for _ in range(2):
-                self.dispatcher.wake(sid, job_id)
+                self.dispatcher.send_wake(sid, job_id, Wake.RECONCILE)
                 woken += 1
         stale = self.monitor.finished_jobs(5)
         for sid, job_id in stale:
-            self.dispatcher.wake(sid, job_id)
+            self.dispatcher.send_wake(sid, job_id, Wake.RECONCILE)
         return Fault(
             "redeliver",
             t,

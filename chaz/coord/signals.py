@@ -3,7 +3,9 @@
 Each bundles what a turn's start or end changes in Redis into one round
 trip: the queued counter, the Ack or the last entry's publish, the cancel
 flag, the live slot and the lane (``lua/turn_started.lua``,
-``lua/turn_ended.lua``). See docs/coordination.md#tree-capacity-and-the-waiting-set.
+``lua/turn_ended.lua``). The entry each one announces is the one the turn's
+:class:`chaz.coord.feed.Feed` held (docs/coordination.md#pubsub). See
+docs/coordination.md#tree-capacity-and-the-waiting-set.
 """
 
 from __future__ import annotations

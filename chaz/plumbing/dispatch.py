@@ -3,12 +3,17 @@
 The library never imports the worker package; it only needs the broker and
 the task's name. A wake-up is a hint: the worker runs whatever job is at the
 head of the session, so duplicates and stale wake-ups are harmless.
+
+Every wake-up goes through :meth:`Dispatcher.send_wake` and names its
+:class:`Wake` reason, which decides how hard the send tries and what the log
+says when it fails (docs/executions.md#wake-ups).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from chaz.settings import Settings, broker_url_for
@@ -31,6 +36,36 @@ PATIENT_RETRY = {
     "interval_step": 0.5,
     "interval_max": 1.0,
 }
+
+
+class Wake(StrEnum):
+    """Why a session is woken: every sender of a wake-up names one."""
+
+    #: A new job was committed (a post, a delivery, a follow-up, a room mention).
+    ADMITTED = "admitted"
+    #: A schedule's fire admitted its job.
+    FIRED = "fired"
+    #: An approval decision queued its job again (docs/approvals.md).
+    DECIDED = "decided"
+    #: A turn's end released the lane and found more work waiting.
+    NEXT = "next"
+    #: A compaction released the lane its head job waited behind.
+    COMPACTED = "compacted"
+    #: A turn's end freed a live slot the session's tree waited for.
+    SLOT_FREED = "slot-freed"
+    #: A turn stopped on a transient fault: it resumes from its checkpoint.
+    RETRY = "retry"
+    #: A worker shutting down handed its turn back (docs/operations.md#termination).
+    HANDED_BACK = "hand-back"
+    #: A lane lease expired with its job unfinished (the lease watch).
+    LEASE_EXPIRED = "lease-expired"
+    #: The reconciler's sweep found the session's head job stranded.
+    RECONCILE = "reconcile"
+
+
+#: The reasons whose wake-up nobody else would send before the reconciler's
+#: sweep: their send keeps trying through a broker outage.
+PATIENT = frozenset({Wake.RETRY, Wake.HANDED_BACK, Wake.LEASE_EXPIRED})
 
 
 class Dispatcher:
@@ -62,25 +97,22 @@ class Dispatcher:
                     self._app = app
         return self._app
 
-    def wake(
-        self,
-        session_id: str,
-        execution_id: str,
-        *,
-        countdown: float | None = None,
-        patient: bool = False,
+    def send_wake(
+        self, session_id: str, execution_id: str, reason: Wake, *, countdown: float | None = None
     ) -> bool:
         """Ask a worker to run the session's next turn (in ``countdown`` seconds).
 
         A failure to publish is logged, not raised: the job is committed, and
         the reconciler's sweep sends the wake-up again (write first, publish
-        second; a lost notification delays work, it never loses it).
-        ``patient`` keeps retrying through a broker outage of up to
-        :data:`PATIENT_SECONDS`: a worker re-queuing a turn that a Redis
+        second; a lost notification delays work, it never loses it). A
+        :data:`PATIENT` reason keeps retrying through a broker outage of up
+        to :data:`PATIENT_SECONDS`: a worker re-queuing a turn that a Redis
         restart interrupted must not lose that wake-up to the same restart.
         Returns whether the wake-up was sent.
         """
-        options: dict[str, Any] = {"retry": True, "retry_policy": PATIENT_RETRY} if patient else {}
+        options: dict[str, Any] = (
+            {"retry": True, "retry_policy": PATIENT_RETRY} if reason in PATIENT else {}
+        )
         try:
             self.app.send_task(
                 TURN_TASK,
@@ -90,7 +122,12 @@ class Dispatcher:
                 **options,
             )
         except Exception:
-            log.warning("could not send a wake-up for session %s", session_id, exc_info=True)
+            log.warning(
+                "could not send a wake-up (%s) for session %s",
+                reason.value,
+                session_id,
+                exc_info=True,
+            )
             return False
         return True
 

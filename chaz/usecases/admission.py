@@ -20,13 +20,14 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from chaz.coord import refusals
-from chaz.coord.pubsub import publish
+from chaz.coord.feed import Feed
 from chaz.coord.quotas import Reservation
 from chaz.domain.entries import Entry, EntryType, KeyScope, NewEntry
 from chaz.domain.jobs import Job
 from chaz.domain.limits import resolve_limits
 from chaz.domain.sessions import missing_session
 from chaz.errors import ChazError
+from chaz.plumbing.dispatch import Wake
 from chaz.services import Services
 from chaz.store.admitting import Admitting
 from chaz.store.core import RoomRoute
@@ -64,18 +65,24 @@ def write(
 
 
 def append(
-    services: Services, session_id: str, draft: NewEntry, fence: Fence | None = None
+    services: Services,
+    session_id: str,
+    draft: NewEntry,
+    fence: Fence | None = None,
+    *,
+    feed: Feed | None = None,
 ) -> Appended:
-    """Commit an entry that admits nothing, then publish it (see :meth:`Store.append`).
+    """Commit an entry that admits nothing, then publish it (see :meth:`Store.append`);
+    ``feed``: the publisher of the turn that writes it.
 
     In a room, an agent's Message may wake another member (docs/rooms.md):
     routed in the same transaction, its job announced like any admission's.
     """
     if draft.type is not EntryType.MESSAGE:
-        return announce(services, services.store.append(session_id, draft, fence))
+        return announce(services, services.store.append(session_id, draft, fence), feed)
     with room_rules(services, session_id) as room:
         done = services.store.append(session_id, draft, fence, room)
-    return announce(services, done)
+    return announce(services, done, feed)
 
 
 @contextmanager
@@ -267,12 +274,12 @@ def _await_first(
     return None
 
 
-def announce(services: Services, done: Appended) -> Appended:
-    """After a commit: publish a new entry, and wake a worker for a new job."""
+def announce(services: Services, done: Appended, feed: Feed | None = None) -> Appended:
+    """After a commit: publish a new entry and its notices (through ``feed``, the
+    publisher of the turn that wrote them, if one did), and wake a worker for
+    a new job."""
     if done.created:
-        publish(services.redis, done.entry)
-        for note in done.notices:
-            publish(services.redis, note)
+        (feed or Feed(services.redis)).publish(done.entry, *done.notices)
         if done.job is not None:
-            services.dispatcher.wake(done.entry.session_id, done.job.id)
+            services.dispatcher.send_wake(done.entry.session_id, done.job.id, Wake.ADMITTED)
     return done

@@ -1,7 +1,7 @@
 """Durable approvals: decide, list and expire the requests of suspended turns.
 
 A turn whose tool call needs a person's decision suspends (see
-:meth:`chaz.usecases.turns.Turn.suspend`): its job waits in ``waiting_approval``
+:meth:`chaz.usecases.turns.turn.Turn.suspend`): its job waits in ``waiting_approval``
 holding no worker, lane or live slot (DESIGN invariant 10). A decision here
 closes the request (the first wins, by a compare-and-set on its state),
 queues the job again and wakes its session: the turn resumes from its
@@ -22,6 +22,7 @@ from chaz.domain.principals import LOCAL, Grant, Principal
 from chaz.domain.validation import check_ref, invalid
 from chaz.errors import ApprovalNotFound
 from chaz.ids import utcnow
+from chaz.plumbing.dispatch import Wake
 from chaz.services import Services
 from chaz.store.approvals import Closed
 
@@ -129,7 +130,7 @@ def _after(services: Services, closed: Closed) -> None:
     if closed.entry is not None:
         publish(services.redis, closed.entry)
     if closed.job is not None:
-        services.dispatcher.wake(closed.job.session_id, closed.job.id)
+        services.dispatcher.send_wake(closed.job.session_id, closed.job.id, Wake.DECIDED)
 
 
 def pending(

@@ -38,6 +38,7 @@ from chaz.domain.compaction import (
 from chaz.domain.entries import Entry, EntryType, NewEntry, Said, agent_sender
 from chaz.domain.sessions import Session
 from chaz.errors import SessionArchived, SessionBusy
+from chaz.plumbing.dispatch import Wake
 from chaz.runtime.backends import make_backend
 from chaz.runtime.backends.base import ChatMessage, TurnContext
 from chaz.runtime.backends.scripted import ScriptedBackend
@@ -81,7 +82,7 @@ def compact(services: Services, ref: str, *, timeout: float = 60.0) -> Entry | N
         # admission that found the lane ours sent a wake-up that was dropped.
         head = services.store.head_job(sid)
         if head is not None:
-            services.dispatcher.wake(sid, head.id)
+            services.dispatcher.send_wake(sid, head.id, Wake.COMPACTED)
 
 
 def compact_held(

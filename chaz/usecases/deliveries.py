@@ -77,42 +77,10 @@ def spawn(services: Services, sender: Sender, branch: NewBranch) -> Delivered:
 
     def insert(tx: Admitting) -> Appended:
         child = tx.session
-        values = dl.new_row(
-            kind=branch.kind,
-            sender=sender.sender,
-            sender_session_id=sender.session_id,
-            sender_entry_id=sender.entry_id,
-            sender_job_id=sender.job_id,
-            target_session_id=child.id,
-            body=branch.prompt,
-            message_count=sender.message_count + 1,
-            generation=branch.generation,
-            state=DeliveryState.ADMITTED,
-            reply=branch.reply,
-            archive_when_done=branch.archive_when_done,
-            idempotency_key=sender.key,
-            **_authority(sender),
-        )
+        values = _spawn_row(sender, branch, child.id)
         if sender.session_id is not None:
             pointer = tx.append_to(
-                sender.session_id,
-                NewEntry(
-                    EntryType.ATTACH,
-                    sender.sender,
-                    f"{branch.kind.value}: {child.name or child.id}",
-                    metadata={
-                        "attach": {
-                            "session_id": child.id,
-                            "head_seq": 1,
-                            "status": "queued",
-                            "delivery_id": values["id"],
-                        },
-                        "source_session_id": sender.session_id,
-                        "caller_entry_id": sender.entry_id,
-                        "spawn_out": True,
-                    },
-                    idempotency_key=f"attach:{sender.key}",
-                ),
+                sender.session_id, _attach_pointer(sender, branch, child, str(values["id"]))
             )
             created.append(pointer)
             values["metadata"] = {"attach_entry_id": pointer.id}
@@ -130,7 +98,67 @@ def spawn(services: Services, sender: Sender, branch: NewBranch) -> Delivered:
         )
         return tx.insert(draft, job_fields=_fields(sender, branch.generation), delivery=values)
 
-    create = NewSession(
+    done = admission.transact(
+        services,
+        "",
+        insert,
+        lambda: _replayed_entry(services, sender.key),
+        create=_child_session(sender, branch),
+    )
+    admission.announce(services, done)
+    for entry in created:
+        admission.announce(services, Appended(entry, None, True))
+    found = _replay(services, sender.key)
+    assert found is not None, "a committed spawn has its delivery"
+    return Delivered(found.delivery, found.session, found.job, created=done.created)
+
+
+def _spawn_row(sender: Sender, branch: NewBranch, child_id: str) -> dict[str, Any]:
+    """The delivery row of a spawn or fork into the new session ``child_id``."""
+    return dl.new_row(
+        kind=branch.kind,
+        sender=sender.sender,
+        sender_session_id=sender.session_id,
+        sender_entry_id=sender.entry_id,
+        sender_job_id=sender.job_id,
+        target_session_id=child_id,
+        body=branch.prompt,
+        message_count=sender.message_count + 1,
+        generation=branch.generation,
+        state=DeliveryState.ADMITTED,
+        reply=branch.reply,
+        archive_when_done=branch.archive_when_done,
+        idempotency_key=sender.key,
+        **_authority(sender),
+    )
+
+
+def _attach_pointer(
+    sender: Sender, branch: NewBranch, child: Session, delivery_id: str
+) -> NewEntry:
+    """The Attach entry that points the sender's session at the new one."""
+    return NewEntry(
+        EntryType.ATTACH,
+        sender.sender,
+        f"{branch.kind.value}: {child.name or child.id}",
+        metadata={
+            "attach": {
+                "session_id": child.id,
+                "head_seq": 1,
+                "status": "queued",
+                "delivery_id": delivery_id,
+            },
+            "source_session_id": sender.session_id,
+            "caller_entry_id": sender.entry_id,
+            "spawn_out": True,
+        },
+        idempotency_key=f"attach:{sender.key}",
+    )
+
+
+def _child_session(sender: Sender, branch: NewBranch) -> NewSession:
+    """The session a spawn or fork creates, in the sender's tree."""
+    return NewSession(
         branch.agent_id,
         name=branch.name,
         description=branch.description,
@@ -147,15 +175,6 @@ def spawn(services: Services, sender: Sender, branch: NewBranch) -> Delivered:
         owner=sender.owner,
         unattended=sender.unattended,
     )
-    done = admission.transact(
-        services, "", insert, lambda: _replayed_entry(services, sender.key), create=create
-    )
-    admission.announce(services, done)
-    for entry in created:
-        admission.announce(services, Appended(entry, None, True))
-    found = _replay(services, sender.key)
-    assert found is not None, "a committed spawn has its delivery"
-    return Delivered(found.delivery, found.session, found.job, created=done.created)
 
 
 # -- delivering to an existing session -------------------------------------------

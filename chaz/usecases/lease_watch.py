@@ -16,6 +16,7 @@ import threading
 
 from chaz import metrics
 from chaz.coord.lanes import heartbeat_seconds
+from chaz.plumbing.dispatch import Wake
 from chaz.services import Services
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class LeaseWatch:
                     session_id,
                     head.id,
                 )
-                if svc.dispatcher.wake(session_id, head.id, patient=True):
+                if svc.dispatcher.send_wake(session_id, head.id, Wake.LEASE_EXPIRED):
                     woken.append(session_id)
                     metrics.LANE_TAKEOVERS.inc()
                     continue

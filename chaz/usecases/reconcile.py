@@ -15,6 +15,7 @@ from datetime import timedelta
 from chaz.coord import keys
 from chaz.domain.jobs import Job, JobStatus
 from chaz.ids import utcnow
+from chaz.plumbing.dispatch import Wake
 from chaz.services import Services
 from chaz.usecases import approvals
 from chaz.usecases.deliveries import SweepReport, sweep
@@ -79,7 +80,7 @@ class Reconciler:
                 report.orphaned.append(head.id)
             elif now - head.created_at < self.grace:
                 continue
-            svc.dispatcher.wake(session_id, head.id)
+            svc.dispatcher.send_wake(session_id, head.id, Wake.RECONCILE)
             report.woken.append(session_id)
         # Approval requests past their timeout close as denied; their turns resume.
         report.approvals_expired = approvals.expire_due(svc)
@@ -87,7 +88,7 @@ class Reconciler:
         for session_id in svc.capacity.prune():
             waiting = svc.store.head_job(session_id)
             if waiting is not None:
-                svc.dispatcher.wake(session_id, waiting.id)
+                svc.dispatcher.send_wake(session_id, waiting.id, Wake.RECONCILE)
                 report.woken.append(session_id)
         # Project live slots of jobs that ended without Redis hearing of it.
         report.project_slots_freed = svc.quotas.prune(svc.store.get_jobs)

@@ -30,6 +30,7 @@ from chaz.domain.schedules import (
 from chaz.domain.sessions import Origin
 from chaz.errors import ChazError, ScheduleNotFound, SessionNotFound
 from chaz.ids import utcnow
+from chaz.plumbing.dispatch import Wake
 from chaz.services import Services
 from chaz.store.schedules import FireTaken
 from chaz.store.types import JobFields, NewSession, SessionBusy
@@ -117,7 +118,7 @@ def _fire_pinned(services: Services, schedule: Schedule, claimed: ScheduleFire) 
     except ChazError as exc:
         book.settle(claimed.id, FireOutcome.REFUSED, error=exc.to_dict(), session_id=sid)
         return Fired(FireOutcome.REFUSED.value, claimed, session_id=sid)
-    services.dispatcher.wake(sid, job.id)
+    services.dispatcher.send_wake(sid, job.id, Wake.FIRED)
     return Fired(FireOutcome.ADMITTED.value, claimed, job, sid)
 
 
@@ -150,7 +151,7 @@ def _fire_fresh(
     except ChazError as exc:
         book.settle(claimed.id, FireOutcome.REFUSED, error=exc.to_dict())
         return Fired(FireOutcome.REFUSED.value, claimed)
-    services.dispatcher.wake(job.session_id, job.id)
+    services.dispatcher.send_wake(job.session_id, job.id, Wake.FIRED)
     return Fired(FireOutcome.ADMITTED.value, claimed, job, job.session_id)
 
 

@@ -11,7 +11,7 @@ import chaz
 from chaz.domain.entries import EntryType
 from chaz.services import Services
 from chaz.tools import default_registry
-from chaz.usecases import admission, turns
+from chaz.usecases import admission
 from chaz.usecases.turns import TurnRunner
 from tests.support.dispatch import RecordingDispatcher
 from tests.support.stack import Stack
@@ -91,7 +91,7 @@ def test_a_job_admitted_while_the_lane_is_released_still_runs(
     assert (outcome.status, outcome.job_id, outcome.turns) == ("ran", b, 2)
     assert recorder.wakes == []
     # ... or, its budget spent, releases the lane and wakes B.
-    monkeypatch.setattr(turns, "KEEP_LANE_TURNS", 1)
+    monkeypatch.setattr("chaz.usecases.turns.runner.KEEP_LANE_TURNS", 1)
     c, d = admit_behind_a_held_lane("c")
     assert runner.wake(s.id, c).job_id == c
     assert recorder.wakes == [(s.id, d)], "releasing the lane must wake the next job"

@@ -10,6 +10,7 @@ import redis as redis_lib
 import chaz
 from chaz.coord import keys
 from chaz.domain.entries import EntryType
+from chaz.plumbing.dispatch import Wake
 from tests.conftest import free_port
 from tests.support.metrics import Sample, scrape
 from tests.support.stack import Stack
@@ -133,11 +134,11 @@ def test_a_message_delivered_twice_runs_its_turn_once(stack: Stack) -> None:
     s = client.sessions.create(agent_id="once")
     e = client.sessions.post(s.id, "hello", sender="user:a")
     for _ in range(5):  # duplicates of the same Celery message, racing the first
-        client.services.dispatcher.wake(s.id, e.job_id or "")
+        client.services.dispatcher.send_wake(s.id, e.job_id or "", Wake.RECONCILE)
     client.sessions.wait_for_reply(s.id, after=e.seq, timeout=30)
     time.sleep(1.0)
     for _ in range(3):  # and late duplicates after it finished
-        client.services.dispatcher.wake(s.id, e.job_id or "")
+        client.services.dispatcher.send_wake(s.id, e.job_id or "", Wake.RECONCILE)
     time.sleep(1.0)
     entries = client.sessions.entries(s.id)
     assert [x.type for x in entries] == [EntryType.MESSAGE, EntryType.ACK, EntryType.MESSAGE]

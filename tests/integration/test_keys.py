@@ -273,8 +273,9 @@ def test_generated_principals_never_read_or_control_across_projects(stack: Stack
                 got = json.dumps(_error(lambda: call(client, real))).replace(real, "ID")
                 missing = json.dumps(_error(lambda: call(client, fake))).replace(fake, "ID")
                 assert got == missing and "not_found" in got, name
-            # Control: another project's job is forbidden, even at its exact version;
-            # its own, at a stale version, is a conflict; nothing moves either way.
+            # Control: another project's job is answered as a missing one, even at
+            # its exact version; its own, at a stale version, is a conflict;
+            # nothing moves either way.
             job = world[target].job if target in world else fake
             version = world[target].version if target in world else 1
             err = _error(lambda: client.jobs.cancel(job, expected_version=version + 1))
@@ -283,9 +284,9 @@ def test_generated_principals_never_read_or_control_across_projects(stack: Stack
             elif target == project:
                 assert err["code"] == "conflict.version"
             elif target in world:
-                assert err["code"] == "auth.forbidden"
+                assert err["code"] == "job.not_found"
                 exact = _error(lambda: client.jobs.cancel(job, expected_version=version))
-                assert exact["code"] == "auth.forbidden"
+                assert exact["code"] == "job.not_found"
             else:
                 assert err["code"] == "job.not_found"
             # Listings show only the project's own.

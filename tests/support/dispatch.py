@@ -3,6 +3,8 @@ drive turns and repairs step by step with no worker consuming."""
 
 from __future__ import annotations
 
+from chaz.plumbing.dispatch import Wake
+
 
 class RecordingDispatcher:
     """Stands in for :class:`chaz.plumbing.dispatch.Dispatcher`: ``wakes`` lists each
@@ -11,9 +13,9 @@ class RecordingDispatcher:
     def __init__(self) -> None:
         self.wakes: list[tuple[str, str]] = []
 
-    def wake(self, session_id: str, execution_id: str, **_: object) -> bool:
-        """Record the wake-up (the real one's options, such as ``patient``, change
-        only how it is sent); it always "succeeds"."""
+    def send_wake(self, session_id: str, execution_id: str, reason: Wake, **_: object) -> bool:
+        """Record the wake-up (its reason and the real one's options, such as
+        ``countdown``, change only how it is sent); it always "succeeds"."""
         self.wakes.append((session_id, execution_id))
         return True
 

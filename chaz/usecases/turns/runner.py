@@ -1,0 +1,379 @@
+"""The turn runner: one wake-up, the session's lane, and the turns run under it.
+
+A wake-up names a session. The worker takes the session's lane lease; if it is
+held, another worker is running this session's turn and will wake the next one
+when it is done, so this wake-up ends. Holding the lease, the worker runs the
+session's *head* job (the oldest unfinished one, by admission order), releases
+the lease, and wakes the session again if more work waits. Because the releaser
+looks for work only after releasing, and an admitter wakes only after
+committing, one of them always sees the other: no wake-up is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+from chaz import metrics
+from chaz.coord.feed import Feed
+from chaz.domain.deliveries import INTERRUPTED as DELIVERY_INTERRUPTED
+from chaz.domain.entries import agent_sender
+from chaz.domain.jobs import Job, JobStatus
+from chaz.domain.limits import resolve_limits
+from chaz.errors import ChazError, IllegalTransition, LeaseLost
+from chaz.plumbing.dispatch import Wake
+from chaz.plumbing.faults import is_transient
+from chaz.runtime.cancel import Running
+from chaz.runtime.loop import Checkpoint
+from chaz.runtime.registry import ToolRegistry
+from chaz.services import Services
+from chaz.store.core import TurnStart
+from chaz.store.types import TurnSetup
+from chaz.usecases import compaction, deliveries
+from chaz.usecases.turns.delegation import RunnerDelegation
+from chaz.usecases.turns.ending import (
+    Ran,
+    after_job,
+    archived_delivery,
+    hand_off,
+    refuse_archived,
+)
+from chaz.usecases.turns.turn import Turn
+
+log = logging.getLogger(__name__)
+
+#: A job whose turn was started this many times without finishing (its worker
+#: died, or a transient fault stopped it) ends ``interrupted`` instead of being
+#: resumed once more.
+MAX_ATTEMPTS = 3
+
+#: How long a turn stopped by a transient fault waits before its retry: long
+#: enough for a restarting backend, short next to the lease.
+RETRY_SECONDS = 1.0
+
+
+#: A worker that finds more of its session's jobs waiting when a turn ends
+#: runs them under the same lease, up to this many turns or this many seconds,
+#: then hands the session back to the broker: each hop then costs no new task,
+#: release and acquire, while one busy session still cannot keep a thread.
+KEEP_LANE_TURNS = 16
+KEEP_LANE_SECONDS = 0.5
+
+#: The turns this process runs: a worker whose shutdown grace runs out hands
+#: them all back (workers.tasks; docs/operations.md#termination).
+RUNNING = Running()
+
+
+@dataclass(frozen=True)
+class WakeOutcome:
+    """What a wake-up did: ``ran`` jobs, found the lane ``busy``, the session
+    ``idle``, its head job ``waiting`` for tree capacity, or its head job
+    waiting for a person's decision (``approval``)."""
+
+    status: str
+    job_id: str | None = None
+    #: The jobs whose turns ran under this wake-up's lease, in order (a kept
+    #: lane runs several); ``job_id`` is the last of them, or the one waiting.
+    ran: tuple[str, ...] = ()
+
+    @property
+    def turns(self) -> int:
+        """How many turns ran under this wake-up's lease."""
+        return len(self.ran)
+
+
+@dataclass
+class _Lane:
+    """One wake-up's hold on its session's lane, across the turns it runs."""
+
+    session_id: str
+    token: str
+    #: Run one turn on the caller's live slot (see :meth:`TurnRunner.wake`).
+    lend_slot: bool
+    #: Past this (``time.monotonic()``), the lane is not kept for another turn.
+    deadline: float
+    outcome: WakeOutcome = WakeOutcome("idle")
+    #: The lane is still ours, to release when the wake-up ends.
+    held: bool = True
+    #: Once released, look for the session's head job and wake it for this
+    #: reason; None: whatever waits is woken by someone else.
+    then: Wake | None = Wake.NEXT
+
+    def stop(self, status: str, job_id: str) -> None:
+        """End the wake-up on a head job that waits (for capacity, for a
+        decision): what frees it wakes it, so nothing is looked for."""
+        self.outcome = WakeOutcome(status, job_id, self.outcome.ran)
+        self.then = None
+
+
+class TurnRunner:
+    """Runs the next turn of a session under its lane lease."""
+
+    def __init__(
+        self, services: Services, registry: ToolRegistry, running: Running = RUNNING
+    ) -> None:
+        self.services = services
+        #: The tools this process's agents may call.
+        self.registry = registry
+        #: The turns this process runs, which a shutdown hands back.
+        self.running = running
+        self._delegation = RunnerDelegation(self)
+
+    def wake(self, session_id: str, execution_id: str, *, lend_slot: bool = False) -> WakeOutcome:
+        """Handle one wake-up for ``session_id`` (``execution_id`` is a hint).
+
+        ``lend_slot`` runs the turn without taking a live slot of its tree: a
+        foreground parent that runs its child inline lends the child its own
+        slot while it waits, so a full tree cannot deadlock on itself. Such a
+        wake-up runs that one turn only.
+
+        A transient fault (Redis or the database briefly away, see
+        :mod:`chaz.plumbing.faults`) ends the wake-up with ``retry``: nothing is
+        finished or failed, the lane is given back if Redis answers, and a
+        new wake-up is queued; the job's next start counts an attempt and
+        resumes from its checkpoint, as after a lost worker.
+        """
+        try:
+            return self._hold_lane(session_id, execution_id, lend_slot)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            log.warning(
+                "a turn of session %s met a transient fault (%s: %s); retrying from its checkpoint",
+                session_id,
+                type(exc).__name__,
+                exc,
+            )
+            # A lane we could not give back expires on its own, and the
+            # lease watch wakes the session then (chaz.usecases.lease_watch).
+            self.services.dispatcher.send_wake(
+                session_id, execution_id, Wake.RETRY, countdown=RETRY_SECONDS
+            )
+            return WakeOutcome("retry", execution_id or None)
+
+    def _hold_lane(self, session_id: str, execution_id: str, lend_slot: bool) -> WakeOutcome:
+        """Take the lane, run turns while :meth:`_turn` keeps it, then leave it."""
+        svc = self.services
+        token = svc.lanes.acquire(session_id, execution_id, svc.settings.lease_seconds)
+        if token is None:
+            return WakeOutcome("busy")
+        lane = _Lane(session_id, token, lend_slot, time.monotonic() + KEEP_LANE_SECONDS)
+        try:
+            while self._turn(lane):
+                pass
+        except Exception as exc:
+            if is_transient(exc):
+                # The retry's own wake-up follows; looking for the head job
+                # now would only hit the same fault.
+                lane.then = None
+            raise
+        finally:
+            self._leave(lane)
+        return lane.outcome
+
+    def _turn(self, lane: _Lane) -> bool:
+        """Start the session's head job and run its turn; whether the lane is
+        still ours for the next one."""
+        svc = self.services
+        feed = Feed(svc.redis)
+        # The job, its session, agent and context, and the job's start with
+        # its Ack: one transaction on PostgreSQL (Store.turn_start).
+        with svc.store.turn_start(lane.session_id, svc.settings.max_context_entries) as tx:
+            setup = tx.setup
+            if setup is None or not self._may_start(lane, setup):
+                return False
+            archived = archived_delivery(setup.job, setup.session)
+            job = None if archived else self._start(tx, lane.token, feed)
+        if archived:
+            refuse_archived(svc, setup.job, setup.session)
+            return True
+        ran = self._run(setup, lane.token, job, feed)
+        return self._end(lane, setup, ran, feed)
+
+    def _may_start(self, lane: _Lane, setup: TurnSetup) -> bool:
+        """Whether the head job may start now: not while it waits for a
+        decision, nor (unless the slot is lent) while its tree is at its live
+        limit; later jobs wait behind it."""
+        svc, job = self.services, setup.job
+        if job.status is JobStatus.WAITING_APPROVAL:
+            # Nothing runs until a decision queues it again and wakes the session.
+            lane.stop("approval", job.id)
+            return False
+        if archived_delivery(job, setup.session):
+            return True  # it ends without starting, and takes no slot
+        limits = resolve_limits(svc.settings, setup.session, setup.agent)
+        if not lane.lend_slot and not svc.capacity.start(job, limits):
+            # The tree is at its live limit: the job stays queued in the tree's
+            # waiting set; a finishing turn wakes it.
+            lane.stop("waiting", job.id)
+            return False
+        return True
+
+    def _end(self, lane: _Lane, setup: TurnSetup, ran: Ran, feed: Feed) -> bool:
+        """Signal the turn's end, then what follows it; whether the lane is kept."""
+        job = setup.job
+        lane.outcome = WakeOutcome("ran", job.id, (*lane.outcome.ran, job.id))
+        end = hand_off(
+            self.services,
+            job,
+            lane.token,
+            ran,
+            feed,
+            lend_slot=lane.lend_slot,
+            keep_if_queued=self._keeps(lane, ran),
+        )
+        if ran.finished:
+            after_job(self.services, job, inbox=end.inbox, session=setup.session)
+        if ran.suspended:
+            lane.then = None  # the head now waits for a decision, which wakes it
+        if end.kept:
+            return True  # more jobs wait and the lane is still ours
+        lane.held = False
+        if ran.handed_back:
+            # Wake the session now, for a worker that still consumes (this one
+            # does not): the resume need not wait for a lease to expire.
+            lane.then = Wake.HANDED_BACK
+        elif end.queued == 0:
+            # Nothing waits. An admission racing with this release counted
+            # itself before the release read the counter, or it sends its own
+            # wake-up after its commit.
+            lane.then = None
+        return False
+
+    def _keeps(self, lane: _Lane, ran: Ran) -> bool:
+        """Whether the lane may run the session's next job too (if one waits)."""
+        return (
+            ran.finished
+            and not lane.lend_slot
+            and lane.outcome.turns < KEEP_LANE_TURNS
+            and time.monotonic() < lane.deadline
+            # Shutting down: the next job is another worker's.
+            and not self.running.handing_back
+        )
+
+    def _leave(self, lane: _Lane) -> None:
+        """Give the lane back if it is still ours, then wake what waits."""
+        svc = self.services
+        if lane.held:
+            with contextlib.suppress(Exception):
+                svc.lanes.release(lane.session_id, lane.token)
+        if lane.then is None:
+            return
+        # Released first, looked second: an admitter commits first and wakes
+        # second, so one of us always sees the other.
+        nxt = svc.store.head_job(lane.session_id)
+        if nxt is not None:
+            svc.dispatcher.send_wake(lane.session_id, nxt.id, lane.then)
+
+    # -- one job --------------------------------------------------------------
+
+    def _start(self, tx: TurnStart, token: str, feed: Feed) -> Job | None:
+        """Write the job's start and its Ack in the turn's setup transaction,
+        the Ack held in ``feed``; None if the job moved since the setup read it."""
+        setup = tx.setup
+        assert setup is not None
+        try:
+            # The start and the Ack commit together: one transaction fewer
+            # between a message and the sign that its turn began.
+            job, ack = tx.start(
+                token,
+                ack_sender=agent_sender(setup.job.member_agent_id or setup.session.agent_id),
+                # Which process runs the turn: for operators (and the crash tests).
+                ack_metadata={"host": socket.gethostname(), "pid": os.getpid()},
+            )
+        except IllegalTransition:
+            # Cancelled (or finished) since the head was read: nothing to run.
+            return None
+        # Published once the transaction commits, by the start's signal.
+        feed.hold(ack)
+        return job
+
+    def _run(self, setup: TurnSetup, token: str, job: Job | None, feed: Feed) -> Ran:
+        """Run the job's turn, once its start has committed, to its end (or until
+        another worker takes it over)."""
+        svc = self.services
+        if job is None:
+            return Ran(finished=True)
+        # It left the queue on its first start (a resumed turn left it then).
+        cancel_requested = svc.signals.started(job, feed.take(), dequeued=job.attempts == 1)
+        turn = Turn(svc, self.registry, self._delegation, job, setup, token, feed, cancel_requested)
+        if _given_up(svc, turn):
+            return Ran(finished=True)
+        if job.attempts > 1:
+            turn.announce_resume()
+        return self._think(turn)
+
+    def _think(self, turn: Turn) -> Ran:
+        """Run the turn under its lease heartbeat, watched for a cancel and a hand-back."""
+        svc, job = self.services, turn.job
+        turn.heartbeat = svc.lease_keeper.hold(job.session_id, turn.fence.token)
+        # From here the worker's one watcher sets the turn's token as soon as
+        # the job's cancel flag appears (docs/runtime.md#preemptive-cancel),
+        # and a shutdown whose grace ran out hands it back.
+        svc.cancel_watcher.watch(job.id, turn.cancel)
+        self.running.hold(turn.cancel)
+        try:
+            turn.run()
+            if turn.handed_back:
+                return Ran(finished=False, handed_back=True)
+            if not turn.suspended:
+                # Still under the lane and the heartbeat: the next turn starts
+                # from the Summary this may write (docs/sessions.md#compaction).
+                compaction.after_turn(svc, turn.setup)
+            return Ran(not turn.suspended, suspended=turn.suspended)
+        except LeaseLost:
+            # Another worker took this job over; it owns the session now.
+            log.warning("lost the lease of job %s; leaving it to its new holder", job.id)
+            metrics.turn_ended("lease_lost", turn.began)
+            return Ran(finished=False)
+        except Exception as exc:
+            metrics.turn_ended("retry" if is_transient(exc) else "error", turn.began)
+            raise
+        finally:
+            self.running.drop(turn.cancel)
+            svc.cancel_watcher.unwatch(job.id, turn.cancel)
+            svc.lease_keeper.drop(turn.heartbeat)
+
+
+def _given_up(services: Services, turn: Turn) -> bool:
+    """End a restarted turn that must not run again; whether it was ended."""
+    job = turn.job
+    if job.attempts > 1 and _lost_request(services, job):
+        # A session_send/session_create request is never replayed: its lost
+        # turn ends here, and its one result goes back (docs/sessions.md).
+        turn.fail(
+            JobStatus.INTERRUPTED,
+            ChazError("the request's turn was lost mid-flight; a request is never replayed"),
+            code=DELIVERY_INTERRUPTED,
+        )
+        return True
+    if job.attempts > MAX_ATTEMPTS and not _resumed_by_decisions(services, job):
+        turn.fail(
+            JobStatus.INTERRUPTED,
+            ChazError(f"the turn was interrupted {MAX_ATTEMPTS} times; giving up"),
+            code="turn.interrupted",
+        )
+        return True
+    return False
+
+
+def _resumed_by_decisions(services: Services, job: Job) -> bool:
+    """Whether the job's attempts past the limit are resumes after approval
+    decisions (docs/approvals.md) or hand-backs (docs/operations.md#termination),
+    which are not failed attempts."""
+    cp = Checkpoint.from_json(services.store.checkpoint(job.id))
+    return cp.counted_attempts(job.attempts) <= MAX_ATTEMPTS
+
+
+def _lost_request(services: Services, job: Job) -> bool:
+    """Whether a restarted job is a request (``session_send``/``session_create``)
+    whose turn was lost mid-flight."""
+    if job.delivery_id is None:
+        return False
+    cp = Checkpoint.from_json(services.store.checkpoint(job.id))
+    # A hand-back stopped the turn at a safe point: its resume replays nothing.
+    return deliveries.lost_request(services, job, cp.suspensions + cp.handbacks)

@@ -162,7 +162,7 @@ def test_c8_a_denied_read_looks_missing_and_a_long_read_is_cut_with_a_resume_not
     bee = child_of(stack, root, "echoer", "secret-bee")
     stranger = client.sessions.create("collab", name="c8-stranger")
     fake = "f" * len(bee.id)
-    reads = {
+    reads: dict[str, dict[str, Any]] = {
         "read-id": {"to": bee.id},
         "read-missing-id": {"to": fake},
         "read-name": {"to": "secret-bee"},

@@ -363,6 +363,7 @@ def test_c3_archived_target_refuses_new_deliveries(st: Stack) -> None:
         WAIT,
         "the inbox to be rechecked",
     )
+    assert delivery
     assert delivery.state is DeliveryState.REFUSED and delivery.code == "session.archived"
     assert delivery.job_id is None
     st.wait_for(
@@ -430,6 +431,7 @@ def test_c4_completion_archive(st: Stack) -> None:
     auto = st.wait_for(
         lambda: (s := st.client.sessions.get(bg)).archived and s, WAIT, "the automatic archive"
     )
+    assert auto
     assert auto.archived_by is ArchivedBy.AUTO and auto.archive_reason == "archive_when_done"
     st.wait_for(lambda: followups(st, boss.id), WAIT, "the background child's follow-up")
 

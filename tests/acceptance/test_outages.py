@@ -8,8 +8,9 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import psycopg
 import pytest
@@ -21,6 +22,8 @@ from chaz.domain.entries import EntryType
 from tests.conftest import PG_ADMIN, free_port
 from tests.support.redis_server import RedisServer
 from tests.support.stack import Stack
+
+T = TypeVar("T")
 
 HELD = chaz.AgentSpec(
     id="held",
@@ -153,7 +156,7 @@ def _terminate_backends(pg_url: str) -> int:
     return len(rows)
 
 
-def _read_after_drop(read):  # type: ignore[no-untyped-def]
+def _read_after_drop(read: Callable[[], T]) -> T:
     # The test's own pooled connections died too: the first use finds out
     # (and SQLAlchemy drops the pool), the next works.
     with contextlib.suppress(Exception):

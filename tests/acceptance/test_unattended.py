@@ -78,6 +78,7 @@ def _next_request(stack: Stack, job_id: str, seen: set[str]) -> Approval:
         )
 
     got = stack.wait_for(found, 30, f"a new approval request of job {job_id}")
+    assert got is not None
     seen.add(got.request_id)
     return got
 

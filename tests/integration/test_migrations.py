@@ -113,7 +113,7 @@ def search_objects(engine: Engine) -> set[str]:
     insp = inspect(engine)
     if engine.dialect.name == "sqlite":
         return set(insp.get_table_names()) & SEARCH_TABLES
-    names = {i["name"] for t in ("entries", "sessions") for i in insp.get_indexes(t)}
+    names = {i["name"] or "" for t in ("entries", "sessions") for i in insp.get_indexes(t)}
     return names & SEARCH_INDEXES
 
 
@@ -168,8 +168,10 @@ def test_unique_constraints_exist_in_the_migrated_schema(engine: Engine) -> None
     upgrade(engine)
     insp = inspect(engine)
 
-    def uniques(table: str) -> set[tuple[str, ...]]:
-        found = {tuple(u["column_names"]) for u in insp.get_unique_constraints(table)}
+    def uniques(table: str) -> set[tuple[str | None, ...]]:
+        found: set[tuple[str | None, ...]] = {
+            tuple(u["column_names"]) for u in insp.get_unique_constraints(table)
+        }
         found |= {tuple(i["column_names"]) for i in insp.get_indexes(table) if i["unique"]}
         return found
 

@@ -329,7 +329,7 @@ def test_building_a_bad_spec_raises_chaz_validation_error_with_the_field() -> No
         AgentSpec(id="has space", script=SCRIPT)
     assert (info.value.code, info.value.field) == ("request.invalid", "id")
     with pytest.raises(ValidationError) as info:
-        AgentSpec(id="a", script=SCRIPT, limits={"max_turn_steps": 0})  # type: ignore[arg-type]
+        AgentSpec(id="a", script=SCRIPT, limits={"max_turn_steps": 0})
     assert info.value.field == "limits.max_turn_steps"
     with pytest.raises(ValidationError) as info:
         AgentSpec.parse({"id": "a", "script": SCRIPT, "colour": "red"})
@@ -401,7 +401,7 @@ def test_mask_url(url: str, masked: str) -> None:
 
 
 def test_settings_masked_hides_every_secret(tmp_path: Any) -> None:
-    settings = Settings(  # type: ignore[call-arg]
+    settings = Settings(
         _env_file=None,
         home=tmp_path,
         database_url="postgresql+psycopg://chaz:pw-db-1@db:5432/chaz",
@@ -419,7 +419,7 @@ def test_settings_masked_hides_every_secret(tmp_path: Any) -> None:
 
 
 def test_settings_masked_fills_in_the_embedded_defaults(tmp_path: Any) -> None:
-    settings = Settings(_env_file=None, home=tmp_path)  # type: ignore[call-arg]
+    settings = Settings(_env_file=None, home=tmp_path)
     masked = settings.masked()
     assert masked["database_url"] == f"sqlite:///{tmp_path.resolve() / 'chaz.db'}"
     assert masked["redis_url"] == f"unix://{tmp_path.resolve() / 'redis.sock'}"

@@ -1,15 +1,16 @@
-"""Seed 002's session tools that write: ``session_create``, ``session_send``,
-``session_deliveries`` and ``session_rename`` (docs/sessions.md#sending-between-sessions).
+"""The session tools that write (docs/contracts.md#session-tools):
+``session_create``, ``session_send``, ``session_deliveries`` and
+``session_rename`` (docs/sessions.md#sending-between-sessions).
 
-``session_send`` and ``session_create`` are deliveries (:mod:`chaz.usecases.deliveries`,
-reached through the delegation port), one more kind on the path every
-hand-off takes: a request owns one FIFO turn in its target, and with
-``reply="completion"`` its frozen result comes back to the caller's session
-exactly once. Every tool here runs only in an interactive turn (one started
-by a person's Message): anywhere else it is ``session.tool_forbidden``. The
-sender is the calling turn, injected by the runtime; no argument names it.
-Arguments come from a model: each is checked, and a refused call writes
-nothing (DESIGN invariant 7).
+``session_send`` and ``session_create`` are deliveries
+(:mod:`chaz.usecases.deliveries`, reached through the delegation port), one
+more kind on the path every hand-off takes: a request owns one FIFO turn in its
+target, and with ``reply="completion"`` its frozen result comes back to the
+caller's session exactly once. Every tool here runs only in an interactive turn
+(one started by a person's Message): anywhere else it is
+``session.tool_forbidden``. The sender is the calling turn, injected by the
+runtime; no argument names it. Arguments come from a model: each is checked,
+and a refused call writes nothing (docs/contracts.md#invariant-7).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Durable approvals (issue 11 item 5, DESIGN invariant 10: waiting holds nothing).
+"""Durable approvals (issue 11 item 5, docs/contracts.md#invariant-10: waiting holds nothing).
 
 A tool call whose policy needs approval suspends its turn: the job waits in
 ``waiting_approval`` holding no worker thread, survives the SIGKILL of every

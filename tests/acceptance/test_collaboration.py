@@ -1,4 +1,5 @@
-"""Issue 9: agents that work together, through public entries (seed 003 §6, C1-C10).
+"""Issue 9: agents that work together, through public entries (docs/contracts.md#acceptance,
+C1-C10).
 
 Scripted agents call ``agent``, ``spawn_agent`` and ``send_message`` inside
 real turns on real worker processes; the tests read what happened through

@@ -1,4 +1,5 @@
-"""Invariant 8 broken on purpose: Redis restarts and dropped database connections mid-turn."""
+"""Invariant 8 (docs/contracts.md#invariant-8) broken on purpose: Redis restarts and dropped
+database connections mid-turn."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Invariants 2, 5 and 6 broken on purpose: dead workers, duplicate and lost messages."""
+"""Invariants 2, 5 and 6 (docs/contracts.md#invariants) broken on purpose: dead workers, duplicate
+and lost messages."""
 
 from __future__ import annotations
 

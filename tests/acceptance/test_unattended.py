@@ -1,4 +1,4 @@
-"""The unattended policy (issue 11 item 6, seed 003 §5.8).
+"""The unattended policy (issue 11 item 6, docs/contracts.md#unattended).
 
 In an unattended session (or a job started unattended), ``send_message``,
 ``agent``, ``spawn_agent``, ``session_send`` and ``session_create`` always

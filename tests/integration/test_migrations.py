@@ -164,7 +164,7 @@ def test_the_head_job_query_can_use_the_partial_index(engine: Engine) -> None:
 
 
 def test_unique_constraints_exist_in_the_migrated_schema(engine: Engine) -> None:
-    # Idempotency rests on these (DESIGN invariant 6); they must come from the migration.
+    # Idempotency rests on these (docs/contracts.md#invariant-6); they must come from the migration.
     upgrade(engine)
     insp = inspect(engine)
 

@@ -16,7 +16,7 @@ from chaz.domain.validation import check_agent_id, check_session_name, check_too
 from chaz.errors import IllegalTransition, ValidationError
 from chaz.settings import Settings, mask_url
 
-# -- the processing rule (seed 000, process_session) ---------------------------
+# -- the processing rule (docs/contracts.md#processing-rule) -------------------
 
 KNOWN = frozenset({"planner", "echo"})
 
@@ -226,8 +226,8 @@ def test_topology_limits_narrow_and_zero_means_unlimited(field: str) -> None:
 
     assert narrowed(3, 1) == 1
     assert narrowed(1, 3) == 1
-    # Seed 003 §5.1: a topology limit of 0 disables the check, so it is the
-    # loosest value and never wins a narrowing against a real limit.
+    # docs/contracts.md#topology: a topology limit of 0 disables the check, so
+    # it is the loosest value and never wins a narrowing against a real limit.
     assert narrowed(0, 5) == 5
     assert narrowed(5, 0) == 5
     assert narrowed(0, 0) == 0

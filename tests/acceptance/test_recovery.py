@@ -107,6 +107,7 @@ def test_a_turn_whose_worker_keeps_dying_ends_interrupted(stack: Stack) -> None:
 
     for attempt in range(1, 4):
         [worker] = stack.workers(1, concurrency=1, queues="chaz.turns")
+
         # Each attempt reports the previous in-flight nap interrupted and starts the next.
         def reached(a: int = attempt) -> bool:
             return client.jobs.get(posted.job_id or "").attempts >= a and sleeps() >= a

@@ -3,8 +3,8 @@
 The rules: docs/contracts.md#addresses and docs/contracts.md#archive
 (details: docs/collaboration.md#addresses and #archive). A ``to`` names an
 existing session and never creates one: its id, ``SID:HEAD``, its exact
-name, or a prefix of exactly one non-archived session's name. Archiving is a
-global state of the session, idempotent, and cancels nothing.
+name, or a prefix of exactly one non-archived session's name. Archiving is
+a global state of the session, idempotent, and cancels nothing.
 """
 
 from __future__ import annotations
@@ -106,11 +106,11 @@ def archive(
     """Archive the session ``ref`` addresses; the session now and whether this changed it.
 
     Global (every caller's listings hide it) and idempotent: the first
-    ``archived_at`` stays; an explicit manual reason outranks an automatic one,
-    and a later request otherwise only fills a missing reason
+    ``archived_at`` stays; an explicit manual reason outranks an automatic
+    one, and a later request otherwise only fills a missing reason
     (docs/contracts.md#archive, case C4). Running and queued work continue:
-    archiving cancels nothing. ``project`` (a turn's) makes another project's
-    session not found.
+    archiving cancels nothing. ``project`` (a turn's) makes another
+    project's session not found.
     """
     reason = check_text("reason", reason, max_chars=MAX_REASON_CHARS).strip()
     session = resolve_target(services, ref, deliverable=False, project=project)

@@ -44,8 +44,8 @@ class DeliveryKind(StrEnum):
     MESSAGE = "message"
     #: A finished job's result, back to the session that started it.
     FOLLOWUP = "followup"
-    #: ``session_send`` (docs/contracts.md#requests): one FIFO turn in an existing
-    #: session of the caller's project, never merged with another
+    #: ``session_send`` (docs/contracts.md#requests): one FIFO turn in an
+    #: existing session of the caller's project, never merged with another
     #: (docs/sessions.md).
     SESSION_SEND = "session_send"
     #: ``session_create`` (docs/contracts.md#requests): a new session whose
@@ -361,9 +361,9 @@ def check_request_target(
 
     A request addresses a session by its immutable id, never by a name
     (docs/contracts.md#requests), in the sender's project; anything else is
-    answered as a missing session. Sending to oneself is ``topology.self``; an
-    archived target is ``session.archived`` (checked again, row locked, when
-    the job is admitted).
+    answered as a missing session. Sending to oneself is ``topology.self``;
+    an archived target is ``session.archived`` (checked again, row locked,
+    when the job is admitted).
     """
     if target.id != ref or target.project != project:
         raise missing_session(ref)

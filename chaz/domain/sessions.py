@@ -99,8 +99,8 @@ def missing_session(ref: str) -> SessionNotFound:
     """The one error for a session that does not exist *or* that the caller may not see.
 
     Both answers are built here so they cannot drift apart
-    (docs/contracts.md#invariant-9): the same class, message and details, whatever
-    the reason.
+    (docs/contracts.md#invariant-9): the same class, message and details,
+    whatever the reason.
     """
     return SessionNotFound(f"no session {ref!r}", session=ref)
 
@@ -110,10 +110,10 @@ def is_interactive(job: Job, trigger: Entry | None) -> bool:
 
     The session tools run only there (docs/contracts.md#session-tools). The
     trigger is a Message whose sender is a person (``user:NAME``), and the
-    job came from no delivery (a spawn, message, follow-up, result or session
-    request) and no schedule fire. Everything else (a delivered, scheduled,
-    bridged or agent-woken turn) is not interactive, which is what makes A ->
-    B -> A loops of session tools impossible.
+    job came from no delivery (a spawn, message, follow-up, result or
+    session request) and no schedule fire. Everything else (a delivered,
+    scheduled, bridged or agent-woken turn) is not interactive, which is
+    what makes A -> B -> A loops of session tools impossible.
     """
     if job.delivery_id is not None or job.fire_id is not None or trigger is None:
         return False

@@ -1,8 +1,8 @@
 """The tools that hand work to other sessions: ``agent``, ``spawn_agent``, ``send_message``.
 
 Their contracts: docs/collaboration.md. Each is one delivery
-(:mod:`chaz.usecases.deliveries`, reached through the delegation port): a
-new session and its first job (``agent`` without ``to``, ``spawn_agent``), a
+(:mod:`chaz.usecases.deliveries`, reached through the delegation port): a new
+session and its first job (``agent`` without ``to``, ``spawn_agent``), a
 tracked job in an existing session (``agent(to=...)``), or a message
 (``send_message``). Arguments come from a model: every one is checked, and a
 refused call writes nothing (docs/contracts.md#invariant-7).

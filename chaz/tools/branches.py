@@ -4,8 +4,8 @@ The rules: docs/contracts.md#reading and docs/contracts.md#archive (details:
 docs/collaboration.md#list-agents, #archive and #read-conversation). Their
 output is text for a model: compact, one line per session or entry,
 deterministic. ``read_conversation`` goes through
-:func:`chaz.access.visibility.check_read`, so a session the caller may not read
-is answered exactly like a missing one.
+:func:`chaz.access.visibility.check_read`, so a session the caller may not
+read is answered exactly like a missing one.
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@
 
 ``session_send`` and ``session_create`` are deliveries
 (:mod:`chaz.usecases.deliveries`, reached through the delegation port), one
-more kind on the path every hand-off takes: a request owns one FIFO turn in its
-target, and with ``reply="completion"`` its frozen result comes back to the
-caller's session exactly once. Every tool here runs only in an interactive turn
-(one started by a person's Message): anywhere else it is
+more kind on the path every hand-off takes: a request owns one FIFO turn in
+its target, and with ``reply="completion"`` its frozen result comes back to
+the caller's session exactly once. Every tool here runs only in an
+interactive turn (one started by a person's Message): anywhere else it is
 ``session.tool_forbidden``. The sender is the calling turn, injected by the
 runtime; no argument names it. Arguments come from a model: each is checked,
 and a refused call writes nothing (docs/contracts.md#invariant-7).

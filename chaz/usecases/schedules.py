@@ -6,8 +6,8 @@ target session, and admits a job *directly* in it through the same
 admission, quotas and lane as any turn, carrying the prompt as the job's
 ``input``: the turn reads it as its trigger, and no Directive entry is
 written (docs/contracts.md#processing-rule). The job's end records the
-fire's outcome (chaz.store.completion); a fire that admits nothing records
-why.
+fire's outcome (chaz.store.completion); a fire that admits nothing
+records why.
 """
 
 from __future__ import annotations

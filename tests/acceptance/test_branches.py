@@ -1,6 +1,6 @@
 """Issue 9, items 6-8 and 10: list_agents, archive_agent, read_conversation and names,
-called by scripted agents inside real turns on real workers (docs/contracts.md#acceptance,
-C3, C4, C8)."""
+called by scripted agents inside real turns on real workers
+(docs/contracts.md#acceptance, C3, C4, C8)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Issue 9: the rules around collaboration, through public entries
 (docs/contracts.md#archive, docs/contracts.md#follow-ups,
-docs/contracts.md#result-cap, docs/contracts.md#visibility; cases C3, C4, C8 and C9 of
-docs/contracts.md#acceptance, and "bad input").
+docs/contracts.md#result-cap, docs/contracts.md#visibility; cases C3, C4, C8 and
+C9 of docs/contracts.md#acceptance, and "bad input").
 
 Scripted agents call ``agent``, ``send_message``, ``archive_agent``,
 ``list_agents`` and ``read_conversation`` inside real turns on real worker

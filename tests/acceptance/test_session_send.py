@@ -70,8 +70,8 @@ def boss(target_id: str, **extra: Any) -> chaz.AgentSpec:
 
 
 def _approve(stack: Stack, job_id: str | None, tool: str) -> None:
-    """Approve the call of ``tool`` that the job waits on: a person is asked
-    for every call of session_send and session_create
+    """Approve the call of ``tool`` that the job waits on: a person is
+    asked for every call of session_send and session_create
     (docs/contracts.md#session-tools)."""
     client = stack.client
 

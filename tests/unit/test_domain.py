@@ -226,8 +226,9 @@ def test_topology_limits_narrow_and_zero_means_unlimited(field: str) -> None:
 
     assert narrowed(3, 1) == 1
     assert narrowed(1, 3) == 1
-    # docs/contracts.md#topology: a topology limit of 0 disables the check, so
-    # it is the loosest value and never wins a narrowing against a real limit.
+    # docs/contracts.md#topology: a topology limit of 0 disables the check,
+    # so it is the loosest value and never wins a narrowing against a real
+    # limit.
     assert narrowed(0, 5) == 5
     assert narrowed(5, 0) == 5
     assert narrowed(0, 0) == 0

@@ -462,7 +462,8 @@ def reference(r: CapacityRun) -> Phase | None:
     """The phase set against the goals: the one with the baseline's worker
     count, else the one with the most workers."""
     same = [p for p in r.phases if p.workers == BASE_WORKERS]
-    return (same or sorted(r.phases, key=lambda p: p.workers)[-1:] or [None])[0]
+    picked = same or sorted(r.phases, key=lambda p: p.workers)[-1:]
+    return picked[0] if picked else None
 
 
 def goals(r: CapacityRun) -> list[str]:

@@ -202,8 +202,11 @@ def corpus(n_entries: int, n_sessions: int, seed: int = 7) -> Iterator[tuple[str
             made += 1
 
 
-def _sessions_and_entries(n_entries: int, n_sessions: int) -> tuple[list[Any], list[Any]]:
-    sessions, entries = [], []
+def _sessions_and_entries(
+    n_entries: int, n_sessions: int
+) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+    sessions: list[tuple[str, ...]] = []
+    entries: list[tuple[str, ...]] = []
     for row in corpus(n_entries, n_sessions):
         (sessions if row[0] == "session" else entries).append(row[1:])
     return sessions, entries

@@ -174,9 +174,9 @@ class SessionArchived(Conflict):
 
 
 class SessionToolForbidden(ChazError):
-    """A session tool (seed 002) was called outside an interactive turn: only a
-    turn started by a person's Message may list, search, create, send to,
-    rename or inspect sessions and deliveries
+    """A session tool (docs/contracts.md#session-tools) was called outside an
+    interactive turn: only a turn started by a person's Message may list,
+    search, create, send to, rename or inspect sessions and deliveries
     (docs/sessions.md#who-may-call-session-tools)."""
 
     code = "session.tool_forbidden"

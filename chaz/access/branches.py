@@ -1,10 +1,10 @@
 """Sessions as collaboration addresses them: ``to`` resolution, archive, listings.
 
-Seed 003 §2.3 and §2.6 (docs/collaboration.md#addresses and #archive). A
-``to`` names an existing session and never creates one: its id,
-``SID:HEAD``, its exact name, or a prefix of exactly one non-archived
-session's name. Archiving is a global state of the session, idempotent, and
-cancels nothing.
+The rules: docs/contracts.md#addresses and docs/contracts.md#archive
+(details: docs/collaboration.md#addresses and #archive). A ``to`` names an
+existing session and never creates one: its id, ``SID:HEAD``, its exact
+name, or a prefix of exactly one non-archived session's name. Archiving is
+a global state of the session, idempotent, and cancels nothing.
 """
 
 from __future__ import annotations
@@ -107,9 +107,10 @@ def archive(
 
     Global (every caller's listings hide it) and idempotent: the first
     ``archived_at`` stays; an explicit manual reason outranks an automatic
-    one, and a later request otherwise only fills a missing reason (seed 003
-    §2.6, C4). Running and queued work continue: archiving cancels nothing.
-    ``project`` (a turn's) makes another project's session not found.
+    one, and a later request otherwise only fills a missing reason
+    (docs/contracts.md#archive, case C4). Running and queued work continue:
+    archiving cancels nothing. ``project`` (a turn's) makes another
+    project's session not found.
     """
     reason = check_text("reason", reason, max_chars=MAX_REASON_CHARS).strip()
     session = resolve_target(services, ref, deliverable=False, project=project)

@@ -1,8 +1,9 @@
 """Who may read what: the one visibility check of every history-consuming read.
 
-DESIGN invariant 9 (knowing an id grants nothing) and seed 003 §5.9. Every
-read of another session's history (``read_conversation``, a fork's source,
-``inherit``, attach expansion, artifacts) asks :func:`readable_scope`,
+docs/contracts.md#invariant-9 (knowing an id grants nothing) and
+docs/contracts.md#visibility. Every read of another session's history
+(``read_conversation``, a fork's source, ``inherit``, attach expansion,
+artifacts) asks :func:`readable_scope`,
 :func:`can_read` or :func:`check_read`; a job's result (``job_output``)
 asks :func:`check_job`.
 

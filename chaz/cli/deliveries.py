@@ -1,5 +1,5 @@
 """``chaz deliveries``: hand-offs between sessions (docs/collaboration.md#deliveries)
-and seed 002's requests (docs/sessions.md#sending-between-sessions)."""
+and requests (docs/contracts.md#requests)."""
 
 from __future__ import annotations
 

@@ -93,8 +93,9 @@ DECIDED = {
 }
 
 #: The tools an unattended turn may never call without a person's decision
-#: (seed 003 §5.8): neither ``permission_mode="bypass"`` nor ``approve_all``
-#: lifts it. ``session_send`` and ``session_create`` are seed 002's tools.
+#: (docs/contracts.md#unattended): neither ``permission_mode="bypass"`` nor
+#: ``approve_all`` lifts it. ``session_send`` and ``session_create`` are
+#: session tools (docs/contracts.md#session-tools).
 UNATTENDED_HELD = frozenset(
     {"send_message", "agent", "spawn_agent", "session_send", "session_create"}
 )
@@ -114,16 +115,17 @@ def check_permission_mode(value: object) -> str:
     return str(value)
 
 
-#: Tools every call of which needs a live decision of its own (seed 002: they
-#: start another session's turn), whatever the agent's policy, ``bypass`` or
-#: an ``approve_all`` say.
+#: Tools every call of which needs a live decision of its own
+#: (docs/contracts.md#session-tools: they start another session's turn),
+#: whatever the agent's policy, ``bypass`` or an ``approve_all`` say.
 ALWAYS_ASKED = frozenset({"session_send", "session_create"})
 
 
 def held(tool: str, unattended: bool) -> bool:
     """Whether a call of ``tool`` needs its own decision whatever the policy,
-    ``permission_mode`` and ``approve_all`` say: the per-call tools of seed
-    002, and under the unattended policy its held tools."""
+    ``permission_mode`` and ``approve_all`` say: the per-call session tools
+    (docs/contracts.md#session-tools), and under the unattended policy its
+    held tools."""
     return tool in ALWAYS_ASKED or (unattended and tool in UNATTENDED_HELD)
 
 

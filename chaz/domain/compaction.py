@@ -1,9 +1,10 @@
 """Compaction's pure parts: the range, its key, the scripted digest and the model's prompt.
 
-A Summary entry is a context start boundary (seed 000): a turn's context is
-the latest Summary and what follows it. Compacting a session writes a new
-Summary at its head that stands for the context since the previous one
-(that Summary included). :mod:`chaz.usecases.compaction` runs it; docs/sessions.md#compaction.
+A Summary entry is a context start boundary (docs/contracts.md#context): a
+turn's context is the latest Summary and what follows it. Compacting a
+session writes a new Summary at its head that stands for the context since
+the previous one (that Summary included). :mod:`chaz.usecases.compaction`
+runs it; docs/sessions.md#compaction.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Deliveries: every hand-off between sessions, and the rules of their life.
 
 A delivery is a spawn, a fork, an ``agent(to=...)``, a ``send_message`` or a
-follow-up; later, seed 002's ``session_send``. It is a row with its own
-state machine (docs/collaboration.md#deliveries):
+follow-up; later, ``session_send`` (docs/contracts.md#requests). It is a row
+with its own state machine (docs/collaboration.md#deliveries):
 
 ``accepted`` -> ``admitted`` -> ``done``; or ``refused`` / ``dropped`` /
 ``failed``, each with a code and a reason.
@@ -44,11 +44,12 @@ class DeliveryKind(StrEnum):
     MESSAGE = "message"
     #: A finished job's result, back to the session that started it.
     FOLLOWUP = "followup"
-    #: Seed 002's ``session_send``: one FIFO turn in an existing session of the
-    #: caller's project, never merged with another (docs/sessions.md).
+    #: ``session_send`` (docs/contracts.md#requests): one FIFO turn in an
+    #: existing session of the caller's project, never merged with another
+    #: (docs/sessions.md).
     SESSION_SEND = "session_send"
-    #: Seed 002's ``session_create``: a new session whose first message is a
-    #: completion request.
+    #: ``session_create`` (docs/contracts.md#requests): a new session whose
+    #: first message is a completion request.
     SESSION_CREATE = "session_create"
     #: The frozen result of a ``session_send``/``session_create`` request, back
     #: to the session that asked (one per request: :func:`result_key`).
@@ -57,8 +58,9 @@ class DeliveryKind(StrEnum):
 
 #: Kinds that create the session they deliver to.
 CREATING = frozenset({DeliveryKind.SPAWN, DeliveryKind.FORK, DeliveryKind.SESSION_CREATE})
-#: Seed 002's requests: their turn is never replayed, and their end is
-#: ``done`` or ``failed`` with a frozen result (docs/sessions.md#sending-between-sessions).
+#: Requests (docs/contracts.md#requests): their turn is never replayed,
+#: and their end is ``done`` or ``failed`` with a frozen result
+#: (docs/sessions.md#sending-between-sessions).
 REQUESTS = frozenset({DeliveryKind.SESSION_SEND, DeliveryKind.SESSION_CREATE})
 #: Kinds admitted as the receiving session's own turn (nobody called it).
 ANSWERS = frozenset({DeliveryKind.FOLLOWUP, DeliveryKind.RESULT})
@@ -93,8 +95,9 @@ class Reply(StrEnum):
     NONE = "none"
     #: One follow-up turn in the sender session, when the job ends with something to say.
     FOLLOWUP = "followup"
-    #: Seed 002's ``reply="completion"``: the job's terminal result, frozen, is
-    #: delivered back to the sender session exactly once, whatever it was.
+    #: ``reply="completion"`` (docs/contracts.md#requests): the job's terminal
+    #: result, frozen, is delivered back to the sender session exactly once,
+    #: whatever it was.
     COMPLETION = "completion"
 
 
@@ -174,7 +177,8 @@ class NewBranch:
     reply: Reply = Reply.NONE
     archive_when_done: bool = False
     #: A name of the caller's choosing (``conflict.name_taken`` if used), a
-    #: description, and the project of the new session (seed 002's ``session_create``).
+    #: description, and the project of the new session (``session_create``:
+    #: docs/contracts.md#requests).
     name: str | None = None
     description: str | None = None
     project: str | None = None
@@ -227,7 +231,7 @@ def followup(
     return f"{label} failed ({status}): {reason}", True
 
 
-# -- seed 002's requests and results (docs/sessions.md#sending-between-sessions) ------
+# -- requests and results (docs/contracts.md#requests) --------------------------------
 
 #: The code of a request whose turn was lost mid-flight: it is never replayed.
 INTERRUPTED = "delivery.interrupted"
@@ -248,7 +252,8 @@ def result_key(request_id: str) -> str:
 
 
 def request_status(state: DeliveryState, job_status: str | None) -> RequestStatus:
-    """The seed's lifecycle, from a stored delivery state and its job's status.
+    """The request lifecycle (docs/contracts.md#requests), from a stored delivery state and its
+    job's status.
 
     ``accepted``: recorded, and its turn has not started (no job yet, or the
     job still queued behind the target's current turn); ``delivering``: its
@@ -321,7 +326,8 @@ VIEW_TEXT_CHARS = 2000
 
 
 def request_view(delivery: Delivery, job_status: str | None) -> dict[str, Any]:
-    """A request or result as ``session_deliveries`` shows it (camelCase, as the seed's tools)."""
+    """A request or result as ``session_deliveries`` shows it (camelCase, as the session tools
+    answer: docs/contracts.md#session-tools)."""
     status = request_status(delivery.state, job_status)
     is_result = delivery.kind is DeliveryKind.RESULT
     view: dict[str, Any] = {
@@ -353,10 +359,11 @@ def check_request_target(
 ) -> Session:
     """``target`` (found for ``ref``) as the target of a request, or why not.
 
-    A request addresses a session by its immutable id, never by a name (seed
-    002), in the sender's project; anything else is answered as a missing
-    session. Sending to oneself is ``topology.self``; an archived target is
-    ``session.archived`` (checked again, row locked, when the job is admitted).
+    A request addresses a session by its immutable id, never by a name
+    (docs/contracts.md#requests), in the sender's project; anything else is
+    answered as a missing session. Sending to oneself is ``topology.self``;
+    an archived target is ``session.archived`` (checked again, row locked,
+    when the job is admitted).
     """
     if target.id != ref or target.project != project:
         raise missing_session(ref)

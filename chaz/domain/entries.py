@@ -15,9 +15,9 @@ from chaz.errors import ValidationError
 
 
 class EntryType(StrEnum):
-    """The entry types (docs/contracts.md#entries): seed 000's nine, and two that
-    collaboration writes (``attach``, ``notice``), which admit nothing and are
-    not context."""
+    """The entry types (docs/contracts.md#entries): nine for conversations and
+    turns, and two that collaboration writes (``attach``, ``notice``), which
+    admit nothing and are not context."""
 
     MESSAGE = "message"
     DIRECTIVE = "directive"

@@ -124,6 +124,6 @@ class Job(BaseModel):
 def missing_job(job_id: str) -> JobNotFound:
     """The one error for a job that does not exist *or* that the caller may not see.
 
-    Both answers are built here so they cannot drift apart (DESIGN invariant 9).
+    Both answers are built here so they cannot drift apart (docs/contracts.md#invariant-9).
     """
     return JobNotFound(f"no job {job_id!r}", job_id=job_id)

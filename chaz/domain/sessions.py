@@ -78,7 +78,7 @@ class Session(BaseModel):
     unattended: bool = False
     #: "default", or "bypass": tools whose policy is ``unless_auto_approved`` run unasked.
     permission_mode: str = "default"
-    #: What it is for (seed 002's session listings); None: not described.
+    #: What it is for (the session listings: docs/contracts.md#session-tools); None: not described.
     description: str | None = None
 
     @computed_field  # type: ignore[prop-decorator]
@@ -98,8 +98,9 @@ class Session(BaseModel):
 def missing_session(ref: str) -> SessionNotFound:
     """The one error for a session that does not exist *or* that the caller may not see.
 
-    Both answers are built here so they cannot drift apart (DESIGN invariant 9):
-    the same class, message and details, whatever the reason.
+    Both answers are built here so they cannot drift apart
+    (docs/contracts.md#invariant-9): the same class, message and details,
+    whatever the reason.
     """
     return SessionNotFound(f"no session {ref!r}", session=ref)
 
@@ -107,12 +108,12 @@ def missing_session(ref: str) -> SessionNotFound:
 def is_interactive(job: Job, trigger: Entry | None) -> bool:
     """Whether ``job`` is an interactive turn: one started by a person's Message.
 
-    Seed 002's session tools run only there. The trigger is a Message whose
-    sender is a person (``user:NAME``), and the job came from no delivery
-    (a spawn, message, follow-up, result or session request) and no schedule
-    fire. Everything else (a delivered, scheduled, bridged or agent-woken
-    turn) is not interactive, which is what makes A -> B -> A loops of
-    session tools impossible.
+    The session tools run only there (docs/contracts.md#session-tools). The
+    trigger is a Message whose sender is a person (``user:NAME``), and the
+    job came from no delivery (a spawn, message, follow-up, result or
+    session request) and no schedule fire. Everything else (a delivered,
+    scheduled, bridged or agent-woken turn) is not interactive, which is
+    what makes A -> B -> A loops of session tools impossible.
     """
     if job.delivery_id is not None or job.fire_id is not None or trigger is None:
         return False

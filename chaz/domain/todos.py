@@ -1,4 +1,4 @@
-"""Todos: a session's checklist, kept by the planning tools (seed 003 §1).
+"""Todos: a session's checklist, kept by the planning tools (docs/contracts.md#planning).
 
 A todo records intended work and starts nothing: no entry, no job, no
 delivery. Only its own row changes.

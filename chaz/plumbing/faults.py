@@ -3,7 +3,7 @@
 A turn that hits one is retried from its checkpoint as a new attempt (the
 same path as a lost worker), instead of ending ``turn.crashed``: a Redis
 restart, a terminated database connection or a locked SQLite file delays a
-turn; it does not fail it (DESIGN invariant 8).
+turn; it does not fail it (docs/contracts.md#invariant-8).
 """
 
 from __future__ import annotations

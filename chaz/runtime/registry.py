@@ -2,10 +2,11 @@
 
 A tool's arguments are a pydantic model. Whatever the model sends (malformed
 JSON, wrong types, an unknown or forbidden tool name) becomes an error result
-that the model reads; a tool call never crashes a turn (DESIGN invariant 7).
-What a tool returns is made storable here too: a NUL or a lone surrogate
-becomes U+FFFD, and a result larger than ``CHAZ_MAX_CONTENT_BYTES`` is cut,
-with a note saying so, rather than refused.
+that the model reads; a tool call never crashes a turn
+(docs/contracts.md#invariant-7). What a tool returns is made storable here
+too: a NUL or a lone surrogate becomes U+FFFD, and a result larger than
+``CHAZ_MAX_CONTENT_BYTES`` is cut, with a note saying so, rather than
+refused.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ Their contracts: docs/collaboration.md. Each is one delivery
 (:mod:`chaz.usecases.deliveries`, reached through the delegation port): a new
 session and its first job (``agent`` without ``to``, ``spawn_agent``), a
 tracked job in an existing session (``agent(to=...)``), or a message
-(``send_message``). Arguments come from a model: every one is checked, and
-a refused call writes nothing (DESIGN invariant 7).
+(``send_message``). Arguments come from a model: every one is checked, and a
+refused call writes nothing (docs/contracts.md#invariant-7).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from chaz.tools.handoff import check_creation, check_messages, sender_of, stage1
 
 
 class AgentArgs(BaseModel):
-    """Arguments of ``agent`` (seed 003 §2.1)."""
+    """Arguments of ``agent`` (docs/contracts.md#spawn-agent)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -69,7 +69,8 @@ class AgentArgs(BaseModel):
 
 
 class SpawnArgs(BaseModel):
-    """Arguments of ``spawn_agent`` (seed 000): ``agent(start_from="clean")`` by another name."""
+    """Arguments of ``spawn_agent`` (docs/contracts.md#spawn-agent): ``agent(start_from="clean")``
+    by another name."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -87,7 +88,7 @@ class SpawnArgs(BaseModel):
 
 
 class SendMessageArgs(BaseModel):
-    """Arguments of ``send_message`` (seed 003 §2.1, §5.4)."""
+    """Arguments of ``send_message`` (docs/contracts.md#inbox)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -175,7 +176,7 @@ def _create(
     spec = svc.store.get_agent(agent_id)
     generation = check_creation(svc, ctx)
     # Transitive narrowing: a child never gets a tool its caller lacks,
-    # whichever configuration it runs (seed 003 §5.7).
+    # whichever configuration it runs (docs/contracts.md#authority).
     tools = sorted(set(spec.tools) & ctx.allowed_tools)
     branch = NewBranch(
         agent_id=agent_id,

@@ -1,10 +1,11 @@
 """Tools over other sessions: ``list_agents``, ``archive_agent``, ``read_conversation``.
 
-Seed 003 §2.2, §2.3, §2.6; docs/collaboration.md#list-agents, #archive and
-#read-conversation. Their output is text for a model: compact, one line per
-session or entry, deterministic.
-``read_conversation`` goes through :func:`chaz.access.visibility.check_read`, so a
-session the caller may not read is answered exactly like a missing one.
+The rules: docs/contracts.md#reading and docs/contracts.md#archive (details:
+docs/collaboration.md#list-agents, #archive and #read-conversation). Their
+output is text for a model: compact, one line per session or entry,
+deterministic. ``read_conversation`` goes through
+:func:`chaz.access.visibility.check_read`, so a session the caller may not
+read is answered exactly like a missing one.
 """
 
 from __future__ import annotations

@@ -1,15 +1,16 @@
-"""Seed 002's session tools that write: ``session_create``, ``session_send``,
-``session_deliveries`` and ``session_rename`` (docs/sessions.md#sending-between-sessions).
+"""The session tools that write (docs/contracts.md#session-tools):
+``session_create``, ``session_send``, ``session_deliveries`` and
+``session_rename`` (docs/sessions.md#sending-between-sessions).
 
-``session_send`` and ``session_create`` are deliveries (:mod:`chaz.usecases.deliveries`,
-reached through the delegation port), one more kind on the path every
-hand-off takes: a request owns one FIFO turn in its target, and with
-``reply="completion"`` its frozen result comes back to the caller's session
-exactly once. Every tool here runs only in an interactive turn (one started
-by a person's Message): anywhere else it is ``session.tool_forbidden``. The
-sender is the calling turn, injected by the runtime; no argument names it.
-Arguments come from a model: each is checked, and a refused call writes
-nothing (DESIGN invariant 7).
+``session_send`` and ``session_create`` are deliveries
+(:mod:`chaz.usecases.deliveries`, reached through the delegation port), one
+more kind on the path every hand-off takes: a request owns one FIFO turn in
+its target, and with ``reply="completion"`` its frozen result comes back to
+the caller's session exactly once. Every tool here runs only in an
+interactive turn (one started by a person's Message): anywhere else it is
+``session.tool_forbidden``. The sender is the calling turn, injected by the
+runtime; no argument names it. Arguments come from a model: each is checked,
+and a refused call writes nothing (docs/contracts.md#invariant-7).
 """
 
 from __future__ import annotations
@@ -168,7 +169,8 @@ def _answer(svc: Services, delivery: Delivery) -> dict[str, Any]:
 def session_create(args: SessionCreateArgs, ctx: ToolContext) -> str:
     """A new session whose first message is a completion request; the ids come
     back at once while the work runs. With ``target_agent_id`` the session is
-    that agent's, and continues its most recent session (seed 002)."""
+    that agent's, and continues its most recent session
+    (docs/contracts.md#session-tools)."""
     svc = ctx.need_services()
     require_interactive(ctx, "session_create")
     message = check_content(

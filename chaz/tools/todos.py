@@ -1,4 +1,4 @@
-"""Planning tools: ``todo_create``, ``todo_update`` and ``todo_list`` (seed 003 §1).
+"""Planning tools: ``todo_create``, ``todo_update`` and ``todo_list`` (docs/contracts.md#planning).
 
 A session's checklist records intended work and starts nothing: these tools
 write no entry and admit no job; only the calling session's ``todos`` rows

@@ -1,12 +1,13 @@
 """Durable approvals: decide, list and expire the requests of suspended turns.
 
 A turn whose tool call needs a person's decision suspends (see
-:meth:`chaz.usecases.turns.turn.Turn.suspend`): its job waits in ``waiting_approval``
-holding no worker, lane or live slot (DESIGN invariant 10). A decision here
-closes the request (the first wins, by a compare-and-set on its state),
-queues the job again and wakes its session: the turn resumes from its
-checkpoint on any worker. The reconciler closes requests past their timeout
-as ``expired``. See docs/approvals.md.
+:meth:`chaz.usecases.turns.turn.Turn.suspend`): its job waits in
+``waiting_approval`` holding no worker, lane or live slot
+(docs/contracts.md#invariant-10). A decision here closes the request (the
+first wins, by a compare-and-set on its state), queues the job again and
+wakes its session: the turn resumes from its checkpoint on any worker. The
+reconciler closes requests past their timeout as ``expired``. See
+docs/approvals.md.
 """
 
 from __future__ import annotations

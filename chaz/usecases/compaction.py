@@ -1,12 +1,13 @@
 """Compaction: a Summary entry, made by the session's own model, that later turns start from.
 
-Seed 000's Summary is a context start boundary: a turn reads its context from
-the latest Summary on (:meth:`chaz.store.Store.turn_setup`), so its cost stays
-flat however long the session grows. :func:`compact` writes a new Summary at
-the session's head that stands for the context since the previous one (that
-Summary included): a person's ``client.sessions.compact`` / ``chaz sessions
-compact``, and :func:`after_turn`, the automatic trigger, when a turn's
-context passed ``Limits.max_context_chars``.
+A Summary is a context start boundary (docs/contracts.md#context): a turn
+reads its context from the latest Summary on
+(:meth:`chaz.store.Store.turn_setup`), so its cost stays flat however long the
+session grows. :func:`compact` writes a new Summary at the session's head that
+stands for the context since the previous one (that Summary included): a
+person's ``client.sessions.compact`` / ``chaz sessions compact``, and
+:func:`after_turn`, the automatic trigger, when a turn's context passed
+``Limits.max_context_chars``.
 
 Ordering: compaction runs under the session's **lane**, the same lease a
 turn runs under, so it never runs beside a turn of the session; a turn

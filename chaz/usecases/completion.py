@@ -48,7 +48,7 @@ def ended(tx: Ending) -> None:
         unless_kinds=REQUESTS,
     )
     if delivery is None:
-        # Moved already, or one of seed 002's requests, whose end is its own.
+        # Moved already, or a request (docs/contracts.md#requests), whose end is its own.
         request_ended(tx)
         return
     target = tx.session(tx.session_id)

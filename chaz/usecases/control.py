@@ -257,8 +257,8 @@ def job_output(
     ``viewer_session_id=None`` is the operator's view (the producer API), which
     is authorized by whoever holds the client, not by session lineage. A job
     the viewer may not read is answered exactly as a missing one
-    (``job.not_found``, the same message and details: DESIGN invariant 9), so
-    a model cannot learn which ids exist.
+    (``job.not_found``, the same message and details:
+    docs/contracts.md#invariant-9), so a model cannot learn which ids exist.
 
     A result longer than the cap comes back as its excerpt with its
     ``artifact`` (docs/contracts.md#result-cap). ``full=True`` returns the
@@ -311,7 +311,8 @@ def _artifact(services: Services, job_id: str, text: str | None) -> Artifact | N
     """The artifact of ``text``, the job's result as read, if it has one that matches it.
 
     Only a result the cap cuts has one; and one whose size or hash does not
-    match the text is not reported (DESIGN: never name what is not there).
+    match the text is not reported (docs/contracts.md#result-cap: nothing
+    is named that is not there).
     """
     if text is None or len(text) <= RESULT_CAP:
         return None

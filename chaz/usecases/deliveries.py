@@ -200,7 +200,7 @@ def deliver(
     if sender.session_id is not None and sender.session_id == target.id:
         raise SelfDelivery("a session cannot deliver to itself", session_id=target.id)
     if target.project != sender.project:
-        # Nothing crosses projects; answered as a missing target (C8).
+        # Nothing crosses projects; answered as a missing target (docs/contracts.md#visibility).
         raise missing_session(target.id)
     first = _replay(services, sender.key)
     if first is not None:
@@ -447,7 +447,7 @@ def sweep(services: Services, grace: timedelta) -> SweepReport:
     return report
 
 
-# -- seed 002's requests ------------------------------------------------------------
+# -- requests (docs/contracts.md#requests) ------------------------------------------
 
 
 def send_request(
@@ -465,9 +465,10 @@ def send_request(
     delivery whose turn carries the principal's grants.
 
     ``from_session_id`` (a session of the same project) is where a
-    ``completion`` result comes back, as a result entry and turn; without it
-    the frozen result is kept on the request only. A person has no
-    idempotency key here (seed 002): each call is a new request.
+    ``completion`` result comes back, as a result entry and turn;
+    without it the frozen result is kept on the request only. A person
+    has no idempotency key here (docs/contracts.md#requests): each call
+    is a new request.
     """
     project = principal.project
     origin: Session | None = None

@@ -1,14 +1,14 @@
 """Stage 2 of session names: a background rename by the session's own model.
 
-Seed 003 §2.4 (docs/collaboration.md#names). A session made by the
-``agent`` tool or a fork (``origin`` set) starts with a stage-1 label
-(:func:`chaz.domain.naming.stage1_label`). When its finished-turn count
-reaches 1, 6, 16 or 40, :func:`after_turn` sends the ``chaz.rename`` Celery
-task (queue ``chaz.control``), whose worker calls :func:`rename`: the
-session's own model reads the latest transcript, fenced as data, and
-answers a title. The title is written only while the name is still
-automatic (a compare-and-set: a person's rename wins) and the session is
-not archived. Nothing here ever raises into a worker's loop.
+The rule: docs/contracts.md#names (details: docs/collaboration.md#names). A
+session made by the ``agent`` tool or a fork (``origin`` set) starts with a
+stage-1 label (:func:`chaz.domain.naming.stage1_label`). When its
+finished-turn count reaches 1, 6, 16 or 40, :func:`after_turn` sends the
+``chaz.rename`` Celery task (queue ``chaz.control``), whose worker calls
+:func:`rename`: the session's own model reads the latest transcript, fenced
+as data, and answers a title. The title is written only while the name is
+still automatic (a compare-and-set: a person's rename wins) and the session
+is not archived. Nothing here ever raises into a worker's loop.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ inserts it fires, every other beat or redelivery gets nothing), finds its
 target session, and admits a job *directly* in it through the same
 admission, quotas and lane as any turn, carrying the prompt as the job's
 ``input``: the turn reads it as its trigger, and no Directive entry is
-written (seed 000's status update). The job's end records the fire's
-outcome (chaz.store.ending); a fire that admits nothing records why.
+written (docs/contracts.md#processing-rule). The job's end records the
+fire's outcome (chaz.store.ending); a fire that admits nothing
+records why.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Durable approvals (issue 11 item 5, DESIGN invariant 10: waiting holds nothing).
+"""Durable approvals (issue 11 item 5, docs/contracts.md#invariant-10: waiting holds nothing).
 
 A tool call whose policy needs approval suspends its turn: the job waits in
 ``waiting_approval`` holding no worker thread, survives the SIGKILL of every
@@ -52,7 +52,9 @@ def _waiting(stack: Stack, job_id: str) -> Approval:
             return None
         return next((a for a in client.approvals.pending() if a.job_id == job_id), None)
 
-    return stack.wait_for(found, 30, f"job {job_id} waiting for approval")
+    request = stack.wait_for(found, 30, f"job {job_id} waiting for approval")
+    assert request is not None
+    return request
 
 
 def _for_call(entries: list[chaz.Entry], etype: EntryType, call_id: str) -> list[chaz.Entry]:
@@ -286,6 +288,7 @@ def test_deciding_needs_the_grant_and_another_projects_request_is_not_found(
     request = stack.wait_for(
         lambda: next(iter(approvals.pending(svc, principal=bob)), None), 30, "their request"
     )
+    assert request is not None
     assert request.project == "other" and request.job_id == posted.entry.job_id
 
     # Another project's request: exactly what a missing one gets.

@@ -114,7 +114,9 @@ def _waiting(stack: Stack, client: chaz.Client, job_id: str) -> Approval:
     def found() -> Approval | None:
         return next((a for a in client.approvals.pending() if a.job_id == job_id), None)
 
-    return stack.wait_for(found, WAIT, f"job {job_id} waiting for approval")
+    request = stack.wait_for(found, WAIT, f"job {job_id} waiting for approval")
+    assert request is not None
+    return request
 
 
 @dataclass
@@ -350,6 +352,7 @@ def test_cancelling_another_projects_job_is_forbidden_and_it_runs_to_completion(
         WAIT,
         "the held job to run",
     )
+    assert running
     # An earlier, finished job, cancelled (a no-op) under a command id.
     done = client.sessions.create("echo")
     first = client.sessions.post(done.id, "x", sender="user:tester")

@@ -1,5 +1,6 @@
 """Issue 9, items 6-8 and 10: list_agents, archive_agent, read_conversation and names,
-called by scripted agents inside real turns on real workers (seed 003 C3, C4, C8)."""
+called by scripted agents inside real turns on real workers
+(docs/contracts.md#acceptance, C3, C4, C8)."""
 
 from __future__ import annotations
 
@@ -162,7 +163,7 @@ def test_c8_a_denied_read_looks_missing_and_a_long_read_is_cut_with_a_resume_not
     bee = child_of(stack, root, "echoer", "secret-bee")
     stranger = client.sessions.create("collab", name="c8-stranger")
     fake = "f" * len(bee.id)
-    reads = {
+    reads: dict[str, dict[str, Any]] = {
         "read-id": {"to": bee.id},
         "read-missing-id": {"to": fake},
         "read-name": {"to": "secret-bee"},

@@ -51,11 +51,11 @@ def test_a_tree_runs_at_most_max_live_and_other_trees_are_not_blocked(tmp_path: 
         # full tree still had children waiting for a slot.
         other_job = client.jobs.get(o.job_id or "")
         assert other_job.started_at is not None
-        assert other_job.started_at < max(f.started_at for f in finals)  # type: ignore[type-var]
+        assert other_job.started_at < max(f.started_at for f in finals)  # type: ignore[operator, type-var]
         # At no moment did more than two turns of the tree run.
         spans = [(f.started_at, f.finished_at) for f in finals]
         for start, _ in spans:
-            live = sum(1 for s, f in spans if s <= start < f)  # type: ignore[operator]
+            live = sum(1 for s, f in spans if s <= start < f)  # type: ignore[operator, misc]
             assert live <= 2, spans
     finally:
         stack.close()

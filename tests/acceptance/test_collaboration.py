@@ -1,4 +1,5 @@
-"""Issue 9: agents that work together, through public entries (seed 003 §6, C1-C10).
+"""Issue 9: agents that work together, through public entries (docs/contracts.md#acceptance,
+C1-C10).
 
 Scripted agents call ``agent``, ``spawn_agent`` and ``send_message`` inside
 real turns on real worker processes; the tests read what happened through
@@ -500,8 +501,8 @@ def test_c10_completion_replies_once_and_only_when_it_should(st: Stack) -> None:
     assert ask(st, s.id, "go").content == "spawned"
     kids = [r for r in tool_results(st, s.id) if "execution_id" in r]
     hello, empty, fail, waiting = kids
-    for kid in (hello, empty, fail):
-        st.client.jobs.wait(kid["execution_id"], timeout=WAIT)
+    for started in (hello, empty, fail):
+        st.client.jobs.wait(started["execution_id"], timeout=WAIT)
     # The waiting kid is cancelled on its own: it answers once, as an error.
     st.wait_for(
         lambda: st.client.jobs.get(waiting["execution_id"]).status is chaz.JobStatus.RUNNING,
@@ -538,6 +539,7 @@ def test_c10_completion_replies_once_and_only_when_it_should(st: Stack) -> None:
         WAIT,
         "the cascade kid",
     )
+    assert kid is not None
     st.wait_for(
         lambda: st.client.jobs.get(kid.id).status is chaz.JobStatus.RUNNING, WAIT, "kid running"
     )

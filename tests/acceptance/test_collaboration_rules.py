@@ -1,5 +1,7 @@
-"""Issue 9: the rules around collaboration, through public entries (seed 003 §2.6,
-§5.5, §5.6, §5.9; §6 C3, C4, C8, C9 and "bad input").
+"""Issue 9: the rules around collaboration, through public entries
+(docs/contracts.md#archive, docs/contracts.md#follow-ups,
+docs/contracts.md#result-cap, docs/contracts.md#visibility; cases C3, C4, C8 and
+C9 of docs/contracts.md#acceptance, and "bad input").
 
 Scripted agents call ``agent``, ``send_message``, ``archive_agent``,
 ``list_agents`` and ``read_conversation`` inside real turns on real worker
@@ -363,6 +365,7 @@ def test_c3_archived_target_refuses_new_deliveries(st: Stack) -> None:
         WAIT,
         "the inbox to be rechecked",
     )
+    assert delivery
     assert delivery.state is DeliveryState.REFUSED and delivery.code == "session.archived"
     assert delivery.job_id is None
     st.wait_for(
@@ -430,6 +433,7 @@ def test_c4_completion_archive(st: Stack) -> None:
     auto = st.wait_for(
         lambda: (s := st.client.sessions.get(bg)).archived and s, WAIT, "the automatic archive"
     )
+    assert auto
     assert auto.archived_by is ArchivedBy.AUTO and auto.archive_reason == "archive_when_done"
     st.wait_for(lambda: followups(st, boss.id), WAIT, "the background child's follow-up")
 

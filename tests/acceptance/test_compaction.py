@@ -1,4 +1,4 @@
-"""Compaction (issue 12 item 8, seed 000's Summary as a context start boundary).
+"""Compaction (issue 12 item 8, a Summary as a context start boundary, docs/contracts.md#context).
 
 A Summary written by the session's own model (the scripted one's digest
 here) is where every later turn's context starts; compaction runs under the

@@ -87,6 +87,7 @@ def test_five_children_finishing_at_once_make_one_serial_chain_despite_a_kill(
         return jobs[0] if jobs and jobs[0].id != posted.job_id else None
 
     first = stack.wait_for(running_followup, WAIT, "the first follow-up turn")
+    assert first is not None
     stack.wait_for(
         lambda: any(
             e.type is EntryType.ACK and e.job_id == first.id

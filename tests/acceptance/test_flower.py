@@ -68,7 +68,9 @@ def test_flower_finds_the_turn(stack: Stack) -> None:
         while found is None:
             tasks = get("/api/tasks?taskname=chaz.turn")
             assert isinstance(tasks, dict)
-            found = next((t for t in tasks.values() if e.job_id in str(t.get("kwargs", ""))), None)
+            found = next(
+                (t for t in tasks.values() if str(e.job_id) in str(t.get("kwargs", ""))), None
+            )
             if found is None:
                 assert time.monotonic() < deadline, f"turn not in flower: {tasks}"
                 time.sleep(0.3)
@@ -81,7 +83,7 @@ def test_flower_finds_the_turn(stack: Stack) -> None:
             assert isinstance(found, dict)
         assert found["state"] == "SUCCESS"
         # The result names the jobs the task ran (a kept lane may run several).
-        assert e.job_id in str(found.get("result")), found
+        assert str(e.job_id) in str(found.get("result")), found
     finally:
         flower.terminate()
         flower.wait(10)

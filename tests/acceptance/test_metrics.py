@@ -93,6 +93,7 @@ def test_a_workers_endpoint_shows_its_turns(fleet: tuple[Stack, int]) -> None:
         return got if ended >= len(posted) else None
 
     got = stack.wait_for(moved, WAIT, "the worker's turn counters")
+    assert got is not None
     assert got[("chaz_turns_started_total", ())] >= len(posted)
     succeeded = (("outcome", "succeeded"),)
     assert got[("chaz_turn_duration_seconds_count", succeeded)] >= len(posted)
@@ -126,6 +127,7 @@ def test_chaz_exporter_serves_until_sigterm(fleet: tuple[Stack, int]) -> None:
                 return None  # not listening yet
 
         got = stack.wait_for(answers, WAIT, "chaz exporter to answer")
+        assert got is not None
         assert ("chaz_queue_depth", (("queue", "chaz.turns"),)) in got
         assert got[("chaz_exporter_source_up", (("source", "database"),))] == 1
         proc.send_signal(signal.SIGTERM)

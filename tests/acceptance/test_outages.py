@@ -1,4 +1,5 @@
-"""Invariant 8 broken on purpose: Redis restarts and dropped database connections mid-turn."""
+"""Invariant 8 (docs/contracts.md#invariant-8) broken on purpose: Redis restarts and dropped
+database connections mid-turn."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import psycopg
 import pytest
@@ -21,6 +23,8 @@ from chaz.domain.entries import EntryType
 from tests.conftest import PG_ADMIN, free_port
 from tests.support.redis_server import RedisServer
 from tests.support.stack import Stack
+
+T = TypeVar("T")
 
 HELD = chaz.AgentSpec(
     id="held",
@@ -153,7 +157,7 @@ def _terminate_backends(pg_url: str) -> int:
     return len(rows)
 
 
-def _read_after_drop(read):  # type: ignore[no-untyped-def]
+def _read_after_drop(read: Callable[[], T]) -> T:
     # The test's own pooled connections died too: the first use finds out
     # (and SQLAlchemy drops the pool), the next works.
     with contextlib.suppress(Exception):

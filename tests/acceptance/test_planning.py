@@ -1,4 +1,5 @@
-"""Planning tools inside real turns: a checklist entry starts nothing (seed 003 §1)."""
+"""Planning tools inside real turns: a checklist entry starts nothing
+(docs/contracts.md#planning)."""
 
 from __future__ import annotations
 

@@ -46,11 +46,10 @@ def test_poisoned_messages_are_set_aside_and_workers_go_on(stack: Stack) -> None
         for payload in payloads:
             redis.lpush(queue, payload)
 
-    dead = stack.wait_for(
-        lambda: redis.llen(keys.deadletter()) == 4 and redis.lrange(keys.deadletter(), 0, -1),
-        60,
-        "four messages on the dead-letter list",
+    stack.wait_for(
+        lambda: redis.llen(keys.deadletter()) == 4, 60, "four messages on the dead-letter list"
     )
+    dead = redis.lrange(keys.deadletter(), 0, -1)
     assert all(w.alive() for w in workers), stack.logs()
     records = [json.loads(d) for d in dead]
     assert sorted(r["queue"] for r in records) == ["chaz.control"] + ["chaz.turns"] * 3

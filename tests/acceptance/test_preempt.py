@@ -26,11 +26,13 @@ WAIT = 60
 
 
 def _running(stack: Stack, job_id: str) -> chaz.Job:
-    return stack.wait_for(
+    job = stack.wait_for(
         lambda: (j := stack.client.jobs.get(job_id)).status is chaz.JobStatus.RUNNING and j,
         WAIT,
         f"job {job_id} to run",
     )
+    assert job
+    return job
 
 
 def _cancelled_without_reply(stack: Stack, session_id: str, job_id: str, agent: str) -> None:

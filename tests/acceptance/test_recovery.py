@@ -1,4 +1,5 @@
-"""Invariants 2, 5 and 6 broken on purpose: dead workers, duplicate and lost messages."""
+"""Invariants 2, 5 and 6 (docs/contracts.md#invariants) broken on purpose: dead workers, duplicate
+and lost messages."""
 
 from __future__ import annotations
 
@@ -107,12 +108,12 @@ def test_a_turn_whose_worker_keeps_dying_ends_interrupted(stack: Stack) -> None:
 
     for attempt in range(1, 4):
         [worker] = stack.workers(1, concurrency=1, queues="chaz.turns")
+
         # Each attempt reports the previous in-flight nap interrupted and starts the next.
-        stack.wait_for(
-            lambda a=attempt: client.jobs.get(posted.job_id or "").attempts >= a and sleeps() >= a,
-            30,
-            f"attempt {attempt}",
-        )
+        def reached(a: int = attempt) -> bool:
+            return client.jobs.get(posted.job_id or "").attempts >= a and sleeps() >= a
+
+        stack.wait_for(reached, 30, f"attempt {attempt}")
         worker.kill(signal.SIGKILL)
     stack.workers(1, concurrency=1, queues="chaz.turns")
     final = client.jobs.wait(posted.job_id or "", timeout=60)
@@ -217,5 +218,6 @@ def test_a_killed_workers_turn_resumes_with_no_beat_running(stack: Stack) -> Non
         return got if got.get(("chaz_turns_ended_total", (("outcome", "succeeded"),))) else None
 
     got = stack.wait_for(counted, 30, "the survivor's turn counters")
+    assert got is not None
     assert got[("chaz_lane_takeovers_total", ())] >= 1
     assert got[("chaz_turns_resumed_total", ())] >= 1

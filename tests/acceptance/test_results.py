@@ -1,4 +1,4 @@
-"""Acceptance (seed 003 C9): one result cap, and the full text as an artifact.
+"""Acceptance (docs/contracts.md#acceptance, C9): one result cap, and the full text as an artifact.
 
 A parent starts a child in the background whose answer is 200,000
 characters, then reads it with ``job_output`` inside its own turn: capped to

@@ -65,7 +65,9 @@ def test_room_routes_by_mention_within_the_burst_budget(stack: Stack) -> None:
                 return None
             return js if all(j.status.terminal for j in js) else None
 
-        return stack.wait_for(done, 60, f"{notices} burst notices and every turn ended")
+        settled = stack.wait_for(done, 60, f"{notices} burst notices and every turn ended")
+        assert settled is not None
+        return settled
 
     # A person's mention wakes that member; the members relay a->b->c->a ...
     # and the agent-woken turns stop at exactly the budget (3).
@@ -139,6 +141,7 @@ def test_room_routes_by_mention_within_the_burst_budget(stack: Stack) -> None:
         return notes[0] if notes else None
 
     note = stack.wait_for(quota_notice, 60, "the quota notice")
+    assert note is not None
     assert note.metadata["code"] == "quota.jobs_exhausted" and note.metadata["member"] == "c"
     capped_jobs = client.jobs.list(session_id=capped.id)
     assert [j.member_agent_id for j in capped_jobs] == ["a", "b"]

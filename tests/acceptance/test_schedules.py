@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from datetime import timedelta
+from typing import Any
 
 import chaz
 from chaz.domain.entries import EntryType
@@ -61,7 +62,7 @@ def test_two_beats_fire_each_slot_once_through_the_standalone_path(stack: Stack)
     # Two beat processes at once, each reading the schedules table.
     stack.housekeeper()
     stack.housekeeper()
-    every = {"kind": "interval", "interval_seconds": 1}
+    every: dict[str, Any] = {"kind": "interval", "interval_seconds": 1}
 
     ticks = client.schedules.add("ticker", **every, prompt="tick", max_fires=SLOTS)
     quiet_session = client.sessions.create("ticker")
@@ -76,7 +77,7 @@ def test_two_beats_fire_each_slot_once_through_the_standalone_path(stack: Stack)
     # Downtime, as data: slots every 10 s from 55.5 s ago, so five slots were
     # missed before any beat looked (the latest 5.5 s late, not on time).
     start = utcnow()
-    past = {
+    past: dict[str, Any] = {
         "kind": "interval",
         "interval_seconds": 10,
         "run_at": (start - timedelta(seconds=55.5)).isoformat(),
@@ -93,6 +94,7 @@ def test_two_beats_fire_each_slot_once_through_the_standalone_path(stack: Stack)
 
     # Exactly one fire per slot, each with one job, all through to the end.
     fires = stack.wait_for(lambda: settled(ticks.id, SLOTS), 90, "8 settled fires")
+    assert fires is not None
     assert len(fires) == SLOTS
     assert len({f.slot for f in fires}) == SLOTS
     assert Counter(f.outcome for f in fires) == {FireOutcome.SUCCEEDED: SLOTS}, fires
@@ -124,7 +126,9 @@ def test_two_beats_fire_each_slot_once_through_the_standalone_path(stack: Stack)
     assert [f.slot for f in caught] == [catch_up.next_slot]
 
     # An empty reply writes nothing: the job succeeded, and only its Ack is there.
-    (q,) = stack.wait_for(lambda: settled(quiet.id, 1), 60, "the quiet fire")
+    quiet_fires = stack.wait_for(lambda: settled(quiet.id, 1), 60, "the quiet fire")
+    assert quiet_fires is not None
+    (q,) = quiet_fires
     assert q.outcome is FireOutcome.SUCCEEDED
     assert client.jobs.get(q.job_id or "").status is JobStatus.SUCCEEDED
     assert [e.type for e in client.sessions.entries(quiet_session.id)] == [EntryType.ACK]
@@ -133,6 +137,7 @@ def test_two_beats_fire_each_slot_once_through_the_standalone_path(stack: Stack)
     off = stack.wait_for(
         lambda: (s := client.schedules.get(boom.id)) and not s.enabled and s, 90, "boom disabled"
     )
+    assert off
     assert off.failures == 3 and off.disabled_reason
     failed = [f for f in client.schedules.fires(boom.id) if f.outcome is FireOutcome.FAILED]
     assert len(failed) == 3

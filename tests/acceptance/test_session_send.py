@@ -1,4 +1,5 @@
-"""Seed 002's ``session_send``/``session_create`` with real workers (issue 12 items 4, 5, 7).
+"""``session_send``/``session_create`` (docs/contracts.md#requests) with real workers (issue 12
+items 4, 5, 7).
 
 A request owns one FIFO turn in its target, queued behind what runs there;
 with ``reply="completion"`` its frozen result (final text and artifact
@@ -69,8 +70,9 @@ def boss(target_id: str, **extra: Any) -> chaz.AgentSpec:
 
 
 def _approve(stack: Stack, job_id: str | None, tool: str) -> None:
-    """Approve the call of ``tool`` that the job waits on: seed 002 asks a
-    person for every call of session_send and session_create."""
+    """Approve the call of ``tool`` that the job waits on: a person is
+    asked for every call of session_send and session_create
+    (docs/contracts.md#session-tools)."""
     client = stack.client
 
     def pending() -> Any:
@@ -334,7 +336,8 @@ def test_a_declined_approval_leaves_no_delivery_and_no_session(stack: Stack) -> 
     spec = chaz.AgentSpec(
         id="boss",
         tools=SESSION_TOOLS,
-        # No tool_policies: seed 002 asks for every call of these two anyway.
+        # No tool_policies: every call of these two is asked for anyway
+        # (docs/contracts.md#session-tools).
         script=[
             {
                 "steps": [

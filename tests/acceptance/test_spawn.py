@@ -272,7 +272,7 @@ def test_fanout_and_message_limits_refuse_only_new_branches(stack: Stack) -> Non
     results = [x for x in client.sessions.entries(s.id) if x.type is EntryType.TOOL_RESULT]
     codes = [json.loads(r.content).get("error", {}).get("code") for r in results[:3]]
     assert codes == [None, None, "topology.fanout"]
-    # Observation still works with the allowance spent (seed 003 C5).
+    # Observation still works with the allowance spent (docs/contracts.md#acceptance, C5).
     listed = json.loads(results[3].content)
     assert results[3].metadata["is_error"] is False
     assert len([j for j in listed if j["parent_job_id"] == e.job_id]) == 2

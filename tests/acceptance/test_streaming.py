@@ -14,7 +14,7 @@ import json
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
 
@@ -70,6 +70,7 @@ def test_a_watch_with_partials_sees_the_answer_grow_before_it_is_stored(fleet: S
         elif item.type is EntryType.MESSAGE and item.sender == "agent:streamer":
             reply = item
             break
+    assert isinstance(with_partials, Generator)  # closing it unsubscribes
     with_partials.close()
     assert reply is not None and reply.content == ANSWER
     assert len(partials) >= 3
@@ -84,6 +85,7 @@ def test_a_watch_with_partials_sees_the_answer_grow_before_it_is_stored(fleet: S
         seen.append(entry)
         if entry.seq == reply.seq:
             break
+    assert isinstance(plain, Generator)  # closing it unsubscribes
     plain.close()
     # (The plain watch was read up to the posted entry already.)
     stored = client.sessions.entries(s.id, after=posted.seq)
@@ -96,6 +98,7 @@ def test_a_watch_with_partials_sees_the_answer_grow_before_it_is_stored(fleet: S
     late = client.sessions.watch(s.id, after=0, timeout=WAIT, partial=True)
     everything = client.sessions.entries(s.id)
     got = [next(late) for _ in everything]
+    assert isinstance(late, Generator)  # closing it unsubscribes
     late.close()
     assert got == everything
 
@@ -135,6 +138,7 @@ def test_a_cancel_during_a_stream_stops_it_and_writes_no_reply(fleet: Stack) -> 
         rest.append(item)
         if isinstance(item, chaz.Entry) and item.type is EntryType.ERROR:
             break
+    assert isinstance(watch, Generator)  # closing it unsubscribes
     watch.close()
     assert not [i for i in rest if isinstance(i, chaz.Partial)]
     assert rest[-1].metadata["code"] == "job.cancelled"  # type: ignore[union-attr]
@@ -190,6 +194,7 @@ def test_an_openai_stream_reaches_the_watcher_and_a_cancel_cuts_it(fleet: Stack)
         assert client.jobs.cancel(again.job_id or "", reason="stop")["status"] == "stopping"
         done = client.jobs.wait(again.job_id or "", timeout=WAIT)
         assert done.status is chaz.JobStatus.CANCELLED, fleet.logs()
+        assert isinstance(watch, Generator)  # closing it unsubscribes
         watch.close()
         # The worker hung up in the server's pause: the rest was never sent.
         fleet.wait_for(lambda: srv.hangups == 1, WAIT, "the server to see the hang-up")

@@ -223,6 +223,7 @@ def test_a_message_drained_from_a_busy_inbox_runs_with_the_senders_grants(
     drained = stack.wait_for(
         lambda: (d := client.deliveries.get(queued.id)).job_id and d, 30, "the drain"
     )
+    assert drained
     job = client.jobs.get(drained.job_id or "")
     assert job.grants == ["history.read", "message.send"] and job.owner == "user:alice"
     assert job.project == target.project
@@ -245,6 +246,7 @@ def test_a_room_member_woken_by_a_turn_holds_the_posters_grants(stack: Stack) ->
         return jobs[0] if jobs and jobs[0].status.terminal else None
 
     woken = stack.wait_for(helper_job, 30, "the helper's turn")
+    assert woken is not None
     assert woken.grants == ["history.read"] and woken.owner == "user:alice"
     assert client.jobs.get(posted.entry.job_id or "").grants == ["history.read"]
 
@@ -283,6 +285,7 @@ def test_a_follow_up_continues_the_caller_with_the_grants_it_handed_on(stack: St
         return found[0] if found else None
 
     delivery = stack.wait_for(follow_up, 30, "the follow-up admitted")
+    assert delivery is not None
     assert delivery.grants == ["agent.spawn", "history.read"] and delivery.owner == "user:alice"
     job = client.jobs.get(delivery.job_id or "")
     assert job.grants == ["agent.spawn", "history.read"] and job.owner == "user:alice"

@@ -1,4 +1,4 @@
-"""The unattended policy (issue 11 item 6, seed 003 §5.8).
+"""The unattended policy (issue 11 item 6, docs/contracts.md#unattended).
 
 In an unattended session (or a job started unattended), ``send_message``,
 ``agent``, ``spawn_agent``, ``session_send`` and ``session_create`` always
@@ -78,6 +78,7 @@ def _next_request(stack: Stack, job_id: str, seen: set[str]) -> Approval:
         )
 
     got = stack.wait_for(found, 30, f"a new approval request of job {job_id}")
+    assert got is not None
     seen.add(got.request_id)
     return got
 

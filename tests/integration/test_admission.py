@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import pytest
 
@@ -223,7 +223,8 @@ def _ended(
     end = client.services.signals.ended(
         job, token, None, finished=True, free_slot=True, keep_if_queued=keep
     )
-    return end.kept, end.queued, client.services.redis.get(keys.lane(job.session_id))
+    holder = cast("str | None", client.services.redis.get(keys.lane(job.session_id)))
+    return end.kept, end.queued, holder
 
 
 def test_a_turns_end_keeps_the_lane_only_when_jobs_wait_and_it_is_ours(

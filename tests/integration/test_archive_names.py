@@ -1,4 +1,5 @@
-"""Archive state and ordering (seed 003 §2.6, C4's state part), `to` resolution, renames."""
+"""Archive state and ordering (docs/contracts.md#archive, C4's state part), `to` resolution,
+renames."""
 
 from __future__ import annotations
 

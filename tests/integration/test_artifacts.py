@@ -1,4 +1,5 @@
-"""Result artifacts (seed 003 §5.6, C9): the record, authorized full reads, retention.
+"""Result artifacts (docs/contracts.md#result-cap, C9): the record, authorized full reads,
+retention.
 
 Jobs are finished through the store's own end of a turn (``Store.end_turn``,
 what a worker calls), so no worker process is needed.

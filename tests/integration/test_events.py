@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,7 @@ def test_follow_yields_the_backlog_then_live_events_in_order(stack: Stack) -> No
         live = [next(follower) for _ in range(3)]
     finally:
         writer.join(30)
+        assert isinstance(follower, Generator)  # closing it unsubscribes
         follower.close()
     assert [e.data["n"] for e in live] == [3, 4, 5]
     assert [e.kind for e in live] == ["delivery.accepted", "job.succeeded", "job.failed"]

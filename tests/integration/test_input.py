@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pydantic
@@ -124,7 +125,7 @@ def test_circular_and_deep_metadata_are_refused(client: chaz.Client) -> None:
         node["x"] = {}
         node = node["x"]
     for metadata in (loop, deep):
-        err = refused(client, lambda m=metadata: client.sessions.post(s.id, "hi", metadata=m))
+        err = refused(client, partial(client.sessions.post, s.id, "hi", metadata=metadata))
         assert err.field == "metadata"
 
 
@@ -193,7 +194,7 @@ def test_content_above_the_cap_is_too_large(client: chaz.Client) -> None:
     s = client.sessions.create("bot")
     client.sessions.post(s.id, "x" * CAP)  # exactly the cap is accepted
     for content in ("x" * (CAP + 1), "é" * (CAP // 2 + 1)):  # bytes, not characters
-        err = refused(client, lambda c=content: client.sessions.post(s.id, c))
+        err = refused(client, partial(client.sessions.post, s.id, content))
         assert isinstance(err, RequestTooLarge)
         assert (err.code, err.field) == ("request.too_large", "content")
     err = refused(client, lambda: client.sessions.post(s.id, "hi", metadata={"k": "x" * CAP}))

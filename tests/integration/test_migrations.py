@@ -113,7 +113,7 @@ def search_objects(engine: Engine) -> set[str]:
     insp = inspect(engine)
     if engine.dialect.name == "sqlite":
         return set(insp.get_table_names()) & SEARCH_TABLES
-    names = {i["name"] for t in ("entries", "sessions") for i in insp.get_indexes(t)}
+    names = {i["name"] or "" for t in ("entries", "sessions") for i in insp.get_indexes(t)}
     return names & SEARCH_INDEXES
 
 
@@ -164,12 +164,14 @@ def test_the_head_job_query_can_use_the_partial_index(engine: Engine) -> None:
 
 
 def test_unique_constraints_exist_in_the_migrated_schema(engine: Engine) -> None:
-    # Idempotency rests on these (DESIGN invariant 6); they must come from the migration.
+    # Idempotency rests on these (docs/contracts.md#invariant-6); they must come from the migration.
     upgrade(engine)
     insp = inspect(engine)
 
-    def uniques(table: str) -> set[tuple[str, ...]]:
-        found = {tuple(u["column_names"]) for u in insp.get_unique_constraints(table)}
+    def uniques(table: str) -> set[tuple[str | None, ...]]:
+        found: set[tuple[str | None, ...]] = {
+            tuple(u["column_names"]) for u in insp.get_unique_constraints(table)
+        }
         found |= {tuple(i["column_names"]) for i in insp.get_indexes(table) if i["unique"]}
         return found
 

@@ -102,6 +102,7 @@ class _Run:
 
     def next_partial(self) -> Partial:
         heard = _until(lambda: self.listener.next(0.1), "a partial")
+        assert heard is not None
         assert heard[0] == "partial"
         partial = Partial.model_validate_json(heard[1])
         self.heard.append(partial)

@@ -424,7 +424,9 @@ def test_finished_cancelled_and_waiting_turns_hold_and_free_their_slots(
     first = client.sessions.post(s1.id, "one")
     assert first.job_id is not None
     stack.wait_for(
-        lambda: client.jobs.get(first.job_id).status is JobStatus.RUNNING, 60, "the first turn"
+        lambda: client.jobs.get(first.job_id or "").status is JobStatus.RUNNING,
+        60,
+        "the first turn",
     )
     with pytest.raises(ProjectLiveExceeded):
         client.sessions.post(s2.id, "refused while the first runs")
@@ -436,7 +438,9 @@ def test_finished_cancelled_and_waiting_turns_hold_and_free_their_slots(
     second = client.sessions.post(s2.id, "two")
     assert second.job_id is not None
     stack.wait_for(
-        lambda: client.jobs.get(second.job_id).status is JobStatus.RUNNING, 60, "the second turn"
+        lambda: client.jobs.get(second.job_id or "").status is JobStatus.RUNNING,
+        60,
+        "the second turn",
     )
     client.jobs.cancel(second.job_id)
     with pytest.raises(ProjectLiveExceeded):
@@ -458,7 +462,7 @@ def test_finished_cancelled_and_waiting_turns_hold_and_free_their_slots(
     waiting = client.sessions.post(s4.id, "launch")
     assert waiting.job_id is not None
     stack.wait_for(
-        lambda: client.jobs.get(waiting.job_id).status is JobStatus.WAITING_APPROVAL,
+        lambda: client.jobs.get(waiting.job_id or "").status is JobStatus.WAITING_APPROVAL,
         60,
         "the turn to wait for approval",
     )

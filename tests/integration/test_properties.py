@@ -189,7 +189,7 @@ def _create(agent_id: str, name: Any, limits: Any) -> Callable[[Side], Any]:
     return call
 
 
-LIMITS = st.one_of(
+LIMITS: st.SearchStrategy[dict[str, Any] | None] = st.one_of(
     st.none(),
     st.builds(dict, max_turn_steps=st.integers(min_value=1, max_value=9)),
     st.dictionaries(
@@ -312,7 +312,7 @@ def _tool(name: str, args: Any) -> Callable[[Side], Any]:
 
 
 def _tool_args(name: str) -> st.SearchStrategy[Any]:
-    values = st.one_of(JSON_LEAF, st.just({}), st.just([]))
+    values: st.SearchStrategy[Any] = st.one_of(JSON_LEAF, st.just({}), st.just([]))
     common = st.dictionaries(
         st.sampled_from(["text", "job_id", "block", "timeout", "limit", "status", "task"]),
         values,

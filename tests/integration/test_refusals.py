@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from chaz.coord import keys, refusals
 from tests.conftest import free_port
@@ -24,5 +26,5 @@ def test_refusals_are_counted_by_code(redis_url: str) -> None:
 
 def test_counting_without_redis_is_silent() -> None:
     # Nothing listens on this port: the refusal itself must still reach its caller.
-    gone = redis.Redis(port=free_port(), socket_connect_timeout=0.5, retry=None)
+    gone = redis.Redis(port=free_port(), socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
     refusals.count(gone, "quota.queue_full")

@@ -1,4 +1,5 @@
-"""Seed 002's writing session tools called through the registry, as a turn calls them.
+"""The writing session tools (docs/contracts.md#session-tools) called through the registry, as a
+turn calls them.
 
 No worker runs here: each test posts a person's Message (so a real,
 interactive job exists), builds the ToolContext a turn would give its tools,

@@ -205,10 +205,10 @@ def test_seq_and_idempotency_key_are_unique_in_the_database(store: Store) -> Non
         "created_at": utcnow(),
     }
     with pytest.raises(IntegrityError), store.engine.begin() as conn:
-        conn.execute(insert(EntryRow.__table__).values(id=new_id(), seq=e.seq, **base))
+        conn.execute(insert(EntryRow).values(id=new_id(), seq=e.seq, **base))
     with pytest.raises(IntegrityError), store.engine.begin() as conn:
         conn.execute(
-            insert(EntryRow.__table__).values(
+            insert(EntryRow).values(
                 id=new_id(), seq=99, idempotency_key="k", key_scope="runtime", **base
             )
         )
@@ -216,7 +216,7 @@ def test_seq_and_idempotency_key_are_unique_in_the_database(store: Store) -> Non
     # The same key in the other scope is another key.
     with store.engine.begin() as conn:
         conn.execute(
-            insert(EntryRow.__table__).values(
+            insert(EntryRow).values(
                 id=new_id(), seq=99, idempotency_key="k", key_scope="user", **base
             )
         )
@@ -365,6 +365,7 @@ def test_finish_commits_the_entry_and_the_job_together(store: Store) -> None:
         NewEntry(EntryType.MESSAGE, "agent:bot", "the answer"),
         completion=completion.ended,
     )
+    assert done is not None
     assert done.job is None and done.entry.job_id == job_id
     job = store.get_job(job_id)
     assert job.status is JobStatus.SUCCEEDED

@@ -1,4 +1,5 @@
-"""The one visibility check (DESIGN invariant 9, seed 003 §5.9): who may read which session."""
+"""The one visibility check (docs/contracts.md#invariant-9, docs/contracts.md#visibility): who may
+read which session."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Generator
 
 import pytest
 
@@ -50,6 +51,7 @@ class Watcher:
         except BaseException as exc:
             self.error = exc
         finally:
+            assert isinstance(self._gen, Generator)
             self._gen.close()  # unsubscribes at once rather than at garbage collection
 
     def wait_for(self, n: int, timeout: float) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Generator
 
 import pytest
 
@@ -43,6 +44,7 @@ class Collector:
                 if len(self.got) >= self._want:
                     break
         finally:
+            assert isinstance(self._gen, Generator)  # closing it unsubscribes
             self._gen.close()
 
     def until(self, n: int) -> list[chaz.Entry | chaz.Partial]:

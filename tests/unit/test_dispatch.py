@@ -26,7 +26,7 @@ class _App:
 
 def _dispatcher(app: _App) -> Dispatcher:
     dispatcher = Dispatcher(Settings())
-    dispatcher._app = app  # type: ignore[assignment]
+    dispatcher._app = app
     return dispatcher
 
 

@@ -16,7 +16,7 @@ from chaz.domain.validation import check_agent_id, check_session_name, check_too
 from chaz.errors import IllegalTransition, ValidationError
 from chaz.settings import Settings, mask_url
 
-# -- the processing rule (seed 000, process_session) ---------------------------
+# -- the processing rule (docs/contracts.md#processing-rule) -------------------
 
 KNOWN = frozenset({"planner", "echo"})
 
@@ -226,8 +226,9 @@ def test_topology_limits_narrow_and_zero_means_unlimited(field: str) -> None:
 
     assert narrowed(3, 1) == 1
     assert narrowed(1, 3) == 1
-    # Seed 003 §5.1: a topology limit of 0 disables the check, so it is the
-    # loosest value and never wins a narrowing against a real limit.
+    # docs/contracts.md#topology: a topology limit of 0 disables the check,
+    # so it is the loosest value and never wins a narrowing against a real
+    # limit.
     assert narrowed(0, 5) == 5
     assert narrowed(5, 0) == 5
     assert narrowed(0, 0) == 0
@@ -329,7 +330,7 @@ def test_building_a_bad_spec_raises_chaz_validation_error_with_the_field() -> No
         AgentSpec(id="has space", script=SCRIPT)
     assert (info.value.code, info.value.field) == ("request.invalid", "id")
     with pytest.raises(ValidationError) as info:
-        AgentSpec(id="a", script=SCRIPT, limits={"max_turn_steps": 0})  # type: ignore[arg-type]
+        AgentSpec(id="a", script=SCRIPT, limits={"max_turn_steps": 0})
     assert info.value.field == "limits.max_turn_steps"
     with pytest.raises(ValidationError) as info:
         AgentSpec.parse({"id": "a", "script": SCRIPT, "colour": "red"})
@@ -401,7 +402,7 @@ def test_mask_url(url: str, masked: str) -> None:
 
 
 def test_settings_masked_hides_every_secret(tmp_path: Any) -> None:
-    settings = Settings(  # type: ignore[call-arg]
+    settings = Settings(
         _env_file=None,
         home=tmp_path,
         database_url="postgresql+psycopg://chaz:pw-db-1@db:5432/chaz",
@@ -419,7 +420,7 @@ def test_settings_masked_hides_every_secret(tmp_path: Any) -> None:
 
 
 def test_settings_masked_fills_in_the_embedded_defaults(tmp_path: Any) -> None:
-    settings = Settings(_env_file=None, home=tmp_path)  # type: ignore[call-arg]
+    settings = Settings(_env_file=None, home=tmp_path)
     masked = settings.masked()
     assert masked["database_url"] == f"sqlite:///{tmp_path.resolve() / 'chaz.db'}"
     assert masked["redis_url"] == f"unix://{tmp_path.resolve() / 'redis.sock'}"

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+from sqlalchemy.pool import QueuePool
 
 from chaz.services import Services
 from chaz.settings import Settings
@@ -11,7 +14,7 @@ from chaz.store.db import DEFAULT_POOL_SIZE, PoolOptions, make_engine
 URL = "postgresql+psycopg://u@127.0.0.1:1/none"
 
 
-def _settings(**values: object) -> Settings:
+def _settings(**values: Any) -> Settings:
     return Settings(_env_file=None, home=Path("/nonexistent"), database_url=URL, **values)
 
 
@@ -35,7 +38,8 @@ def test_the_engine_takes_the_pool() -> None:
     # Building an engine connects to nothing: the pool opens connections lazily.
     engine = make_engine(URL, PoolOptions(7, 2, None))
     try:
+        assert isinstance(engine.pool, QueuePool)
         assert engine.pool.size() == 7
-        assert engine.pool._max_overflow == 2  # type: ignore[attr-defined]
+        assert engine.pool._max_overflow == 2
     finally:
         engine.dispose()

@@ -103,7 +103,7 @@ def test_missed_slots_collapse_into_one_catch_up_or_none() -> None:
 
 
 def test_every_field_is_checked_with_its_name() -> None:
-    cases = {
+    cases: dict[str, dict[str, Any]] = {
         "kind": {"kind": "hourly"},
         "cron": {"kind": "cron", "cron": "61 * * * *"},
         "timezone": {"kind": "cron", "cron": "* * * * *", "timezone": "Mars/Olympus"},

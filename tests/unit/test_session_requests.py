@@ -1,4 +1,5 @@
-"""The pure rules of seed 002's requests: who is interactive, the lifecycle, the frozen result."""
+"""The pure rules of requests (docs/contracts.md#requests): who is interactive, the lifecycle, the
+frozen result."""
 
 from __future__ import annotations
 

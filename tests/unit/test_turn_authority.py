@@ -65,7 +65,8 @@ def test_a_tool_context_refuses_a_missing_grant_with_auth_forbidden() -> None:
         ("unless_auto_approved", "bypass", True, "agent", True),
         ("never", "default", True, "echo", False),  # echo is not held
         (None, "default", True, "session_create", True),
-        # Seed 002's per-call tools: asked for attended or not, whatever the policy.
+        # The per-call session tools (docs/contracts.md#session-tools): asked for attended or not,
+        # whatever the policy.
         (None, "default", False, "session_send", True),
         ("never", "bypass", False, "session_create", True),
         ("unless_auto_approved", "bypass", False, "session_send", True),

@@ -95,9 +95,9 @@ def archived_delivery(job: Job, session: Session) -> bool:
 def refuse_archived(services: Services, job: Job, session: Session) -> None:
     """End a delivered job that has not started because its session was archived.
 
-    It ends ``cancelled`` with the reason (seed 003 §2.6: accepted deliveries
-    recheck the archive state before they start), and its sender hears so
-    through its follow-up.
+    It ends ``cancelled`` with the reason (docs/contracts.md#archive:
+    accepted deliveries recheck the archive state before they start), and its
+    sender hears so through its follow-up.
     """
     reason = f"session {session.name or session.id} was archived before this job started"
     try:

@@ -1,4 +1,4 @@
-"""Sessions get a description (seed 002: session_create and the session listings).
+"""Sessions get a description (the session listings: docs/contracts.md#session-tools).
 
 Revision ID: 0007
 Revises: 0006

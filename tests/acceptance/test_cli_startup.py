@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from chaz.cli.main import JOB_STATUSES, POSTABLE_TYPES
+from chaz.cli.parsers.entries import POSTABLE_TYPES
+from chaz.cli.parsers.jobs import JOB_STATUSES
 from chaz.domain.entries import EntryType
 from chaz.domain.jobs import JobStatus
 from tests.acceptance.test_cli import cli_env

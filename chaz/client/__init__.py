@@ -21,6 +21,7 @@ Each namespace is a module of this package over :mod:`chaz.client.base`
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 
@@ -43,11 +44,12 @@ from chaz.domain.principals import (
     parse_grants,
 )
 from chaz.errors import ValidationError
-from chaz.runtime.registry import ToolRegistry
 from chaz.services import Services
 from chaz.settings import Settings
 from chaz.store.migrate import upgrade
-from chaz.tools import default_registry
+
+if TYPE_CHECKING:
+    from chaz.runtime.registry import ToolRegistry
 
 __all__ = ["Client"]
 
@@ -81,8 +83,7 @@ class Client:
         self.settings = settings or Settings()
         operator = _operator(self.settings, principal, project, grants, api_key)
         self.services = Services(self.settings)
-        #: The tools agents may be given: what ``agents.put`` checks names against.
-        self.tools = tools or default_registry()
+        self._tools = tools
         try:
             if migrate:
                 upgrade(self.services.store.engine)
@@ -94,7 +95,7 @@ class Client:
             self.services.close()
             raise
         who = self.principal
-        self.agents = Agents(self.services, self.tools, who)
+        self.agents = Agents(self.services, lambda: self.tools, who)
         self.sessions = Sessions(self.services, who)
         self.jobs = Jobs(self.services, who)
         self.deliveries = Deliveries(self.services, who)
@@ -103,6 +104,17 @@ class Client:
         self.approvals = Approvals(self.services, who)
         self.keys = Keys(self.services, who)
         self.projects = Projects(self.services, who)
+
+    @property
+    def tools(self) -> ToolRegistry:
+        """The tools agents may be given: what ``agents.put`` checks names against
+        (the built-in ones unless ``tools`` was given)."""
+        if self._tools is None:
+            # Loaded on first use: a command that only reads never imports the tools.
+            from chaz.tools import default_registry
+
+            self._tools = default_registry()
+        return self._tools
 
     def close(self) -> None:
         """Release connections."""

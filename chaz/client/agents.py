@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from chaz.client.base import Acting, translating
 from chaz.domain.agents import AgentSpec
 from chaz.domain.principals import Principal
 from chaz.domain.validation import check_ref
 from chaz.errors import ValidationError
-from chaz.runtime.registry import ToolRegistry
 from chaz.services import Services
+
+if TYPE_CHECKING:
+    from chaz.runtime.registry import ToolRegistry
 
 
 @translating
 class Agents(Acting):
     """Saved agent configurations (install-wide: only an operator changes them)."""
 
-    def __init__(self, services: Services, tools: ToolRegistry, principal: Principal) -> None:
+    def __init__(
+        self, services: Services, tools: Callable[[], ToolRegistry], principal: Principal
+    ) -> None:
+        """``tools``: the registry to check names against, asked for when an agent is saved."""
         super().__init__(services, principal)
         self._tools = tools
 
@@ -28,10 +33,10 @@ class Agents(Acting):
         tools must exist. An API-key client may not (``auth.forbidden``)."""
         self._principal.require_operator("save agents")
         spec = AgentSpec.parse(spec)
-        unknown = set(spec.tools) - set(self._tools.names())
+        unknown = set(spec.tools) - set(self._tools().names())
         if unknown:
             raise ValidationError(
-                f"unknown tools {sorted(unknown)}; known: {self._tools.names()}",
+                f"unknown tools {sorted(unknown)}; known: {self._tools().names()}",
                 field="tools",
             )
         return self._svc.store.put_agent(spec)
@@ -41,13 +46,13 @@ class Agents(Acting):
         are saved in one transaction, so a bad one leaves every agent as it was.
         An API-key client may not (``auth.forbidden``)."""
         self._principal.require_operator("save agents")
-        known = set(self._tools.names())
+        known = set(self._tools().names())
         for i, spec in enumerate(specs):
             unknown = set(spec.tools) - known
             if unknown:
                 raise ValidationError(
                     f"agent [{i}] {spec.id!r}: unknown tools {sorted(unknown)}; "
-                    f"known: {self._tools.names()}",
+                    f"known: {self._tools().names()}",
                     index=i,
                     agent_id=spec.id,
                 )

@@ -1,7 +1,7 @@
 """``chaz config``: a command that connects to nothing, kept apart so it loads fast.
 
-:mod:`chaz.cli.commands` brings in the domain models; printing the settings
-needs only :mod:`chaz.settings`.
+The other commands' modules bring in the domain models; printing the
+settings needs only :mod:`chaz.settings`.
 """
 
 from __future__ import annotations

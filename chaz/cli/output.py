@@ -59,7 +59,8 @@ _STYLES: dict[str, str] = {
 
 
 def entry_label(entry_type: EntryType) -> str:
-    """The seed's name of an entry type: ``tool_call`` -> ``ToolCall``."""
+    """The contract's name of an entry type (docs/contracts.md#entries): ``tool_call`` ->
+    ``ToolCall``."""
     return "".join(part.capitalize() for part in entry_type.value.split("_"))
 
 

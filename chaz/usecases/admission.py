@@ -52,14 +52,19 @@ def write(
     key_scope: KeyScope = KeyScope.RUNTIME,
     job_fields: JobFields | None = None,
     project: str | None = None,
+    admits: bool | None = None,
 ) -> Appended:
     """Write an entry under the processing rule: :func:`admit` when it starts a
     turn (docs/contracts.md#processing-rule), :func:`append` otherwise.
 
     ``project``: the caller's; a session of another project is answered as
-    a missing one (docs/security.md)."""
+    a missing one (docs/security.md). ``admits``: the rule's answer
+    (:meth:`Store.admits`) when the caller has asked it already, so that a
+    write asks it once; else it is asked here."""
     draft = NewEntry(type, sender, content, metadata, idempotency_key, key_scope)
-    if services.store.admits(type, sender):
+    if admits is None:
+        admits = services.store.admits(type, sender)
+    if admits:
         return admit(services, session_id, draft, job_fields=job_fields, project=project)
     return append(services, session_id, draft)
 

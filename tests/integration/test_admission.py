@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import TypeVar, cast
 
 import pytest
@@ -130,6 +131,30 @@ def test_non_admitting_entries_are_never_refused(client: chaz.Client) -> None:
     assert all(e.job_id is None for e in written)
     assert len(jobs(client, s.id)) == 1
     assert counters(client, s.id) == (1, 1)
+
+
+def test_a_post_asks_the_processing_rule_once(
+    client: chaz.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = client.sessions.create("bot", name=f"asked-{uuid.uuid4().hex[:8]}")
+    store = client.services.store
+    asked: list[str] = []
+    rule = store.admits
+
+    def admits(type: EntryType, sender: str) -> bool:
+        asked.append(sender)
+        return rule(type, sender)
+
+    monkeypatch.setattr(store, "admits", admits)
+    first = client.sessions.post(s.id, "a person's message")
+    reply = client.sessions.post(s.id, "the agent's own", sender="agent:bot")
+    keyed = client.sessions.post(s.id, "once", idempotency_key="asked-once")
+    by_name = client.sessions.post(str(s.name), "by its name")
+    # One question per post, whether it admits a turn or not, with a key or by name.
+    assert asked == ["user:user", "agent:bot", "user:user", "user:user"]
+    assert first.job_id is not None and keyed.job_id is not None
+    assert by_name.job_id is not None and reply.job_id is None
+    assert len(jobs(client, s.id)) == 3
 
 
 def test_missing_counters_are_rebuilt_from_the_database(client: chaz.Client) -> None:

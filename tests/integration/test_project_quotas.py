@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 import chaz
-from chaz.client import Projects
+from chaz.client.admin import Projects
 from chaz.coord import keys, scripts
 from chaz.domain.jobs import JobStatus
 from chaz.domain.principals import Principal

@@ -1,0 +1,67 @@
+"""The arguments of ``chaz demo``, ``chaz up`` and ``chaz worker`` (processes that run chaz)."""
+
+from __future__ import annotations
+
+from chaz.cli.parsers import Subcommands, command, port
+
+#: What ``chaz demo``'s user:you says unless told otherwise.
+DEMO_MESSAGE = "Hello chaz, please count the words in this message."
+
+
+def register(commands: Subcommands) -> None:
+    """Add ``chaz demo``, ``chaz up`` and ``chaz worker`` to ``commands``."""
+    p = commands.add(
+        "demo",
+        command("cmd_demo", "chaz.cli.processes"),
+        "run one agent turn on the embedded stack, live",
+    )
+    p.add_argument("--message", default=DEMO_MESSAGE, help="what user:you says")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the reply")
+
+    p = commands.add(
+        "up",
+        command("cmd_up", "chaz.cli.processes"),
+        "run workers and beat in the foreground until Ctrl-C",
+    )
+    p.add_argument(
+        "--workers", type=int, default=1, metavar="N", help="worker processes (default 1)"
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        metavar="N",
+        help="turn threads per worker (default CHAZ_WORKER_CONCURRENCY)",
+    )
+    p.add_argument(
+        "--no-beat",
+        action="store_true",
+        help="do not run beat (the reconciler, retention, schedules)",
+    )
+    p.add_argument("--loglevel", default="INFO", help="worker log level (logs go to files)")
+
+    p = commands.add(
+        "worker",
+        command("cmd_worker", "chaz.cli.processes"),
+        "exec a celery worker on chaz's queues (extra args go to celery)",
+        allow_abbrev=False,  # an unknown option is celery's, never a prefix of ours
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        metavar="N",
+        help="threads (default CHAZ_WORKER_CONCURRENCY)",
+    )
+    p.add_argument("--beat", action="store_true", help="also run beat in this worker")
+    p.add_argument("--loglevel", default="INFO", help="celery log level (default INFO)")
+    p.add_argument(
+        "--metrics-port",
+        type=port,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics on this port (default CHAZ_METRICS_PORT; e.g. 9809)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the celery command instead of running it"
+    )

@@ -1,0 +1,296 @@
+"""``chaz demo``, ``chaz up``, ``chaz worker`` and ``chaz migrate``: the commands
+that run chaz's processes, or bring their database up to date."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager, suppress
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from chaz.cli.context import Context, Interrupts, _is_reply, _watching
+from chaz.cli.output import EXIT_FAILURE, EXIT_OK
+from chaz.domain.agents import AgentSpec
+from chaz.domain.entries import Entry, EntryType, agent_sender
+from chaz.errors import AlreadyRunning, BackendUnavailable, Timeout
+from chaz.settings import Settings, mask_url
+
+if TYPE_CHECKING:
+    from chaz.stack import WorkerProcess
+
+
+#: The agent ``chaz demo`` registers: one built-in tool call, then a reply.
+DEMO_AGENT = AgentSpec(
+    id="demo",
+    system_prompt="You count the words of every message.",
+    tools=["word_count", "clock"],
+    script=[
+        {
+            "steps": [
+                {"call": "word_count", "args": {"text": "{input}"}},
+                {"say": "Your message has {last_result} words."},
+            ]
+        }
+    ],
+)
+
+
+def cmd_demo(ctx: Context) -> int:
+    """Start the embedded stack, run one scripted turn and print it as it happens."""
+    from chaz.stack import embedded
+
+    args, out = ctx.args, ctx.out
+    settings = ctx.server_settings
+    home = settings.home.resolve()
+    # embedded() writes its worker log here even when it uses real servers.
+    home.mkdir(parents=True, exist_ok=True)
+    with Interrupts(signal.SIGINT, signal.SIGTERM) as interrupts, ExitStack() as stack:
+        with (
+            out.status(
+                f"starting chaz in {home} (Redis, database, a celery worker)...", announce=True
+            ),
+            # embedded() starts Redis before it can clean up after itself.
+            interrupts.shield(),
+        ):
+            client = stack.enter_context(embedded(workers=2, settings=settings))
+        client.agents.put(DEMO_AGENT)
+        session = client.sessions.create(DEMO_AGENT.id)
+        out.note(f"session {session.id} of agent {DEMO_AGENT.id!r}:")
+        posted = client.sessions.post(session.id, args.message, sender="user:you")
+        me = agent_sender(DEMO_AGENT.id)
+        reply: Entry | None = None
+        with (
+            out.status("waiting for the agent..."),
+            _watching(client.sessions.watch(session.id, after=0, timeout=args.timeout)) as entries,
+        ):
+            for entry in entries:
+                out.entry(entry)
+                if _is_reply(entry, posted.job_id, me):
+                    reply = entry
+                    break
+        with out.status("stopping the embedded stack..."), interrupts.shield():
+            stack.close()
+    if reply is None:
+        raise Timeout(f"no reply within {args.timeout:g}s; see {home / 'worker.log'}")
+    if reply.type is EntryType.ERROR:
+        out.error_entry(reply)
+        return EXIT_FAILURE
+    where = mask_url(settings.database_url) if settings.database_url else str(home)
+    out.note(f"done. The data stays in {where}: `chaz sessions show {session.id}` shows it again.")
+    return EXIT_OK
+
+
+def cmd_up(ctx: Context) -> int:
+    """Run worker processes (and beat) in the foreground until Ctrl-C or SIGTERM."""
+    from chaz.coord.redis import ensure_embedded, stop_embedded
+    from chaz.stack import Watchdog, WorkerProcess, embedded_redis_pid
+
+    args, out = ctx.args, ctx.out
+    settings = ctx.server_settings
+    home = settings.home.resolve()
+    concurrency = args.concurrency or settings.worker_concurrency
+    started_redis = False
+    workers: list[WorkerProcess] = []
+    home.mkdir(parents=True, exist_ok=True)
+    with (
+        _up_lock(home),
+        Interrupts(signal.SIGINT, signal.SIGTERM) as interrupts,
+    ):
+        # Stops the workers, and a Redis this command started, if we are SIGKILLed.
+        watchdog = Watchdog()
+        try:
+            with out.status(f"starting chaz in {home}...", announce=True):
+                # Shielded: what was started must be recorded, or nothing stops it.
+                if settings.embedded_redis:
+                    with interrupts.shield():
+                        started_redis = ensure_embedded(settings)
+                        redis_pid = embedded_redis_pid(settings) if started_redis else None
+                        if redis_pid is not None:
+                            watchdog.guard_pid(redis_pid)
+                client = ctx.client  # migrates the database
+                for i in range(args.workers):
+                    worker = WorkerProcess(
+                        settings,
+                        concurrency=concurrency,
+                        # One beat is enough; its schedule fires are safe twice anyway.
+                        beat=not args.no_beat and i == 0,
+                        loglevel=args.loglevel,
+                        log_file=home / f"worker-{i + 1}.log",
+                    )
+                    with interrupts.shield():
+                        workers.append(worker.start())
+                        watchdog.guard_group(worker.pid)
+                for w in workers:
+                    w.wait_ready(client)
+            _up_banner(ctx, workers, concurrency)
+            # Waiting in short sleeps keeps Ctrl-C responsive and notices a dead worker.
+            while all(w.alive() for w in workers):
+                time.sleep(0.5)
+            dead = next(w for w in workers if not w.alive())
+            code = dead.proc.returncode if dead.proc is not None else None
+            raise BackendUnavailable(
+                f"worker {dead.name} exited (status {code}); see its log in {home}"
+            )
+        except KeyboardInterrupt:
+            # Ctrl-C / SIGTERM is how `up` is meant to end: a clean stop is success.
+            out.note("stopping...")
+            return EXIT_OK
+        finally:
+            with out.status("stopping workers..."), interrupts.shield():
+                for w in workers:
+                    if w.proc is not None and not w.alive():
+                        # Its leader died, but its beat child may still run
+                        # in the process group; stop() only sees the leader.
+                        with suppress(ProcessLookupError, PermissionError):
+                            os.killpg(w.proc.pid, signal.SIGTERM)
+                    w.stop()
+                ctx.close()
+                if started_redis:
+                    stop_embedded(settings)
+                watchdog.release()
+            if out.json_mode:
+                out.json({"status": "stopped"}, stream=True)
+
+
+@contextmanager
+def _up_lock(home: Path) -> Iterator[None]:
+    """Hold ``$CHAZ_HOME/up.lock`` while ``chaz up`` runs; refuse a second copy.
+
+    An flock, not a pid file: the kernel drops it when its holder dies, even
+    by SIGKILL, so a crash never leaves a stale lock behind.
+    """
+    import fcntl
+
+    path = home / "up.lock"
+    fh = path.open("a+")
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "?"
+            raise AlreadyRunning(
+                f"chaz up is already running on {home} (pid {holder}); stop it first",
+                home=str(home),
+                pid=holder,
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        yield
+    finally:
+        fh.close()
+
+
+def _up_banner(ctx: Context, workers: Sequence[WorkerProcess], concurrency: int) -> None:
+    settings, out = ctx.server_settings, ctx.out
+    home = settings.home.resolve()
+    info = {
+        "status": "up",
+        "home": str(home),
+        "database": mask_url(settings.effective_database_url()),
+        "redis": mask_url(settings.effective_redis_url()),
+        "workers": [{"name": w.name, "pid": w.pid, "log": str(w.log_file)} for w in workers],
+        "concurrency": concurrency,
+        "beat": not ctx.args.no_beat,
+    }
+    if out.json_mode:
+        out.json(info, stream=True)
+        return
+    out.line(
+        f"chaz is up: {len(workers)} worker process(es) x {concurrency} threads"
+        f"{', beat on' if info['beat'] else ''}",
+        "bold green",
+    )
+    out.fields(
+        "",
+        [
+            ("data", home),
+            ("database", info["database"]),
+            ("redis", info["redis"]),
+            ("logs", ", ".join(str(w.log_file) for w in workers)),
+        ],
+    )
+    env = "" if settings.database_url or settings.redis_url else f"CHAZ_HOME={home} "
+    out.line("From another terminal:", "bold")
+    for example in (
+        f"{env}chaz agents put my-agent.json",
+        f"{env}chaz sessions new my-agent",
+        f'{env}chaz send SESSION "hello" --wait',
+        f"{env}chaz tail SESSION",
+    ):
+        out.line(f"  {example}", "cyan")
+    out.line("Press Ctrl-C to stop.")
+
+
+def cmd_worker(ctx: Context) -> int:
+    """Replace this process with a ``celery worker`` consuming chaz's queues."""
+    from chaz.coord.redis import ensure_embedded
+    from chaz.stack import worker_command
+
+    args, out = ctx.args, ctx.out
+    settings = ctx.server_settings
+    home = settings.home.resolve()
+    extra = list(args.extra)
+    if extra[:1] == ["--"]:
+        extra = extra[1:]
+    cmd = worker_command(
+        args.concurrency or settings.worker_concurrency,
+        # The pid survives exec, so the node name is unique on this host.
+        name=f"chaz-{os.getpid()}",
+        loglevel=args.loglevel,
+        beat_schedule=home / "celerybeat-schedule" if args.beat else None,
+        extra=extra,
+    )
+    if args.dry_run:
+        if out.json_mode:
+            out.json({"command": cmd})
+        else:
+            out.line(shlex.join(cmd))
+        return EXIT_OK
+    home.mkdir(parents=True, exist_ok=True)
+    if settings.embedded_redis:
+        # The worker's broker is this Redis: it must answer before celery connects.
+        ensure_embedded(settings)
+    _migrate(settings)
+    env = dict(os.environ)
+    # --home must reach chaz.celery_settings and the tasks, which read CHAZ_HOME themselves.
+    env["CHAZ_HOME"] = str(home)
+    if args.metrics_port is not None:
+        # The tasks module starts the endpoint when the worker is ready (chaz.metrics).
+        env["CHAZ_METRICS_PORT"] = str(args.metrics_port)
+    out.note(f"exec: {shlex.join(cmd)}")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvpe(cmd[0], cmd, env)
+
+
+def _migrate(settings: Settings) -> str | None:
+    from chaz.store import Store
+    from chaz.store.migrate import current_revision, upgrade
+
+    store = Store(settings.effective_database_url())
+    try:
+        upgrade(store.engine)
+        return current_revision(store.engine)
+    finally:
+        store.close()
+
+
+def cmd_migrate(ctx: Context) -> int:
+    """Bring the database schema up to date (safe to run again, and concurrently)."""
+    settings, out = ctx.server_settings, ctx.out
+    with out.status("migrating..."):
+        revision = _migrate(settings)
+    database = mask_url(settings.effective_database_url())
+    if out.json_mode:
+        out.json({"database": database, "revision": revision})
+    else:
+        out.line(f"database {database} is at revision {revision}")
+    return EXIT_OK

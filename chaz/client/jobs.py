@@ -1,0 +1,96 @@
+"""``client.jobs``: observe and control admitted turns."""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+from chaz.client.base import Acting, translating
+from chaz.domain.jobs import Job, JobStatus
+from chaz.domain.principals import Grant
+from chaz.domain.validation import check_choice, check_limit, check_ref, check_seconds
+from chaz.usecases.control import cancel, job_output, wait_terminal
+
+
+def _status(value: object) -> JobStatus:
+    return check_choice("status", value, JobStatus, "job status")
+
+
+@translating
+class Jobs(Acting):
+    """Executions: observe and control admitted turns (of the principal's project)."""
+
+    def get(self, execution_id: str) -> Job:
+        """One job."""
+        self._may(Grant.HISTORY_READ, "read jobs")
+        return self._job(execution_id)
+
+    def list(
+        self,
+        session_id: str | None = None,
+        status: JobStatus | str | None = None,
+        limit: int = 100,
+        newest_first: bool = False,
+    ) -> builtins.list[Job]:
+        """Jobs, optionally of one session or in one state, in admission order.
+
+        ``newest_first`` reverses the order, so that ``limit`` keeps the latest
+        (``limit``: 1 to 10,000).
+        """
+        self._may(Grant.HISTORY_READ, "read jobs")
+        limit = check_limit("limit", limit)
+        statuses = [_status(status)] if status is not None else None
+        if session_id is not None:
+            check_ref("session", session_id)
+        sid = self._session(session_id).id if session_id else None
+        return self._svc.store.list_jobs(
+            session_id=sid,
+            statuses=statuses,
+            limit=limit,
+            newest_first=newest_first,
+            project=self._project,
+        )
+
+    def wait(self, execution_id: str, timeout: float = 60.0) -> Job:
+        """Block until the job is terminal; :class:`chaz.errors.Timeout` otherwise."""
+        self._may(Grant.HISTORY_READ, "read jobs")
+        timeout = check_seconds("timeout", timeout)
+        return wait_terminal(self._svc, self._job(execution_id).id, timeout)
+
+    def output(
+        self, execution_id: str, *, block: bool = True, timeout: float = 30.0, full: bool = False
+    ) -> dict[str, Any]:
+        """The job's state and bounded result (the API twin of the ``job_output`` tool).
+
+        ``full=True`` returns the whole result instead of its excerpt, or
+        :class:`chaz.errors.ArtifactNotFound` once retention cut it
+        (docs/contracts.md#result-cap).
+        """
+        self._may(Grant.HISTORY_READ, "read jobs")
+        timeout = check_seconds("timeout", timeout)
+        execution_id = self._job(execution_id).id
+        return job_output(
+            self._svc, execution_id, None, block=bool(block), timeout=timeout, full=bool(full)
+        )
+
+    def cancel(
+        self,
+        execution_id: str,
+        *,
+        expected_version: int | None = None,
+        command_id: str | None = None,
+        reason: str = "",
+    ) -> dict[str, Any]:
+        """The ``execution.cancel`` command (docs/contracts.md#cancel). Returns its outcome.
+
+        Needs ``runtime.control``; a job of another project is ``auth.forbidden``
+        and nothing changes (docs/security.md#execution-control).
+        """
+        return cancel(
+            self._svc,
+            execution_id,
+            expected_version=expected_version,
+            command_id=command_id,
+            reason=reason,
+            principal=self._principal,
+        )

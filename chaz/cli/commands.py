@@ -249,7 +249,6 @@ def _up_banner(ctx: Context, workers: Sequence[WorkerProcess], concurrency: int)
 
 def cmd_worker(ctx: Context) -> int:
     """Replace this process with a ``celery worker`` consuming chaz's queues."""
-    from chaz.coord.redis import ensure_embedded
     from chaz.stack import worker_command
 
     args, out = ctx.args, ctx.out
@@ -274,9 +273,14 @@ def cmd_worker(ctx: Context) -> int:
         return EXIT_OK
     home.mkdir(parents=True, exist_ok=True)
     if settings.embedded_redis:
+        # redis-py only here: a server's Redis is celery's to connect to.
+        from chaz.coord.redis import ensure_embedded
+
         # The worker's broker is this Redis: it must answer before celery connects.
         ensure_embedded(settings)
-    _migrate(settings)
+    # Every second before the exec delays the worker's first turn (and each
+    # scale-up): the revision, which needs Alembic, is not read.
+    _migrate(settings, report=False)
     env = dict(os.environ)
     # --home must reach chaz.celery_settings and the tasks, which read CHAZ_HOME themselves.
     env["CHAZ_HOME"] = str(home)
@@ -289,16 +293,18 @@ def cmd_worker(ctx: Context) -> int:
     os.execvpe(cmd[0], cmd, env)
 
 
-def _migrate(settings: Settings) -> str | None:
-    from chaz.store import Store
+def _migrate(settings: Settings, *, report: bool = True) -> str | None:
+    """Upgrade the schema; with ``report``, return the revision it is at."""
+    # An engine, not a Store: the repository's models would load for nothing.
+    from chaz.store.db import make_engine
     from chaz.store.migrate import current_revision, upgrade
 
-    store = Store(settings.effective_database_url())
+    engine = make_engine(settings.effective_database_url())
     try:
-        upgrade(store.engine)
-        return current_revision(store.engine)
+        upgrade(engine)
+        return current_revision(engine) if report else None
     finally:
-        store.close()
+        engine.dispose()
 
 
 def cmd_migrate(ctx: Context) -> int:

@@ -295,11 +295,15 @@ def cmd_worker(ctx: Context) -> int:
 
 def _migrate(settings: Settings, *, report: bool = True) -> str | None:
     """Upgrade the schema; with ``report``, return the revision it is at."""
+    from chaz.store.migrate import current_revision, is_current_file, upgrade
+
+    url = settings.effective_database_url()
+    if not report and is_current_file(url):
+        return None  # the embedded database is current: no SQLAlchemy needed
     # An engine, not a Store: the repository's models would load for nothing.
     from chaz.store.db import make_engine
-    from chaz.store.migrate import current_revision, upgrade
 
-    engine = make_engine(settings.effective_database_url())
+    engine = make_engine(url)
     try:
         upgrade(engine)
         return current_revision(engine) if report else None

@@ -249,6 +249,7 @@ def _up_banner(ctx: Context, workers: Sequence[WorkerProcess], concurrency: int)
 
 def cmd_worker(ctx: Context) -> int:
     """Replace this process with a ``celery worker`` consuming chaz's queues."""
+    from chaz.coord.redis import ensure_embedded
     from chaz.stack import worker_command
 
     args, out = ctx.args, ctx.out
@@ -273,9 +274,6 @@ def cmd_worker(ctx: Context) -> int:
         return EXIT_OK
     home.mkdir(parents=True, exist_ok=True)
     if settings.embedded_redis:
-        # redis-py only here: a server's Redis is celery's to connect to.
-        from chaz.coord.redis import ensure_embedded
-
         # The worker's broker is this Redis: it must answer before celery connects.
         ensure_embedded(settings)
     # Every second before the exec delays the worker's first turn (and each

@@ -80,6 +80,15 @@ class CpuMeter:
         return out
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """The CPU seconds ``pid`` has used so far, its threads' included (nan without ``/proc``).
+
+    The count survives ``exec``: for ``chaz worker`` it covers the command and
+    the Celery worker it became.
+    """
+    return _cpu_seconds(pid, os.sysconf("SC_CLK_TCK")) if available() else float("nan")
+
+
 def _group(pid: int, me: int, workers: set[int]) -> str | None:
     if pid == me:
         return "benchmark"

@@ -498,6 +498,12 @@ def main(argv: list[str] | None = None) -> int:
         help="only time the `chaz` command's start-up (benchmarks/cli_startup.py)",
     )
     parser.add_argument(
+        "--boot",
+        action="store_true",
+        help="only time a worker's start-up against a bare Celery worker's "
+        "(benchmarks/worker_boot.py; --quick: 2 runs each)",
+    )
+    parser.add_argument(
         "--py-spy",
         type=Path,
         metavar="DIR",
@@ -514,6 +520,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import cli_startup
 
         return cli_startup.main([])
+    if args.boot:
+        from benchmarks import worker_boot
+
+        return worker_boot.main(["--stack", args.stack, *(["--runs", "2"] if args.quick else [])])
 
     scrub_environment()
     sizes = QUICK if args.quick else FULL

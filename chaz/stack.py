@@ -18,17 +18,17 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 
-from chaz.client import Client
 from chaz.coord import keys
-from chaz.coord.redis import ensure_embedded, stop_embedded
 from chaz.errors import BackendUnavailable
 from chaz.plumbing.files import PRIVATE_UMASK, create_private, private_dir
 from chaz.settings import Settings
-from chaz.store import Store
-from chaz.store.migrate import upgrade
+
+if TYPE_CHECKING:
+    from chaz.client import Client
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -252,6 +252,13 @@ def embedded(
     Servers named by ``CHAZ_DATABASE_URL`` / ``CHAZ_REDIS_URL`` are used when
     set; otherwise SQLite and an embedded Redis in ``home`` (``CHAZ_HOME``).
     """
+    # Here, not at the top: `chaz worker` imports this module for its command
+    # line only, and the client, the store and redis-py would delay its exec.
+    from chaz.client import Client
+    from chaz.coord.redis import ensure_embedded, stop_embedded
+    from chaz.store import Store
+    from chaz.store.migrate import upgrade
+
     if settings is None:
         settings = Settings(home=Path(home)) if home is not None else Settings()
     private_dir(settings.home.resolve())

@@ -24,14 +24,12 @@ from chaz.plumbing.heartbeat import BEAT_SECONDS, Heartbeat
 from chaz.services import Services
 from chaz.settings import get_settings
 from chaz.tools import default_registry
-from chaz.usecases import naming
-from chaz.usecases import schedules as schedule_fires
 from chaz.usecases.lease_watch import LeaseWatch
-from chaz.usecases.reconcile import Reconciler
-from chaz.usecases.retention import expire_artifacts as expire_artifacts_now
-from chaz.usecases.retention import expire_events as expire_events_now
 from chaz.usecases.turns import RUNNING, TurnRunner
 from workers.app import app
+
+# The use cases of the other tasks are imported by the task that runs them:
+# every import here delays the worker's first turn (and each scale-up).
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +162,8 @@ def turn(session_id: str, execution_id: str) -> dict[str, Any]:
 @app.task(name="chaz.reconcile", ignore_result=True)
 def reconcile() -> dict[str, Any]:
     """Rebuild coordination state from the database and wake stranded work."""
+    from chaz.usecases.reconcile import Reconciler
+
     report = Reconciler(services()).run()
     repairs = {
         "woken": len(report.woken),
@@ -183,18 +183,24 @@ def reconcile() -> dict[str, Any]:
 @app.task(name="chaz.expire_artifacts", ignore_result=True)
 def expire_artifacts() -> dict[str, Any]:
     """Remove the artifacts retention no longer keeps (CHAZ_ARTIFACT_RETENTION_DAYS)."""
-    return {"expired": expire_artifacts_now(services())}
+    from chaz.usecases import retention
+
+    return {"expired": retention.expire_artifacts(services())}
 
 
 @app.task(name="chaz.expire_events", ignore_result=True)
 def expire_events() -> dict[str, Any]:
     """Delete event log rows older than CHAZ_EVENT_RETENTION_DAYS."""
-    return {"expired": expire_events_now(services())}
+    from chaz.usecases import retention
+
+    return {"expired": retention.expire_events(services())}
 
 
 @app.task(name="chaz.rename", ignore_result=True)
 def rename(session_id: str) -> dict[str, Any]:
     """Rename a session from its transcript (stage 2 of docs/collaboration.md#names)."""
+    from chaz.usecases import naming
+
     # naming.rename logs its own failures and returns None: a rename never fails a worker.
     return {"session_id": session_id, "name": naming.rename(services(), session_id)}
 
@@ -205,6 +211,8 @@ def fire(schedule_id: str, slot: str) -> dict[str, Any]:
 
     Redelivered or sent twice, it fires once: the slot's claim is unique.
     """
+    from chaz.usecases import schedules as schedule_fires
+
     done = schedule_fires.fire(services(), schedule_id, datetime.fromisoformat(slot))
     return {
         "schedule_id": schedule_id,

@@ -258,7 +258,9 @@ def cmd_worker(ctx: Context) -> int:
     if settings.embedded_redis:
         # The worker's broker is this Redis: it must answer before celery connects.
         ensure_embedded(settings)
-    _migrate(settings)
+    # Every second before the exec delays the worker's first turn (and each
+    # scale-up): the revision, which needs Alembic, is not read.
+    _migrate(settings, report=False)
     env = dict(os.environ)
     # --home must reach chaz.celery_settings and the tasks, which read CHAZ_HOME themselves.
     env["CHAZ_HOME"] = str(home)
@@ -271,16 +273,22 @@ def cmd_worker(ctx: Context) -> int:
     os.execvpe(cmd[0], cmd, env)
 
 
-def _migrate(settings: Settings) -> str | None:
-    from chaz.store import Store
-    from chaz.store.migrate import current_revision, upgrade
+def _migrate(settings: Settings, *, report: bool = True) -> str | None:
+    """Upgrade the schema; with ``report``, return the revision it is at."""
+    from chaz.store.migrate import current_revision, is_current_file, upgrade
 
-    store = Store(settings.effective_database_url())
+    url = settings.effective_database_url()
+    if not report and is_current_file(url):
+        return None  # the embedded database is current: no SQLAlchemy needed
+    # An engine, not a Store: the store's models would load for nothing.
+    from chaz.store.db import make_engine
+
+    engine = make_engine(url)
     try:
-        upgrade(store.engine)
-        return current_revision(store.engine)
+        upgrade(engine)
+        return current_revision(engine) if report else None
     finally:
-        store.close()
+        engine.dispose()
 
 
 def cmd_migrate(ctx: Context) -> int:

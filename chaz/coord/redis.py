@@ -9,21 +9,26 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
-
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
+from typing import TYPE_CHECKING
 
 from chaz.errors import BackendUnavailable
 from chaz.plumbing.files import PRIVATE_UMASK, create_private, private_dir
 from chaz.settings import Settings
 
+if TYPE_CHECKING:
+    import redis
+
 
 def connect(settings: Settings) -> redis.Redis:
     """A client for the Redis in force (starting the embedded one when needed)."""
+    # Here, not at the top: `chaz worker` pings the embedded server before it
+    # execs Celery, and importing redis-py would only delay the exec.
+    import redis
+
     if settings.embedded_redis:
         ensure_embedded(settings)
     url = settings.effective_redis_url()
@@ -33,18 +38,22 @@ def connect(settings: Settings) -> redis.Redis:
 
 
 def _ping(socket_path: Path) -> bool:
+    """Whether a Redis server answers PING on ``socket_path`` within a second.
+
+    A probe with no retries (redis-py's backoff would make a dead socket cost
+    seconds) and without redis-py, spoken in Redis's inline command form.
+    """
     if not socket_path.exists():
         return False
     try:
-        # No retries: this is a probe, and redis-py's default backoff makes a
-        # dead socket cost seconds.
-        client = redis.Redis(
-            unix_socket_path=str(socket_path), socket_timeout=1, retry=Retry(NoBackoff(), 0)
-        )
-        ok = bool(client.ping())
-        client.close()
-        return ok
-    except (redis.ConnectionError, redis.TimeoutError, FileNotFoundError):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(1)
+            sock.connect(str(socket_path))
+            sock.sendall(b"PING\r\n")
+            with sock.makefile("rb") as reply:
+                # A server still loading its append-only file says -LOADING.
+                return reply.readline() == b"+PONG\r\n"
+    except OSError:
         return False
 
 

@@ -8,6 +8,7 @@ themselves are read in docs/performance.md, never asserted here.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,25 @@ def test_quick_benchmark_runs_and_prints_every_figure(tmp_path: Path) -> None:
     for line in split:
         bench, workers, redis_ms, _db = line.split("│")[2].split("/")
         assert min(float(bench), float(workers), float(redis_ms)) > 0, line
+
+
+def test_worker_boot_case_prints_its_table_and_the_ratio(tmp_path: Path) -> None:
+    """``benchmarks.run --boot --quick``: bare Celery and ``chaz worker`` each boot
+    twice, and the table (median, min, max) and the ratio to the goal are printed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHAZ_")}
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--boot", "--stack", "embedded", "--quick"],
+        cwd=ROOT,
+        env={**env, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    text = " ".join(out.stdout.split())  # the console wraps long lines
+    for figure in ("median s", "min s", "max s", "x (a)", "(a) bare", "(i) `chaz worker`"):
+        assert figure in text, out.stdout[-3000:]
+    assert re.search(r"embedded: chaz worker start-up = \d+\.\d\d x .*goal <= 1\.5", text), text
 
 
 def test_quick_search_benchmark_runs_and_prints_its_table(tmp_path: Path) -> None:

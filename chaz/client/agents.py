@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from chaz.client.base import Acting, translating
@@ -41,13 +41,26 @@ class Agents(Acting):
             )
         return self._svc.store.put_agent(spec)
 
-    def put_many(self, specs: builtins.list[AgentSpec]) -> builtins.list[AgentSpec]:
-        """Create or replace several agents at once: all are checked first, then all
-        are saved in one transaction, so a bad one leaves every agent as it was.
-        An API-key client may not (``auth.forbidden``)."""
+    def put_many(
+        self, specs: Sequence[AgentSpec | Mapping[str, Any]]
+    ) -> builtins.list[AgentSpec]:
+        """Create or replace several agents at once (each an AgentSpec, or its fields
+        as a mapping, as :meth:`put` takes): all are checked first, then all are
+        saved in one transaction, so a bad one leaves every agent as it was. Ids
+        are unique within the call. An API-key client may not (``auth.forbidden``)."""
         self._principal.require_operator("save agents")
+        if isinstance(specs, str | bytes | Mapping) or not isinstance(specs, Sequence):
+            raise ValidationError("specs must be a list of agents", field="specs")
+        parsed = [AgentSpec.parse(spec, f"specs[{i}]") for i, spec in enumerate(specs)]
+        seen: set[str] = set()
+        for i, spec in enumerate(parsed):
+            if spec.id in seen:
+                raise ValidationError(
+                    f"agent [{i}] {spec.id!r} appears twice", field="specs", index=i
+                )
+            seen.add(spec.id)
         known = set(self._tools().names())
-        for i, spec in enumerate(specs):
+        for i, spec in enumerate(parsed):
             unknown = set(spec.tools) - known
             if unknown:
                 raise ValidationError(
@@ -56,7 +69,7 @@ class Agents(Acting):
                     index=i,
                     agent_id=spec.id,
                 )
-        return self._svc.store.put_agents(specs)
+        return self._svc.store.put_agents(parsed)
 
     def get(self, agent_id: str) -> AgentSpec:
         """One agent."""

@@ -40,9 +40,8 @@ class Jobs(Acting):
         self._may(Grant.HISTORY_READ, "read jobs")
         limit = check_limit("limit", limit)
         statuses = [_status(status)] if status is not None else None
-        if session_id is not None:
-            check_ref("session", session_id)
-        sid = self._session(session_id).id if session_id else None
+        # An empty id is a bad filter, not no filter: it must not list every job.
+        sid = None if session_id is None else self._session(check_ref("session", session_id)).id
         return self._svc.store.list_jobs(
             session_id=sid,
             statuses=statuses,

@@ -8,7 +8,7 @@ from typing import Any
 from chaz.client.base import Acting, translating
 from chaz.domain.principals import Grant, grant_names
 from chaz.domain.schedules import Schedule, ScheduleFire
-from chaz.domain.validation import check_limit, check_ref
+from chaz.domain.validation import check_agent_id, check_flag, check_limit, check_ref
 
 
 @translating
@@ -40,7 +40,7 @@ class Schedules(Acting):
             project=self._project,
             principal=self._principal.name,
             grants=grant_names(self._principal.grants),
-            unattended=bool(unattended),
+            unattended=check_flag("unattended", unattended),
         )
 
     def update(self, schedule_id: str, **changes: Any) -> Schedule:
@@ -75,6 +75,8 @@ class Schedules(Acting):
     def list(self, agent_id: str | None = None) -> builtins.list[Schedule]:
         """Every schedule (of one agent), oldest first."""
         self._may(Grant.HISTORY_READ, "read schedules")
+        if agent_id is not None:
+            agent_id = check_agent_id(agent_id)
         return self._svc.store.schedules.list(agent_id, project=self._project)
 
     def fires(self, schedule_id: str, limit: int = 100) -> builtins.list[ScheduleFire]:

@@ -19,6 +19,10 @@ from chaz.domain.validation import (
 )
 from chaz.errors import ValidationError
 
+#: A system prompt is sent with every model step of every turn: one past this
+#: is a mistake (a file pasted whole), not a prompt.
+MAX_SYSTEM_PROMPT_CHARS = 256 * 1024
+
 #: Topology limits (docs/contracts.md#topology): 0 disables the check; unset takes the default.
 TOPOLOGY_DEFAULTS = {"max_call_depth": 1, "max_spawn_fanout": 8, "max_messages": 8}
 
@@ -97,7 +101,11 @@ class AgentSpec(CheckedModel):
 
     id: str
     model: SafeText = "scripted"
-    system_prompt: SafeText = "You are a helpful agent."
+    system_prompt: SafeText = Field(
+        "You are a helpful agent.",
+        max_length=MAX_SYSTEM_PROMPT_CHARS,
+        description="What every turn of the agent starts with (at most 256 Ki characters).",
+    )
     tools: list[ToolName] = Field(
         default_factory=list, description="Tool names the agent may call."
     )

@@ -82,11 +82,14 @@ CONTEXT_TYPES = frozenset({EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUM
 _SENDER = re.compile(r"^(user|agent|system):[A-Za-z0-9_.@\-]{1,128}$")
 
 
-def parse_sender(sender: str) -> tuple[str, str]:
-    """Split ``kind:name`` and check it; kinds are ``user``, ``agent``, ``system``."""
+def parse_sender(sender: object) -> tuple[str, str]:
+    """Split ``kind:name`` and check it; kinds are ``user``, ``agent``, ``system``.
+
+    Anything but such a string (a number from a caller's mistake) is refused alike.
+    """
     # fullmatch: `$` would accept a trailing newline, and "agent:me\n" would
     # then pass for a stranger and let an agent re-trigger itself.
-    if not _SENDER.fullmatch(sender):
+    if not isinstance(sender, str) or not _SENDER.fullmatch(sender):
         raise ValidationError(
             f"sender {sender!r} must look like 'user:NAME', 'agent:NAME' or 'system:NAME'",
             sender=sender,

@@ -48,8 +48,11 @@ class ScriptCall(BaseModel):
     )
 
 
-#: A gate's name, after its placeholders are filled: a plain file name.
-GATE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+#: A gate's name, after its placeholders are filled: a plain file name (not
+#: "." or "..", which name a folder).
+GATE_NAME = re.compile(r"(?!\.\.?\Z)[A-Za-z0-9_.\-]{1,128}")
+#: The placeholders a gate name may hold, filled in when the step runs.
+_GATE_PLACEHOLDERS = re.compile(r"\{(?:session_id|input)\}")
 
 
 #: Kinds of step; a step has exactly one.
@@ -117,6 +120,14 @@ class ScriptStep(BaseModel):
             raise ValueError("chunk, pace and hold go with stream")
         if self.timeout is not None and self.wait is None and self.hold is None:
             raise ValueError("timeout goes with wait or hold")
+        for gate in (self.wait, self.hold):
+            # Checked when the agent is saved, not first when a turn waits:
+            # a name like "../x" would otherwise be accepted and fail later.
+            if gate is not None and not GATE_NAME.fullmatch(_GATE_PLACEHOLDERS.sub("x", gate)):
+                raise ValueError(
+                    f"gate name {gate[:80]!r} must be 1-128 letters, digits, _ . - "
+                    "(and {session_id} or {input})"
+                )
         return self
 
     @property

@@ -298,6 +298,14 @@ def check_session_name(value: object, field: str = "name") -> str:
     return name
 
 
+def check_flag(field: str, value: object) -> bool:
+    """A yes/no argument: ``True`` or ``False`` only (``"no"`` is truthy, so a
+    string or a number is refused rather than guessed at)."""
+    if not isinstance(value, bool):
+        raise invalid(field, f"{field} must be true or false")
+    return value
+
+
 def check_ref(field: str, value: object) -> str:
     """An id or name used to look something up: a storable string.
 

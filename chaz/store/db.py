@@ -13,8 +13,10 @@ from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+from chaz.errors import ConfigError
 from chaz.plumbing.files import create_private, private_dir
 from chaz.settings import Settings, get_settings
 
@@ -59,6 +61,22 @@ class PoolOptions:
         )
 
 
+def _parsed(url: str) -> URL:
+    """``url`` as SQLAlchemy reads it, or ``config.invalid`` (the URL hidden: it
+    may hold a password) when it is no database URL or names no installed driver."""
+    try:
+        parsed = make_url(url)
+        parsed.get_dialect()
+    except (ArgumentError, NoSuchModuleError, ValueError) as exc:
+        raise ConfigError(
+            "CHAZ_DATABASE_URL is not a database URL chaz can use "
+            f"({type(exc).__name__}): expected e.g. postgresql+psycopg://USER@HOST/DB "
+            "or sqlite:///PATH",
+            setting="database_url",
+        ) from None
+    return parsed
+
+
 def make_engine(url: str, pool: PoolOptions | None = None) -> Engine:
     """An engine for ``url``; SQLite gets WAL, a busy timeout and IMMEDIATE writes.
 
@@ -66,7 +84,7 @@ def make_engine(url: str, pool: PoolOptions | None = None) -> Engine:
     one-off engine (``chaz migrate``, ``chaz doctor``) behind PgBouncer must
     not prepare statements either.
     """
-    parsed = make_url(url)
+    parsed = _parsed(url)
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(url)
     if pool is None:

@@ -310,9 +310,7 @@ def test_an_integer_of_too_many_digits_is_a_malformed_call_not_a_crash(
 def test_tool_call_arguments_above_the_cap_are_cut_and_the_call_refused(mstack: Stack) -> None:
     small = mstack.settings.model_copy(update={"max_content_bytes": 200})
     with chaz.Client(small, migrate=False) as client:
-        stored, result = echo_call_outcome(
-            client, "bigcall", json.dumps({"text": "x" * 1000})
-        )
+        stored, result = echo_call_outcome(client, "bigcall", json.dumps({"text": "x" * 1000}))
     assert len(stored.encode()) <= 200 and "truncated: 1012 bytes" in stored
     error = json.loads(result)["error"]
     assert error["code"] == "tool.malformed"
@@ -383,12 +381,92 @@ def test_job_output_answers_a_denied_job_as_a_missing_one(client: chaz.Client) -
     # The owner still reads it.
     ctx.session_id = owner.id
     args = json.dumps({"job_id": entry.job_id, "block": False})
-    outcome = client.tools.invoke(
-        ToolCallRequest(id="c", name="job_output", arguments=args), ctx
-    )
+    outcome = client.tools.invoke(ToolCallRequest(id="c", name="job_output", arguments=args), ctx)
     assert not outcome.is_error and json.loads(outcome.output)["status"] == "queued"
 
 
 def test_every_refusal_is_a_chaz_error() -> None:
     # The helpers above catch ValidationError; RequestTooLarge is one.
     assert issubclass(RequestTooLarge, ValidationError) and issubclass(ValidationError, ChazError)
+
+
+# -- issue 21, item 7: the last raw errors -------------------------------------------
+
+WORDS = {"id": "w", "script": [{"steps": [{"say": "ok"}]}]}
+
+
+@pytest.mark.parametrize(
+    ("case", "call", "field"),
+    [
+        ("put_many of a string", lambda c: c.agents.put_many("abc"), "specs"),
+        ("put_many of None", lambda c: c.agents.put_many(None), "specs"),
+        ("put_many of one mapping", lambda c: c.agents.put_many(WORDS), "specs"),
+        ("put_many, an id twice", lambda c: c.agents.put_many([WORDS, WORDS]), "specs"),
+        ("put_many, a bad spec", lambda c: c.agents.put_many([{"id": "a b"}]), "specs[0].id"),
+        ("schedules of a NUL", lambda c: c.schedules.list(agent_id="a\x00b"), "agent_id"),
+        ("schedules of an int", lambda c: c.schedules.list(agent_id=5), "agent_id"),
+        (
+            "a session 'unattended=no'",
+            lambda c: c.sessions.create("bot", unattended="no"),
+            "unattended",
+        ),
+        (
+            "a schedule 'unattended=1'",
+            lambda c: c.schedules.add("bot", kind="interval", interval_seconds=60, unattended=1),
+            "unattended",
+        ),
+        (
+            "a 10 MB system prompt",
+            lambda c: c.agents.put({**WORDS, "system_prompt": "x" * (10 << 20)}),
+            "system_prompt",
+        ),
+        (
+            "a gate that walks out of its folder",
+            lambda c: c.agents.put(
+                {"id": "g", "script": [{"steps": [{"wait": "../../etc/passwd"}]}]}
+            ),
+            "script.steps.0",
+        ),
+        (
+            "a gate named '..'",
+            lambda c: c.agents.put({"id": "g", "script": [{"steps": [{"wait": ".."}]}]}),
+            "script.steps.0",
+        ),
+    ],
+    ids=lambda v: v if isinstance(v, str) and " " in v else "",
+)
+def test_the_last_raw_errors_are_request_invalid(
+    client: chaz.Client, case: str, call: Callable[[chaz.Client], Any], field: str
+) -> None:
+    error = refused(client, lambda: call(client))
+    assert error.code == "request.invalid", (case, error)
+    assert str(error.details.get("field", "")).startswith(field), (case, error.details)
+
+
+def test_put_many_takes_mappings_as_put_does(client: chaz.Client) -> None:
+    saved = client.agents.put_many([WORDS, {**WORDS, "id": "w2"}])
+    assert [a.id for a in saved] == ["w", "w2"]
+
+
+def test_a_decision_by_a_number_is_refused(client: chaz.Client) -> None:
+    error = refused(client, lambda: client.approvals.decide("0" * 16, "approve", by=5))  # type: ignore[arg-type]
+    assert error.code == "request.invalid"
+
+
+def test_an_empty_session_filter_lists_no_jobs_of_other_sessions(client: chaz.Client) -> None:
+    s = client.sessions.create("bot")
+    client.sessions.post(s.id, "one")
+    with pytest.raises(ChazError) as info:
+        client.jobs.list(session_id="")
+    assert info.value.code == "session.not_found"
+
+
+@pytest.mark.parametrize(
+    "url", ["::::not a url", "mysql+nodriver://u@h/db", "postgresql://h:notaport/db"]
+)
+def test_an_unusable_database_url_is_config_invalid(mstack: Stack, url: str) -> None:
+    bad = mstack.settings.model_copy(update={"database_url": url})
+    with pytest.raises(ChazError) as info:
+        chaz.Client(bad)
+    assert info.value.code == "config.invalid"
+    assert url not in str(info.value)

@@ -16,7 +16,7 @@ from chaz.coord.partials import Partial
 from chaz.domain.addresses import parse_to
 from chaz.domain.agents import Limits
 from chaz.domain.approvals import check_permission_mode
-from chaz.domain.entries import Entry, EntryType, KeyScope, agent_sender
+from chaz.domain.entries import Entry, EntryType, KeyScope, is_agent_sender
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.principals import Grant, Principal, grant_names
 from chaz.domain.rooms import MAX_BURST_BUDGET, check_members
@@ -357,13 +357,14 @@ class Sessions(Acting):
     def wait_for_reply(self, session_id: str, after: int = 0, timeout: float = 60.0) -> Entry:
         """The agent's reply (Message) or Error for the turn that entry ``after`` started.
 
-        If that entry started no turn, the first reply or Error after it.
+        In a room that turn may be any member's (the one the entry mentions):
+        its Message is the reply, whoever wrote it. If that entry started no
+        turn, the first agent's Message or Error after it.
         """
         self._may(Grant.HISTORY_READ, "read sessions")
         after = _seq("after", after)
         timeout = check_seconds("timeout", timeout)
-        sid, agent_id = self._waited_session(session_id)
-        me = agent_sender(agent_id)
+        sid, _ = self._waited_session(session_id)
         job_id: str | None = None
         posted = self._posted.get(sid)
         mine = posted is not None and posted[0] == after and after > 0
@@ -392,7 +393,7 @@ class Sessions(Acting):
             if job_id is not None and entry.job_id != job_id:
                 continue
             if entry.type is EntryType.ERROR or (
-                entry.type is EntryType.MESSAGE and entry.sender == me
+                entry.type is EntryType.MESSAGE and is_agent_sender(entry.sender)
             ):
                 return entry
         raise Timeout(

@@ -103,6 +103,11 @@ def agent_sender(agent_id: str) -> str:
     return f"agent:{agent_id}"
 
 
+def is_agent_sender(sender: str) -> bool:
+    """Whether ``sender`` is an agent's (``agent:ID``), whichever agent."""
+    return sender.startswith("agent:")
+
+
 class Entry(BaseModel):
     """One record in a session, as stored and as published."""
 

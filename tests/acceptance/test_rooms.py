@@ -154,6 +154,23 @@ def test_room_routes_by_mention_within_the_burst_budget(stack: Stack) -> None:
     assert client.jobs.wait(asked.job_id or "", timeout=60).member_agent_id is None
 
 
+def test_wait_for_reply_returns_the_mentioned_members_reply(stack: Stack) -> None:
+    stack.workers(1, concurrency=2)
+    client = stack.client
+    client.agents.put_many(
+        [HOST, chaz.AgentSpec(id="beta", script=[{"steps": [{"say": "beta here: {input}"}]}])]
+    )
+    room = client.sessions.create(agent_id="host", members=["beta"])
+    asked = client.sessions.post(room.id, "@beta hi", sender="user:alice")
+    reply = client.sessions.wait_for_reply(room.id, after=asked.seq, timeout=60)
+    assert (reply.sender, reply.content) == ("agent:beta", "beta here: @beta hi"), reply
+    assert reply.job_id == asked.job_id
+    # The CLI's --wait is the same wait.
+    env = cli_env(settings=stack.settings)
+    out = ok(chaz_cli("--json", "send", room.id, "@beta again", "--wait", env=env))
+    assert json.loads(out)["reply"]["sender"] == "agent:beta", out
+
+
 def test_room_membership_is_checked(stack: Stack) -> None:
     client = stack.client
     client.agents.put_many([HOST, relay("a", "b")])

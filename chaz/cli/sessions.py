@@ -176,7 +176,7 @@ def cmd_send(ctx: Context) -> int:
     entry = client.sessions.post(
         args.session,
         args.text,
-        sender=args.sender or ("user:you" if client.principal.operator else None),
+        sender=args.sender,  # None: the client's default (user:you, or the key's principal)
         type=args.type,
         idempotency_key=args.idempotency_key,
     )

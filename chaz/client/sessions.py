@@ -18,7 +18,7 @@ from chaz.domain.agents import Limits
 from chaz.domain.approvals import check_permission_mode
 from chaz.domain.entries import Entry, EntryType, KeyScope, is_agent_sender
 from chaz.domain.jobs import Job, JobStatus
-from chaz.domain.principals import Grant, Principal, grant_names
+from chaz.domain.principals import DEFAULT_PERSON, Grant, Principal, grant_names
 from chaz.domain.rooms import MAX_BURST_BUDGET, check_members
 from chaz.domain.search import SearchResult, SessionPage
 from chaz.domain.sessions import ArchivedBy, NameSource, Origin, Session, missing_session
@@ -242,16 +242,17 @@ class Sessions(Acting):
 
         Needs ``session.write``. The turn it admits belongs to the principal
         and carries its grants; a session of another project is answered as
-        a missing one. ``sender`` defaults to ``user:user`` for an operator's
-        client; an API-key client writes only as its own principal (its
-        default), so it cannot pose as a person or an agent.
+        a missing one. ``sender`` defaults to ``user:you``
+        (:data:`~chaz.domain.principals.DEFAULT_PERSON`, as ``chaz send``) for
+        an operator's client; an API-key client writes only as its own
+        principal (its default), so it cannot pose as a person or an agent.
         """
         self._may(Grant.SESSION_WRITE, "post to sessions")
         check_ref("session", session_id)
         etype = check_entry_type(type)
         cap = self._svc.settings.max_content_bytes
         content = check_content(etype, content, max_bytes=cap)
-        sender = self._sender(sender, operator_default="user:user")
+        sender = self._sender(sender, operator_default=DEFAULT_PERSON)
         metadata = check_json("metadata", metadata, max_bytes=cap)
         idempotency_key = check_idempotency_key(idempotency_key)
         fields = JobFields(owner=self._principal.name, grants=grant_names(self._principal.grants))

@@ -50,6 +50,9 @@ ALL_GRANTS: frozenset[Grant] = frozenset(Grant)
 
 DEFAULT_PROJECT = "default"
 DEFAULT_PRINCIPAL = "user:local"
+#: Whom a person's write through an operator's client is from when it names
+#: no sender: the producer API and the CLI alike (docs/sessions.md#senders).
+DEFAULT_PERSON = "user:you"
 
 #: ``kind:name``; the name is an agent id, a user or a system component.
 PRINCIPAL = re.compile(r"(user|agent|system):[A-Za-z0-9_.@\-]{1,128}")

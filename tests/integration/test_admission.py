@@ -151,7 +151,7 @@ def test_a_post_asks_the_processing_rule_once(
     keyed = client.sessions.post(s.id, "once", idempotency_key="asked-once")
     by_name = client.sessions.post(str(s.name), "by its name")
     # One question per post, whether it admits a turn or not, with a key or by name.
-    assert asked == ["user:user", "agent:bot", "user:user", "user:user"]
+    assert asked == ["user:you", "agent:bot", "user:you", "user:you"]
     assert first.job_id is not None and keyed.job_id is not None
     assert by_name.job_id is not None and reply.job_id is None
     assert len(jobs(client, s.id)) == 3

@@ -7,13 +7,14 @@ same code at real servers.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -120,8 +121,15 @@ class Settings(BaseSettings):
         None,
         gt=0,
         lt=65536,
-        description="A worker serves its Prometheus metrics on this port, all interfaces "
-        "(`chaz worker --metrics-port`; null: no endpoint; docs/operations.md).",
+        description="A worker serves its Prometheus metrics on this port, on "
+        "CHAZ_METRICS_ADDR (`chaz worker --metrics-port`; null: no endpoint; "
+        "docs/operations.md).",
+    )
+    metrics_addr: str = Field(
+        "0.0.0.0",
+        description="The address a worker's metrics endpoint binds (`chaz worker "
+        "--metrics-addr`): 0.0.0.0 every IPv4 interface, :: every interface, "
+        "127.0.0.1 this host only.",
     )
     openai_base_url: str | None = Field(None, description="Default base URL for model='openai'.")
     openai_api_key: str | None = Field(None, description="API key for model='openai'.")
@@ -173,6 +181,17 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.home.resolve() / 'chaz.db').as_posix()}"
+
+    @field_validator("metrics_addr")
+    @classmethod
+    def _an_ip_address(cls, value: str) -> str:
+        # Checked here, not when the worker binds: a typo would otherwise
+        # surface as a worker whose endpoint silently never came up.
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise ValueError(f"{value[:64]!r} is not an IP address") from None
+        return value
 
     def effective_redis_url(self) -> str:
         """The Redis URL in force, with the embedded default filled in."""

@@ -75,14 +75,15 @@ def _announce(sender: Any, **_: Any) -> None:
     # Launchers (chaz.embedded, tests) wait for this key rather than a control
     # ping: a broadcast ping over Redis takes seconds to gather replies.
     global _watch, _heartbeat
-    port = services().settings.metrics_port
+    settings = services().settings
+    port = settings.metrics_port
     if port is not None:
         # Before the ready key: whoever waits for it may scrape at once.
         try:
-            metrics.serve(port)
+            metrics.serve(port, settings.metrics_addr)
         except OSError:
             # The worker still takes turns; the scrape's `up` shows the gap.
-            log.exception("could not serve metrics on port %d", port)
+            log.exception("could not serve metrics on %s port %d", settings.metrics_addr, port)
     _heartbeat = Heartbeat(services().redis, services().settings.home, sender.hostname, os.getpid())
     # The first beat sets the ready key; a failure (CHAZ_HOME not writable,
     # Redis away) is logged and retried by the next beat, and must not keep

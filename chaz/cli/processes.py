@@ -267,6 +267,8 @@ def cmd_worker(ctx: Context) -> int:
     if args.metrics_port is not None:
         # The tasks module starts the endpoint when the worker is ready (chaz.metrics).
         env["CHAZ_METRICS_PORT"] = str(args.metrics_port)
+    if args.metrics_addr is not None:
+        env["CHAZ_METRICS_ADDR"] = args.metrics_addr
     out.note(f"exec: {shlex.join(cmd)}")
     sys.stdout.flush()
     sys.stderr.flush()

@@ -136,3 +136,22 @@ def test_chaz_exporter_serves_until_sigterm(fleet: tuple[Stack, int]) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_workers_endpoint_binds_the_address_it_is_given(fleet: tuple[Stack, int]) -> None:
+    stack, _ = fleet
+    port = free_port()
+    only_here = stack.settings.model_copy(update={"metrics_addr": "127.0.0.1"})
+    stack.workers(1, concurrency=1, metrics_ports=[port], settings=only_here)
+    assert ("chaz_turns_started_total", ()) in scrape(port)
+    # 127.0.0.2 is this host's loopback too: an endpoint on every interface
+    # (the default) answers there, one bound to 127.0.0.1 does not.
+    with pytest.raises(urllib.error.URLError):
+        scrape(port, host="127.0.0.2")
+
+
+def test_a_bad_metrics_address_is_refused_before_the_worker_starts() -> None:
+    from chaz.cli.main import run
+
+    args = ["worker", "--metrics-port", "9809", "--metrics-addr", "not-an-ip", "--dry-run"]
+    assert run(args) == 2  # EXIT_USAGE, before anything starts

@@ -10,9 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 Sample = tuple[str, tuple[tuple[str, str], ...]]
 
 
-def scrape(port: int) -> dict[Sample, float]:
-    """Every sample of ``http://127.0.0.1:PORT/metrics``, by name and sorted labels."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+def scrape(port: int, host: str = "127.0.0.1") -> dict[Sample, float]:
+    """Every sample of ``http://HOST:PORT/metrics``, by name and sorted labels."""
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as answer:
         text = answer.read().decode()
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import ipaddress
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -84,6 +85,15 @@ def port(text: str) -> int:
     if not 0 < number < 65536:
         raise argparse.ArgumentTypeError(f"not a port number: {text!r}")
     return number
+
+
+def ip_address(text: str) -> str:
+    """An IP address to bind, for argparse."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an IP address: {text!r}") from None
+    return text
 
 
 def identity_options(parser: argparse.ArgumentParser, default: Any) -> None:

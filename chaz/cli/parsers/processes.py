@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chaz.cli.parsers import Subcommands, command, port
+from chaz.cli.parsers import Subcommands, command, ip_address, port
 
 #: What ``chaz demo``'s user:you says unless told otherwise.
 DEMO_MESSAGE = "Hello chaz, please count the words in this message."
@@ -61,6 +61,14 @@ def register(commands: Subcommands) -> None:
         default=None,
         metavar="PORT",
         help="serve Prometheus metrics on this port (default CHAZ_METRICS_PORT; e.g. 9809)",
+    )
+    p.add_argument(
+        "--metrics-addr",
+        type=ip_address,
+        default=None,
+        metavar="ADDR",
+        help="the address the metrics endpoint binds (default CHAZ_METRICS_ADDR, else "
+        "0.0.0.0; 127.0.0.1 for this host only)",
     )
     p.add_argument(
         "--dry-run", action="store_true", help="print the celery command instead of running it"

@@ -31,6 +31,13 @@ if TYPE_CHECKING:
     from chaz.client import Client
 
 
+#: How long a stop waits for a worker's warm shutdown before it kills the group.
+STOP_SECONDS = 15.0
+#: How long before its stop deadline a worker hands its turns back: time for
+#: the hand-back's fenced writes and the exit, on a loaded machine.
+HAND_BACK_MARGIN = 5.0
+
+
 def settings_env(settings: Settings) -> dict[str, str]:
     """``CHAZ_*`` variables that make a child process see the same settings."""
     env: dict[str, str] = {}
@@ -150,7 +157,12 @@ class WorkerProcess:
         log_file: Path | None = None,
         queues: str = QUEUES,
         metrics_port: int | None = None,
+        stop_deadline: float | None = None,
     ) -> None:
+        """``stop_deadline``: the seconds :meth:`stop` waits before it kills. Given,
+        the worker hands back its turns before then (its shutdown grace is cut
+        to fit), so a turn it holds resumes elsewhere without spending an
+        attempt instead of dying with the SIGKILL."""
         self.settings = settings
         self.concurrency = concurrency
         self.beat = beat
@@ -160,6 +172,7 @@ class WorkerProcess:
         self.queues = queues
         #: Where this worker serves its metrics (overrides the settings' port).
         self.metrics_port = metrics_port
+        self.stop_deadline = stop_deadline
         self.proc: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
@@ -180,6 +193,11 @@ class WorkerProcess:
         env = {**os.environ, **settings_env(self.settings)}
         if self.metrics_port is not None:
             env["CHAZ_METRICS_PORT"] = str(self.metrics_port)
+        if self.stop_deadline is not None:
+            grace = max(
+                min(self.settings.shutdown_grace_seconds, self.stop_deadline - HAND_BACK_MARGIN), 0
+            )
+            env["CHAZ_SHUTDOWN_GRACE_SECONDS"] = str(grace)
         out = create_private(self.log_file).open("ab") if self.log_file else subprocess.DEVNULL
         self.proc = subprocess.Popen(
             self.command(),
@@ -223,8 +241,11 @@ class WorkerProcess:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, sig)
 
-    def stop(self, timeout: float = 15.0) -> None:
-        """Warm shutdown (SIGTERM: finish running turns), then SIGKILL if it hangs."""
+    def stop(self, timeout: float | None = None) -> None:
+        """Warm shutdown (SIGTERM: finish running turns), then SIGKILL if it hangs
+        after ``timeout`` seconds (default: the stop deadline, else 15)."""
+        if timeout is None:
+            timeout = self.stop_deadline if self.stop_deadline is not None else STOP_SECONDS
         if self.proc is None:
             return
         if self.alive():
@@ -283,6 +304,7 @@ def embedded(
             concurrency=workers,
             beat=beat,
             log_file=settings.home.resolve() / "worker.log",
+            stop_deadline=STOP_SECONDS,
         )
         worker.start()
         watchdog.guard_group(worker.pid)

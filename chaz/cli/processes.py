@@ -88,7 +88,7 @@ def cmd_demo(ctx: Context) -> int:
 def cmd_up(ctx: Context) -> int:
     """Run worker processes (and beat) in the foreground until Ctrl-C or SIGTERM."""
     from chaz.coord.redis import ensure_embedded, stop_embedded
-    from chaz.stack import Watchdog, WorkerProcess, embedded_redis_pid
+    from chaz.stack import STOP_SECONDS, Watchdog, WorkerProcess, embedded_redis_pid
 
     args, out = ctx.args, ctx.out
     settings = ctx.server_settings
@@ -121,6 +121,8 @@ def cmd_up(ctx: Context) -> int:
                         beat=not args.no_beat and i == 0,
                         loglevel=args.loglevel,
                         log_file=home / f"worker-{i + 1}.log",
+                        # Ctrl-C hands a running turn back before the kill.
+                        stop_deadline=STOP_SECONDS,
                     )
                     with interrupts.shield():
                         workers.append(worker.start())

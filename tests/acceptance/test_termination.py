@@ -21,7 +21,7 @@ import sys
 import chaz
 from chaz.domain.entries import EntryType
 from chaz.runtime.loop import Checkpoint
-from chaz.stack import WorkerProcess, settings_env
+from chaz.stack import STOP_SECONDS, WorkerProcess, settings_env
 from tests.support.stack import Stack
 
 #: A turn that does one step, then holds at its session's gate until the test opens it.
@@ -170,3 +170,39 @@ def test_a_turn_outliving_the_shutdown_grace_is_handed_back_and_resumed_at_once(
     job = client.jobs.get(posted.job_id or "")
     cp = Checkpoint.from_json(client.services.store.checkpoint(job.id))
     assert (job.attempts, cp.handbacks, cp.counted_attempts(job.attempts)) == (2, 1, 1)
+
+
+def test_a_stop_deadline_hands_the_turn_back_before_the_kill(stack: Stack) -> None:
+    # What `chaz up` and `chaz.embedded()` do on Ctrl-C: they stop their
+    # worker with a deadline (15 s), and the worker's 240 s shutdown grace is
+    # cut to fit, so the turn it holds is handed back, not killed mid-step.
+    assert stack.settings.shutdown_grace_seconds > STOP_SECONDS
+    client = stack.client
+    first = WorkerProcess(
+        stack.settings,
+        concurrency=1,
+        queues="chaz.turns",
+        log_file=stack.settings.home / "worker-deadline.log",
+        stop_deadline=STOP_SECONDS,
+    ).start()
+    try:
+        first.wait_ready(client)
+        s, posted = _held_turn(stack)
+        proc = first.proc
+        assert proc is not None
+        first.stop()
+        # The worker ended on its own (the hand-back), before the deadline's SIGKILL.
+        assert proc.returncode == 0, (stack.settings.home / "worker-deadline.log").read_text()
+    finally:
+        first.stop()
+    job = client.jobs.get(posted.job_id or "")
+    cp = Checkpoint.from_json(client.services.store.checkpoint(job.id))
+    assert (job.status, cp.handbacks) == (chaz.JobStatus.RUNNING, 1)
+    [second] = stack.workers(1, concurrency=1, queues="chaz.turns")
+    stack.open_gate(f"go-{s.id}")
+    mine = _ran_once(stack, s, posted)
+    acks = [e for e in mine if e.type is EntryType.ACK]
+    assert [e.metadata["pid"] for e in acks][1:] == [second.pid]
+    job = client.jobs.get(job.id)
+    cp = Checkpoint.from_json(client.services.store.checkpoint(job.id))
+    assert cp.counted_attempts(job.attempts) == 1  # the hand-back's resume spent none

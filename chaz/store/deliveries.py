@@ -416,6 +416,12 @@ class DeliveryStore:
         with self._db.engine.connect() as conn:
             return [str(j) for j in conn.scalars(stmt)]
 
+    def withdraw_one(self, delivery_id: str, *, by: str, reason: str) -> Delivery | None:
+        """Withdraw one delivery if it is still ``accepted``; it as withdrawn, else None."""
+        with self._db.write() as conn:
+            found = withdraw(conn, DELIVERIES.c.id == delivery_id, by=by, reason=reason)
+        return found[0] if found else None
+
     def withdraw_inbox(self, session_id: str, *, by: str, reason: str) -> builtins.list[Delivery]:
         """Withdraw every delivery waiting to be admitted into ``session_id``
         (queued messages, follow-ups, results); the ones withdrawn (:func:`withdraw`)."""

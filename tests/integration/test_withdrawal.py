@@ -11,7 +11,8 @@ cancelled, never both and never neither.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ import chaz
 from chaz.domain.deliveries import (
     WITHDRAWN_CODE,
     Delivered,
+    Delivery,
     DeliveryKind,
     DeliveryState,
     Sender,
@@ -97,19 +99,21 @@ def test_an_admission_inside_the_cancel_loses_nothing(
     services: Services, stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The inbox admits the message after the cancel read the lineage and before
-    it withdraws: the withdrawal's compare-and-set misses it, and the cancel
-    still finds and cancels the job it admitted."""
+    it cancels the sender: the job it admitted is no descendant the cancel
+    read, its delivery is no longer there to withdraw, and the cancel still
+    finds and cancels that job."""
     job_id, queued = _queued_message(services, stack)
-    withdraw = services.store.deliveries.withdraw_sent
+    silence = services.store.silence_followups
     admitted: list[chaz.Job] = []
 
-    def admission_first(*args: object, **kwargs: object) -> object:
-        job = deliveries.admit_accepted(services, queued.delivery)
-        assert job is not None
-        admitted.append(job)
-        return withdraw(*args, **kwargs)  # type: ignore[arg-type]
+    def admission_between(job_ids: Iterable[str]) -> None:
+        if not admitted:
+            job = deliveries.admit_accepted(services, queued.delivery)
+            assert job is not None
+            admitted.append(job)
+        silence(job_ids)
 
-    monkeypatch.setattr(services.store.deliveries, "withdraw_sent", admission_first)
+    monkeypatch.setattr(services.store, "silence_followups", admission_between)
     outcome = control.cancel(services, job_id, command_id="cancel-raced")
     [job] = admitted
     assert outcome["withdrawn"] == [] and outcome["cascaded"] == [job.id]
@@ -119,6 +123,57 @@ def test_an_admission_inside_the_cancel_loses_nothing(
     # Its end sends nothing back to the cancelled sender.
     sender = queued.delivery.sender_session_id or ""
     assert services.store.deliveries.list(sender, direction="in") == []
+
+
+def test_an_admission_after_the_senders_cancel_withdraws_instead(
+    services: Services, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inbox admits the message after the cancel moved the sender and before
+    the cancel's withdrawal: the admission sees the sender cancelled and
+    withdraws it; the cancel's withdrawal then finds nothing left."""
+    job_id, queued = _queued_message(services, stack)
+    withdraw = services.store.deliveries.withdraw_sent
+    tried: list[chaz.Job | None] = []
+
+    def admission_first(*args: Any, **kwargs: Any) -> list[Delivery]:
+        tried.append(deliveries.admit_accepted(services, queued.delivery))
+        return withdraw(*args, **kwargs)
+
+    monkeypatch.setattr(services.store.deliveries, "withdraw_sent", admission_first)
+    outcome = control.cancel(services, job_id, command_id="cancel-raced-late")
+    assert tried == [None]
+    assert outcome["withdrawn"] == [] and outcome["cascaded"] == []
+    delivery = services.store.deliveries.get(queued.delivery.id)
+    assert delivery.state is DeliveryState.WITHDRAWN and delivery.job_id is None
+    assert services.store.list_jobs(parent_job_id=job_id) == []
+
+
+def test_a_message_queued_after_its_senders_cancel_is_withdrawn_not_run(
+    services: Services, stack: Stack
+) -> None:
+    """A tool call in flight when the cancel came queues its message after the
+    cancel's withdrawal: the inbox's admission finds its sender cancelled and
+    withdraws it instead."""
+    client = stack.client
+    sender = client.sessions.create("quiet")
+    target = client.sessions.create("quiet")
+    assert client.sessions.post(target.id, "busy", sender="user:t").job_id
+    job_id = client.sessions.post(sender.id, "send", sender="user:t").job_id or ""
+    assert control.cancel(services, job_id, command_id="cancel-before")["withdrawn"] == []
+    who = Sender(
+        sender="agent:quiet", key=f"message:{job_id}:late", session_id=sender.id, job_id=job_id
+    )
+    late = deliveries.deliver(
+        services, who, services.store.get_session(target.id), DeliveryKind.MESSAGE, "late"
+    )
+    assert late.queued
+    assert deliveries.admit_accepted(services, late.delivery) is None
+    withdrawn = services.store.deliveries.get(late.delivery.id)
+    assert withdrawn.state is DeliveryState.WITHDRAWN and withdrawn.code == WITHDRAWN_CODE
+    assert withdrawn.metadata["withdrawn_by"] == job_id
+    assert services.store.list_jobs(parent_job_id=job_id) == []
+    # The admission rolled back whole: no Directive in the target, no quota spent.
+    assert [e.content for e in client.sessions.entries(target.id)] == ["busy"]
 
 
 def test_the_cancel_records_its_command_id(services: Services, stack: Stack) -> None:

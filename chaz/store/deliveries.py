@@ -25,7 +25,7 @@ from chaz.domain.deliveries import (
     DeliveryState,
     Reply,
 )
-from chaz.domain.jobs import TERMINAL
+from chaz.domain.jobs import TERMINAL, JobStatus
 from chaz.errors import DeliveryNotFound
 from chaz.ids import as_utc, new_id, utcnow
 from chaz.store import upsert
@@ -399,17 +399,22 @@ class DeliveryStore:
             return withdraw(conn, _sent_by(job_ids, keep_answers_of), by=by, reason=reason)
 
     def admitted_jobs(self, job_ids: Iterable[str], *, keep_answers_of: str) -> builtins.list[str]:
-        """The unfinished jobs admitted by what the jobs ``job_ids`` sent (the
-        deliveries :meth:`withdraw_sent` selects, admitted before it could take
-        them), oldest first."""
+        """The jobs admitted by what the jobs ``job_ids`` sent (the deliveries
+        :meth:`withdraw_sent` selects, admitted before it could take them),
+        oldest first: unfinished ones, and of a follow-up or result only one
+        still queued (a turn already reading its answer is not queued work)."""
         jobs = cast(Table, JobRow.__table__)
+        answer = DELIVERIES.c.kind.in_(sorted(k.value for k in ANSWERS))
         stmt = (
             select(jobs.c.id)
             .join(DELIVERIES, DELIVERIES.c.job_id == jobs.c.id)
             .where(
                 _sent_by(job_ids, keep_answers_of),
                 DELIVERIES.c.state == DeliveryState.ADMITTED.value,
-                jobs.c.status.not_in(sorted(s.value for s in TERMINAL)),
+                or_(
+                    ~answer & jobs.c.status.not_in(sorted(s.value for s in TERMINAL)),
+                    answer & (jobs.c.status == JobStatus.QUEUED.value),
+                ),
             )
             .order_by(jobs.c.created_at, jobs.c.id)
         )

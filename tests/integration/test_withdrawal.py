@@ -23,6 +23,8 @@ from chaz.domain.deliveries import (
     Delivery,
     DeliveryKind,
     DeliveryState,
+    NewBranch,
+    Reply,
     Sender,
 )
 from chaz.domain.jobs import JobStatus
@@ -174,6 +176,32 @@ def test_a_message_queued_after_its_senders_cancel_is_withdrawn_not_run(
     assert services.store.list_jobs(parent_job_id=job_id) == []
     # The admission rolled back whole: no Directive in the target, no quota spent.
     assert [e.content for e in client.sessions.entries(target.id)] == ["busy"]
+
+
+def test_a_cancel_cancels_the_queued_follow_up_of_a_child_that_ended_first(
+    services: Services, stack: Stack
+) -> None:
+    """A child of the cancelled job ended before the cancel, and its follow-up
+    waits in the cancelled job's session as a queued turn: that turn is queued
+    work of the lineage, and is cancelled with it."""
+    client = stack.client
+    caller = client.sessions.create("quiet")
+    job_id = client.sessions.post(caller.id, "spawn", sender="user:t").job_id or ""
+    who = Sender(
+        sender="agent:quiet",
+        key=f"spawn:{job_id}:1",
+        session_id=caller.id,
+        job_id=job_id,
+        tree_id=caller.tree_id,
+    )
+    child = deliveries.spawn(services, who, NewBranch("quiet", "work", reply=Reply.FOLLOWUP))
+    assert child.job is not None
+    control.cancel(services, child.job.id)  # on its own: it answers its caller once
+    [answer] = [j for j in services.store.list_jobs(session_id=caller.id) if j.id != job_id]
+    assert answer.status is JobStatus.QUEUED
+    outcome = control.cancel(services, job_id)
+    assert outcome["cascaded"] == [answer.id] and outcome["withdrawn"] == []
+    assert services.store.get_job(answer.id).status is JobStatus.CANCELLED
 
 
 def test_the_cancel_records_its_command_id(services: Services, stack: Stack) -> None:

@@ -5,7 +5,7 @@ follow-up; later, ``session_send`` (docs/contracts.md#requests). It is a row
 with its own state machine (docs/collaboration.md#deliveries):
 
 ``accepted`` -> ``admitted`` -> ``done``; or ``refused`` / ``dropped`` /
-``failed``, each with a code and a reason.
+``failed`` / ``withdrawn``, each with a code and a reason.
 
 The rules here are pure: the store applies them, the use case
 (:mod:`chaz.usecases.deliveries`) drives them.
@@ -28,6 +28,9 @@ from chaz.errors import SelfDelivery, SessionArchived
 INBOX_LIMIT = 50
 #: The same text from the same sender while a copy still waits this long is a duplicate.
 DUPLICATE_WINDOW = timedelta(seconds=60)
+#: The code of a delivery withdrawn before it was admitted; its metadata's
+#: ``withdrawn_by`` names the command (or the job or session) that withdrew it.
+WITHDRAWN_CODE = "delivery.withdrawn"
 
 
 class DeliveryKind(StrEnum):
@@ -82,6 +85,9 @@ class DeliveryState(StrEnum):
     DROPPED = "dropped"
     #: Could not be admitted and will not be retried.
     FAILED = "failed"
+    #: Taken back before it was admitted: its sender's cancel (or a Stop of its
+    #: target) withdrew it (:data:`WITHDRAWN_CODE`).
+    WITHDRAWN = "withdrawn"
 
     @property
     def final(self) -> bool:
@@ -258,7 +264,7 @@ def request_status(state: DeliveryState, job_status: str | None) -> RequestStatu
     ``accepted``: recorded, and its turn has not started (no job yet, or the
     job still queued behind the target's current turn); ``delivering``: its
     turn runs (or waits for an approval); ``consumed``: its turn ended and
-    the delivery is ``done``; ``failed``: refused, dropped or failed, with
+    the delivery is ``done``; ``failed``: refused, dropped, failed or withdrawn, with
     the delivery's code and reason.
     """
     if state is DeliveryState.ACCEPTED:
@@ -278,7 +284,12 @@ def stored_states(status: RequestStatus) -> tuple[DeliveryState, ...]:
         RequestStatus.ACCEPTED: (DeliveryState.ACCEPTED, DeliveryState.ADMITTED),
         RequestStatus.DELIVERING: (DeliveryState.ADMITTED,),
         RequestStatus.CONSUMED: (DeliveryState.DONE,),
-        RequestStatus.FAILED: (DeliveryState.REFUSED, DeliveryState.DROPPED, DeliveryState.FAILED),
+        RequestStatus.FAILED: (
+            DeliveryState.REFUSED,
+            DeliveryState.DROPPED,
+            DeliveryState.FAILED,
+            DeliveryState.WITHDRAWN,
+        ),
     }[status]
 
 

@@ -14,6 +14,7 @@ DELIVERY_DONE = "delivery.done"
 DELIVERY_REFUSED = "delivery.refused"
 DELIVERY_DROPPED = "delivery.dropped"
 DELIVERY_FAILED = "delivery.failed"
+DELIVERY_WITHDRAWN = "delivery.withdrawn"
 SESSION_ARCHIVED = "session.archived"
 SESSION_RENAMED = "session.renamed"
 #: A room's roster changed (docs/rooms.md).

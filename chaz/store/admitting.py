@@ -21,7 +21,7 @@ from chaz.domain import events as ev
 from chaz.domain.agents import AgentSpec
 from chaz.domain.deliveries import Delivery, DeliveryState
 from chaz.domain.entries import Entry, NewEntry, parse_sender
-from chaz.domain.jobs import Job
+from chaz.domain.jobs import Job, JobStatus
 from chaz.ids import new_id, utcnow
 from chaz.store import deliveries as dl
 from chaz.store import projects as project_store
@@ -219,6 +219,19 @@ class Admitting:
         if moved is None:
             raise DeliveryGone(delivery.id)
         return done
+
+    def job_status(self, job_id: str) -> JobStatus | None:
+        """Another job's status, its row share-locked until this admission commits
+        (None: no such job).
+
+        A cancel's move of that job waits for the admission, so what the
+        admission read stays true until it is visible (the sender of a queued
+        message: docs/collaboration.md#withdrawal).
+        """
+        status = self._conn.scalar(
+            select(JobRow.status).where(JobRow.id == job_id).with_for_update(read=True)
+        )
+        return JobStatus(status) if status is not None else None
 
     def inbox(self) -> list[Delivery]:
         """The messages waiting in this session's inbox, oldest first (locked)."""

@@ -18,12 +18,14 @@ from sqlalchemy import ColumnElement, Connection, Table, func, insert, or_, sele
 
 from chaz.domain import events
 from chaz.domain.deliveries import (
+    ANSWERS,
+    WITHDRAWN_CODE,
     Delivery,
     DeliveryKind,
     DeliveryState,
     Reply,
 )
-from chaz.domain.jobs import TERMINAL
+from chaz.domain.jobs import TERMINAL, JobStatus
 from chaz.errors import DeliveryNotFound
 from chaz.ids import as_utc, new_id, utcnow
 from chaz.store import upsert
@@ -169,6 +171,42 @@ def silence(conn: Connection, job_ids: Iterable[str]) -> None:
         )
 
 
+def withdraw(
+    conn: Connection, where: ColumnElement[bool], *, by: str, reason: str
+) -> builtins.list[Delivery]:
+    """Withdraw the ``accepted`` deliveries ``where`` selects; the ones withdrawn.
+
+    Each is a compare-and-set against its admission (``accepted`` ->
+    ``withdrawn`` here, ``accepted`` -> ``admitted`` there), so a delivery
+    admitted at the same instant is either admitted or withdrawn, never both:
+    one admitted first is left out, and its job is the caller's to cancel.
+    ``by`` (a command id, else the cancelled job's or stopped session's id)
+    goes into each one's metadata as ``withdrawn_by``.
+    """
+    waiting = [
+        as_delivery(r)
+        for r in conn.execute(
+            select(DELIVERIES)
+            .where(where, DELIVERIES.c.state == DeliveryState.ACCEPTED.value)
+            .order_by(DELIVERIES.c.created_at, DELIVERIES.c.id)
+        ).mappings()
+    ]
+    withdrawn = []
+    for d in waiting:
+        moved = move(
+            conn,
+            d.id,
+            DeliveryState.WITHDRAWN,
+            leaving=[DeliveryState.ACCEPTED],
+            code=WITHDRAWN_CODE,
+            reason=reason,
+            metadata={**d.metadata, "withdrawn_by": by},
+        )
+        if moved is not None:
+            withdrawn.append(moved)
+    return withdrawn
+
+
 def locked(conn: Connection, delivery_id: str) -> Delivery | None:
     """One delivery, its row locked until the transaction ends."""
     row = (
@@ -229,6 +267,7 @@ def _state_event(state: DeliveryState) -> str:
         DeliveryState.REFUSED: events.DELIVERY_REFUSED,
         DeliveryState.DROPPED: events.DELIVERY_DROPPED,
         DeliveryState.FAILED: events.DELIVERY_FAILED,
+        DeliveryState.WITHDRAWN: events.DELIVERY_WITHDRAWN,
     }[state]
 
 
@@ -274,6 +313,15 @@ def _in_project(project: str) -> ColumnElement[bool]:
         DELIVERIES.c.target_session_id.in_(sessions),
         DELIVERIES.c.sender_session_id.in_(sessions),
     )
+
+
+def _sent_by(job_ids: Iterable[str], keep_answers_of: str) -> ColumnElement[bool]:
+    """Deliveries the jobs ``job_ids`` sent, but for the answers (follow-up,
+    result) of ``keep_answers_of``."""
+    own_answer = (DELIVERIES.c.sender_job_id == keep_answers_of) & DELIVERIES.c.kind.in_(
+        sorted(k.value for k in ANSWERS)
+    )
+    return DELIVERIES.c.sender_job_id.in_(sorted(set(job_ids))) & ~own_answer
 
 
 class DeliveryStore:
@@ -338,6 +386,54 @@ class DeliveryStore:
         )
         with self._db.engine.connect() as conn:
             return conn.scalar(stmt) is not None
+
+    def withdraw_sent(
+        self, job_ids: Iterable[str], *, keep_answers_of: str, by: str, reason: str
+    ) -> builtins.list[Delivery]:
+        """Withdraw what the jobs ``job_ids`` (a cancelled lineage) left waiting:
+        their messages in busy inboxes, and their follow-ups and results not yet
+        admitted, except those answering ``keep_answers_of`` (the cancelled job
+        itself still answers its caller: docs/collaboration.md#follow-ups).
+        The ones withdrawn (:func:`withdraw`)."""
+        with self._db.write() as conn:
+            return withdraw(conn, _sent_by(job_ids, keep_answers_of), by=by, reason=reason)
+
+    def admitted_jobs(self, job_ids: Iterable[str], *, keep_answers_of: str) -> builtins.list[str]:
+        """The jobs admitted by what the jobs ``job_ids`` sent (the deliveries
+        :meth:`withdraw_sent` selects, admitted before it could take them),
+        oldest first: unfinished ones, and of a follow-up or result only one
+        still queued (a turn already reading its answer is not queued work)."""
+        jobs = cast(Table, JobRow.__table__)
+        answer = DELIVERIES.c.kind.in_(sorted(k.value for k in ANSWERS))
+        stmt = (
+            select(jobs.c.id)
+            .join(DELIVERIES, DELIVERIES.c.job_id == jobs.c.id)
+            .where(
+                _sent_by(job_ids, keep_answers_of),
+                DELIVERIES.c.state == DeliveryState.ADMITTED.value,
+                or_(
+                    ~answer & jobs.c.status.not_in(sorted(s.value for s in TERMINAL)),
+                    answer & (jobs.c.status == JobStatus.QUEUED.value),
+                ),
+            )
+            .order_by(jobs.c.created_at, jobs.c.id)
+        )
+        with self._db.engine.connect() as conn:
+            return [str(j) for j in conn.scalars(stmt)]
+
+    def withdraw_one(self, delivery_id: str, *, by: str, reason: str) -> Delivery | None:
+        """Withdraw one delivery if it is still ``accepted``; it as withdrawn, else None."""
+        with self._db.write() as conn:
+            found = withdraw(conn, DELIVERIES.c.id == delivery_id, by=by, reason=reason)
+        return found[0] if found else None
+
+    def withdraw_inbox(self, session_id: str, *, by: str, reason: str) -> builtins.list[Delivery]:
+        """Withdraw every delivery waiting to be admitted into ``session_id``
+        (queued messages, follow-ups, results); the ones withdrawn (:func:`withdraw`)."""
+        with self._db.write() as conn:
+            return withdraw(
+                conn, DELIVERIES.c.target_session_id == session_id, by=by, reason=reason
+            )
 
     def stranded(self, older_than: datetime, limit: int = 500) -> builtins.list[Delivery]:
         """Accepted deliveries older than ``older_than``: follow-ups a crash left

@@ -129,3 +129,11 @@ class DeliveryGone(Exception):
     Internal to the delivery path: the transaction rolls back and the caller
     moves on to the next one.
     """
+
+
+class SenderStopped(Exception):
+    """The delivery being admitted was sent by a job being (or already) cancelled.
+
+    Internal to the delivery path: the transaction rolls back, and the
+    delivery is withdrawn instead (docs/collaboration.md#withdrawal).
+    """

@@ -8,7 +8,9 @@ Cancelling (docs/contracts.md#cancel):
 * a running job becomes ``stopping``; the runtime stops at its next step
   boundary, and the job is ``cancelled`` only once the turn has exited;
 * a terminal job is left as it is, and the outcome says so;
-* descendants (through ``parent_job_id``) are cancelled first.
+* descendants (through ``parent_job_id``) are cancelled first;
+* what the lineage left waiting (messages in busy inboxes, follow-ups not
+  yet admitted) is withdrawn (``withdrawn``), and never runs.
 
 A stale ``expected_version`` is a :class:`~chaz.errors.VersionConflict`; a
 repeated ``command_id`` returns the first outcome.
@@ -133,15 +135,59 @@ def cancel(
             job_id=job_id,
             version=job.version,
         )
-    below = [child for child in descendants(services, job_id) if not child.status.terminal]
+    outcome = cancel_lineage(
+        services, job, reason=reason, by=command_id or job.id, expected_version=expected_version
+    )
+    if command_id is not None:
+        outcome = store.record_command(command_id, CANCEL_ACTION, job_id, outcome)
+    return outcome
+
+
+def cancel_lineage(
+    services: Services,
+    job: Job,
+    *,
+    reason: str,
+    by: str,
+    expected_version: int | None = None,
+) -> dict[str, Any]:
+    """Cancel ``job`` and its descendants, and withdraw what the lineage left
+    waiting; the outcome (``cascaded``: the other jobs cancelled,
+    ``withdrawn``: the deliveries taken back).
+
+    ``by`` is what the withdrawn deliveries record as ``withdrawn_by`` (the
+    command id, else the cancelled job's id). The withdrawal comes after the
+    cancels and is a compare-and-set against each delivery's admission
+    (docs/collaboration.md#withdrawal): a delivery admitted first is not
+    withdrawn, and the job it admitted is cancelled here instead, so every
+    one is either withdrawn or its job cancelled.
+    """
+    store = services.store
+    lineage = descendants(services, job.id)
+    below = [child for child in lineage if not child.status.terminal]
     # Their caller is being cancelled: nobody is left to read a follow-up
     # (docs/collaboration.md#follow-ups). The job named here still sends its own.
     store.silence_followups(child.id for child in below)
     cascaded = [_cancel_one(services, child, reason)["execution_id"] for child in below]
     outcome = _cancel_one(services, job, reason, expected_version=expected_version)
+    sent_by = [job.id, *(child.id for child in lineage)]
+    withdrawn = store.deliveries.withdraw_sent(
+        sent_by,
+        keep_answers_of=job.id,
+        by=by,
+        reason=f"withdrawn: the job that sent it was cancelled{': ' + reason if reason else ''}",
+    )
+    # Admitted before the withdrawal could take them: their jobs (a message's,
+    # a descendant's follow-up into the lineage) are cancelled like the rest.
+    done = {job.id, *cascaded}
+    late = [
+        j for j in store.deliveries.admitted_jobs(sent_by, keep_answers_of=job.id) if j not in done
+    ]
+    store.silence_followups(late)
+    for late_id in late:
+        cascaded.append(_cancel_one(services, store.get_job(late_id), reason)["execution_id"])
     outcome["cascaded"] = cascaded
-    if command_id is not None:
-        outcome = store.record_command(command_id, CANCEL_ACTION, job_id, outcome)
+    outcome["withdrawn"] = [d.id for d in withdrawn]
     return outcome
 
 

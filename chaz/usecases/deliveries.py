@@ -38,7 +38,7 @@ from chaz.domain.deliveries import (
     result_key,
 )
 from chaz.domain.entries import Entry, EntryType, NewEntry
-from chaz.domain.jobs import Job
+from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.principals import LOCAL, Principal, grant_names
 from chaz.domain.sessions import Origin, Session, missing_session
 from chaz.errors import (
@@ -53,7 +53,7 @@ from chaz.ids import new_id, utcnow
 from chaz.services import Services
 from chaz.store import deliveries as dl
 from chaz.store.admitting import Admitting
-from chaz.store.types import Appended, DeliveryGone, JobFields, NewSession
+from chaz.store.types import Appended, DeliveryGone, JobFields, NewSession, SenderStopped
 from chaz.usecases import admission, completion
 
 log = logging.getLogger(__name__)
@@ -321,6 +321,11 @@ def drain(services: Services, session_id: str) -> int:
             admitted += 1
 
 
+#: A sender job in these states is being or was cancelled: what it left
+#: queued is withdrawn, not admitted (docs/collaboration.md#withdrawal).
+SENDER_STOPPED = frozenset({JobStatus.STOPPING, JobStatus.CANCELLED})
+
+
 def admit_accepted(services: Services, delivery: Delivery) -> Job | None:
     """Admit an ``accepted`` delivery (a queued message, a follow-up) as a job.
 
@@ -330,8 +335,11 @@ def admit_accepted(services: Services, delivery: Delivery) -> Job | None:
     A full queue or a project at its live limit (:data:`RETRY_LATER`) is
     raised and leaves the delivery ``accepted``, to be admitted when there
     is room.
-    None when it was not admitted (refused, failed, or admitted by someone
-    else first).
+    A message (or request) whose sender job is being or was cancelled is
+    withdrawn instead (the cancel's own withdrawal missed it: it was queued
+    after).
+    None when it was not admitted (refused, failed, withdrawn, or admitted by
+    someone else first).
     """
     draft = _delivered_entry(delivery)
     if delivery.kind in ANSWERS:
@@ -362,6 +370,11 @@ def admit_accepted(services: Services, delivery: Delivery) -> Job | None:
     def insert(tx: Admitting) -> Appended:
         if tx.session.archived:
             raise _archived(tx.session)
+        sender_job = delivery.sender_job_id if delivery.kind not in ANSWERS else None
+        if sender_job is not None and tx.job_status(sender_job) in SENDER_STOPPED:
+            # Queued by a turn whose cancel came after the cancel's withdrawal
+            # (a tool call in flight): withdrawn now rather than run.
+            raise SenderStopped(delivery.id)
         return tx.take(delivery, draft, job_fields=fields)
 
     def replay() -> Appended | None:
@@ -372,6 +385,13 @@ def admit_accepted(services: Services, delivery: Delivery) -> Job | None:
             services, delivery.target_session_id, insert, replay, project=delivery.project
         )
     except DeliveryGone:
+        return None
+    except SenderStopped:
+        services.store.deliveries.withdraw_one(
+            delivery.id,
+            by=str(delivery.sender_job_id),
+            reason="withdrawn: the job that sent it was cancelled",
+        )
         return None
     except RETRY_LATER:
         raise

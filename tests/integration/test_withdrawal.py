@@ -1,0 +1,256 @@
+"""Withdrawing queued work (docs/collaboration.md#withdrawal) and the session-wide
+Stop (docs/executions.md#stop), without workers.
+
+A message a job left in a busy target's inbox is withdrawn by that job's
+cancel, and the withdrawal races the inbox's admission of the same delivery
+by a compare-and-set on its state: the tests force each order (and the
+admission landing inside the cancel) by calling the two operations in turn,
+and every order ends with the delivery either withdrawn or its job
+cancelled, never both and never neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import pytest
+
+import chaz
+from chaz.domain.deliveries import (
+    WITHDRAWN_CODE,
+    Delivered,
+    Delivery,
+    DeliveryKind,
+    DeliveryState,
+    NewBranch,
+    Reply,
+    Sender,
+)
+from chaz.domain.jobs import JobStatus
+from chaz.domain.principals import LOCAL, Principal
+from chaz.errors import Forbidden, IdempotencyMismatch, SessionNotFound
+from chaz.services import Services
+from chaz.usecases import control, deliveries
+from chaz.usecases.stop import stop_session
+from tests.support.principals import session_in
+from tests.support.stack import Stack
+
+AGENT = chaz.AgentSpec(id="quiet", script=[{"steps": [{"say": "ok"}]}])
+
+
+@pytest.fixture
+def services(stack: Stack) -> Iterator[Services]:
+    stack.client.agents.put(AGENT)
+    svc = Services(stack.settings)
+    yield svc
+    svc.close()
+
+
+def _queued_message(services: Services, stack: Stack, text: str = "hi") -> tuple[str, Delivered]:
+    """A producer's job in a sender session that left ``text`` in the inbox of a
+    busy target (its own queued job holds it: no worker runs here)."""
+    client = stack.client
+    sender = client.sessions.create("quiet")
+    target = client.sessions.create("quiet")
+    assert client.sessions.post(target.id, "busy", sender="user:t").job_id
+    job_id = client.sessions.post(sender.id, "send", sender="user:t").job_id
+    assert job_id is not None
+    who = Sender(
+        sender="agent:quiet", key=f"message:{job_id}:1", session_id=sender.id, job_id=job_id
+    )
+    done = deliveries.deliver(
+        services, who, services.store.get_session(target.id), DeliveryKind.MESSAGE, text
+    )
+    assert done.queued
+    return job_id, done
+
+
+def test_a_cancel_withdraws_what_its_job_left_in_a_busy_inbox(
+    services: Services, stack: Stack
+) -> None:
+    job_id, queued = _queued_message(services, stack)
+    outcome = control.cancel(services, job_id)
+    assert outcome["withdrawn"] == [queued.delivery.id] and outcome["cascaded"] == []
+    withdrawn = services.store.deliveries.get(queued.delivery.id)
+    assert withdrawn.state is DeliveryState.WITHDRAWN and withdrawn.code == WITHDRAWN_CODE
+    # No command id: the cancelled job is recorded as what withdrew it.
+    assert withdrawn.metadata["withdrawn_by"] == job_id
+    # Withdrawn first, admitted second: the admission finds it gone, writes nothing.
+    assert deliveries.admit_accepted(services, queued.delivery) is None
+    assert deliveries.drain(services, queued.session.id) == 0
+    assert services.store.list_jobs(parent_job_id=job_id) == []
+    # The event logs of both sessions say so.
+    kinds = [e.kind for e in stack.client.events.list(queued.session.id)]
+    assert "delivery.withdrawn" in kinds
+
+
+def test_a_delivery_admitted_first_is_not_withdrawn_and_its_job_is_cancelled(
+    services: Services, stack: Stack
+) -> None:
+    job_id, queued = _queued_message(services, stack)
+    admitted = deliveries.admit_accepted(services, queued.delivery)
+    assert admitted is not None and admitted.parent_job_id == job_id
+    outcome = control.cancel(services, job_id, command_id="cancel-admitted-first")
+    assert outcome["withdrawn"] == [] and outcome["cascaded"] == [admitted.id]
+    assert services.store.get_job(admitted.id).status is JobStatus.CANCELLED
+    assert services.store.deliveries.get(queued.delivery.id).state is not DeliveryState.WITHDRAWN
+
+
+def test_an_admission_inside_the_cancel_loses_nothing(
+    services: Services, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inbox admits the message after the cancel read the lineage and before
+    it cancels the sender: the job it admitted is no descendant the cancel
+    read, its delivery is no longer there to withdraw, and the cancel still
+    finds and cancels that job."""
+    job_id, queued = _queued_message(services, stack)
+    silence = services.store.silence_followups
+    admitted: list[chaz.Job] = []
+
+    def admission_between(job_ids: Iterable[str]) -> None:
+        if not admitted:
+            job = deliveries.admit_accepted(services, queued.delivery)
+            assert job is not None
+            admitted.append(job)
+        silence(job_ids)
+
+    monkeypatch.setattr(services.store, "silence_followups", admission_between)
+    outcome = control.cancel(services, job_id, command_id="cancel-raced")
+    [job] = admitted
+    assert outcome["withdrawn"] == [] and outcome["cascaded"] == [job.id]
+    assert services.store.get_job(job.id).status is JobStatus.CANCELLED
+    delivery = services.store.deliveries.get(queued.delivery.id)
+    assert delivery.state is DeliveryState.DONE and delivery.job_id == job.id
+    # Its end sends nothing back to the cancelled sender.
+    sender = queued.delivery.sender_session_id or ""
+    assert services.store.deliveries.list(sender, direction="in") == []
+
+
+def test_an_admission_after_the_senders_cancel_withdraws_instead(
+    services: Services, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inbox admits the message after the cancel moved the sender and before
+    the cancel's withdrawal: the admission sees the sender cancelled and
+    withdraws it; the cancel's withdrawal then finds nothing left."""
+    job_id, queued = _queued_message(services, stack)
+    withdraw = services.store.deliveries.withdraw_sent
+    tried: list[chaz.Job | None] = []
+
+    def admission_first(*args: Any, **kwargs: Any) -> list[Delivery]:
+        tried.append(deliveries.admit_accepted(services, queued.delivery))
+        return withdraw(*args, **kwargs)
+
+    monkeypatch.setattr(services.store.deliveries, "withdraw_sent", admission_first)
+    outcome = control.cancel(services, job_id, command_id="cancel-raced-late")
+    assert tried == [None]
+    assert outcome["withdrawn"] == [] and outcome["cascaded"] == []
+    delivery = services.store.deliveries.get(queued.delivery.id)
+    assert delivery.state is DeliveryState.WITHDRAWN and delivery.job_id is None
+    assert services.store.list_jobs(parent_job_id=job_id) == []
+
+
+def test_a_message_queued_after_its_senders_cancel_is_withdrawn_not_run(
+    services: Services, stack: Stack
+) -> None:
+    """A tool call in flight when the cancel came queues its message after the
+    cancel's withdrawal: the inbox's admission finds its sender cancelled and
+    withdraws it instead."""
+    client = stack.client
+    sender = client.sessions.create("quiet")
+    target = client.sessions.create("quiet")
+    assert client.sessions.post(target.id, "busy", sender="user:t").job_id
+    job_id = client.sessions.post(sender.id, "send", sender="user:t").job_id or ""
+    assert control.cancel(services, job_id, command_id="cancel-before")["withdrawn"] == []
+    who = Sender(
+        sender="agent:quiet", key=f"message:{job_id}:late", session_id=sender.id, job_id=job_id
+    )
+    late = deliveries.deliver(
+        services, who, services.store.get_session(target.id), DeliveryKind.MESSAGE, "late"
+    )
+    assert late.queued
+    assert deliveries.admit_accepted(services, late.delivery) is None
+    withdrawn = services.store.deliveries.get(late.delivery.id)
+    assert withdrawn.state is DeliveryState.WITHDRAWN and withdrawn.code == WITHDRAWN_CODE
+    assert withdrawn.metadata["withdrawn_by"] == job_id
+    assert services.store.list_jobs(parent_job_id=job_id) == []
+    # The admission rolled back whole: no Directive in the target, no quota spent.
+    assert [e.content for e in client.sessions.entries(target.id)] == ["busy"]
+
+
+def test_a_cancel_cancels_the_queued_follow_up_of_a_child_that_ended_first(
+    services: Services, stack: Stack
+) -> None:
+    """A child of the cancelled job ended before the cancel, and its follow-up
+    waits in the cancelled job's session as a queued turn: that turn is queued
+    work of the lineage, and is cancelled with it."""
+    client = stack.client
+    caller = client.sessions.create("quiet")
+    job_id = client.sessions.post(caller.id, "spawn", sender="user:t").job_id or ""
+    who = Sender(
+        sender="agent:quiet",
+        key=f"spawn:{job_id}:1",
+        session_id=caller.id,
+        job_id=job_id,
+        tree_id=caller.tree_id,
+    )
+    child = deliveries.spawn(services, who, NewBranch("quiet", "work", reply=Reply.FOLLOWUP))
+    assert child.job is not None
+    control.cancel(services, child.job.id)  # on its own: it answers its caller once
+    [answer] = [j for j in services.store.list_jobs(session_id=caller.id) if j.id != job_id]
+    assert answer.status is JobStatus.QUEUED
+    outcome = control.cancel(services, job_id)
+    assert outcome["cascaded"] == [answer.id] and outcome["withdrawn"] == []
+    assert services.store.get_job(answer.id).status is JobStatus.CANCELLED
+
+
+def test_the_cancel_records_its_command_id(services: Services, stack: Stack) -> None:
+    job_id, queued = _queued_message(services, stack)
+    first = control.cancel(services, job_id, command_id="cancel-with-id")
+    assert services.store.deliveries.get(queued.delivery.id).metadata["withdrawn_by"] == (
+        "cancel-with-id"
+    )
+    assert control.cancel(services, job_id, command_id="cancel-with-id") == first
+
+
+def test_stop_withdraws_the_inbox_and_cancels_the_queue(services: Services, stack: Stack) -> None:
+    _, queued = _queued_message(services, stack)
+    target = queued.session.id
+    [busy] = services.store.list_jobs(session_id=target)
+    more = stack.client.sessions.post(target, "more", sender="user:t").job_id
+    outcome = stop_session(services, target, principal=LOCAL, command_id="stop-1", reason="halt")
+    assert outcome["action"] == "session.stop" and outcome["session_id"] == target
+    assert [o["execution_id"] for o in outcome["cancelled"]] == [busy.id, more]
+    assert outcome["withdrawn"] == [queued.delivery.id] and outcome["changed"] is True
+    assert {j.status for j in services.store.list_jobs(session_id=target)} == {JobStatus.CANCELLED}
+    withdrawn = services.store.deliveries.get(queued.delivery.id)
+    assert withdrawn.state is DeliveryState.WITHDRAWN
+    assert withdrawn.metadata["withdrawn_by"] == "stop-1"
+    # Repeated with its command id: the first outcome, nothing more.
+    assert stop_session(services, target, principal=LOCAL, command_id="stop-1") == outcome
+    # Without one, a second stop finds nothing left to do.
+    again = stop_session(services, target, principal=LOCAL)
+    assert again["changed"] is False and again["withdrawn"] == []
+    assert all(not o["changed"] for o in again["cancelled"])
+
+
+def test_stop_is_authorized_like_a_cancel(services: Services, stack: Stack) -> None:
+    stack.client.agents.put(AGENT)
+    mine = stack.client.sessions.create("quiet")
+    job = stack.client.sessions.post(mine.id, "busy", sender="user:t").job_id
+    theirs = session_in(stack.client, "quiet", "other-project")
+    other = Principal(name="user:other", project="other-project")
+    with pytest.raises(SessionNotFound) as missing:
+        stop_session(services, mine.id, principal=other)
+    with pytest.raises(SessionNotFound) as absent:
+        stop_session(services, "0000000000000000", principal=other)
+    assert missing.value.code == absent.value.code == "session.not_found"
+    with pytest.raises(Forbidden):
+        stop_session(services, mine.id, principal=Principal(grants=frozenset()))
+    assert services.store.get_job(job or "").status is JobStatus.QUEUED
+    stop_session(services, theirs.id, principal=other, command_id="stop-theirs")
+    with pytest.raises(IdempotencyMismatch):
+        stop_session(services, mine.id, principal=LOCAL, command_id="stop-theirs")
+    with pytest.raises(IdempotencyMismatch):
+        control.cancel(services, job or "", command_id="stop-theirs")
+    assert services.store.get_job(job or "").status is JobStatus.QUEUED

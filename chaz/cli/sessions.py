@@ -44,6 +44,19 @@ def cmd_sessions_archive(ctx: Context) -> int:
     return EXIT_OK
 
 
+def cmd_sessions_stop(ctx: Context) -> int:
+    """Stop a session (``client.sessions.stop``); prints the outcome."""
+    args = ctx.args
+    outcome = ctx.client.sessions.stop(
+        args.session, command_id=args.command_id, reason=args.reason
+    )
+    if ctx.out.json_mode:
+        ctx.out.json(outcome)
+    else:
+        ctx.out.fields("session.stop", list(outcome.items()))
+    return EXIT_OK
+
+
 def cmd_sessions_rename(ctx: Context) -> int:
     """Name a session; automatic naming never overwrites a person's name."""
     session = ctx.client.sessions.rename(ctx.args.session, ctx.args.name)

@@ -40,6 +40,7 @@ from chaz.errors import AmbiguousName, AttachMismatch, SessionNotFound, Timeout,
 from chaz.services import Services
 from chaz.store.types import Appended, JobFields
 from chaz.usecases import admission, compaction
+from chaz.usecases.stop import stop_session
 from chaz.usecases.watch import watch as _watch
 
 
@@ -171,6 +172,26 @@ class Sessions(Acting):
         target = self._address(check_ref("session", ref))
         session, _ = branches.archive(self._svc, target.id, reason=reason, by=ArchivedBy.MANUAL)
         return session
+
+    def stop(
+        self, session_id: str, *, command_id: str | None = None, reason: str = ""
+    ) -> dict[str, Any]:
+        """Stop a session: withdraw its inbox, cancel its queued jobs and its running
+        turn, each with its descendants (docs/executions.md#stop).
+
+        Never interrupts another session's turn but those descendants. Needs
+        ``runtime.control``; another project's session is ``session.not_found``.
+        A repeated ``command_id`` returns the first outcome and changes nothing
+        more. The outcome: ``{"action": "session.stop", "session_id",
+        "cancelled", "cascaded", "withdrawn", "changed"}``.
+        """
+        return stop_session(
+            self._svc,
+            session_id,
+            principal=self._principal,
+            command_id=command_id,
+            reason=reason,
+        )
 
     def _address(self, ref: str) -> Session:
         """The session an address names in the principal's project: its id or

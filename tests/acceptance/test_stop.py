@@ -17,10 +17,8 @@ import pytest
 
 import chaz
 from chaz.domain.deliveries import WITHDRAWN_CODE, DeliveryState
-from chaz.domain.principals import LOCAL
-from chaz.services import Services
 from chaz.usecases.reconcile import Reconciler
-from chaz.usecases.stop import stop_session
+from tests.acceptance.test_cli import chaz_cli, cli_env, ok
 from tests.support.stack import Stack
 
 WAIT = 60
@@ -108,23 +106,22 @@ def test_stop_cancels_a_session_and_leaves_another_running(st: Stack) -> None:
         client.sessions.post(stopped.id, f"hold {i}", sender="user:tester").job_id or ""
         for i in range(3)
     ]
-    services = Services(st.settings)
-    try:
-        outcome = stop_session(
-            services, stopped.id, principal=LOCAL, command_id="stop-it", reason="enough"
-        )
-        assert outcome["session_id"] == stopped.id and outcome["changed"] is True
-        assert [o["execution_id"] for o in outcome["cancelled"]] == [running, *queued]
-        assert [o["status"] for o in outcome["cancelled"]] == ["stopping"] + ["cancelled"] * 3
-        for job_id in (running, *queued):
-            assert client.jobs.wait(job_id, timeout=WAIT).status is chaz.JobStatus.CANCELLED
-        # Another session's turn is untouched: it still runs, and ends on its own.
-        assert client.jobs.get(elsewhere).status is chaz.JobStatus.RUNNING
-        # The same stop again (a redelivered command): the first outcome, nothing more.
-        assert stop_session(services, stopped.id, principal=LOCAL, command_id="stop-it") == outcome
-        assert client.jobs.get(elsewhere).status is chaz.JobStatus.RUNNING
-    finally:
-        services.close()
+    outcome = client.sessions.stop(stopped.id, command_id="stop-it", reason="enough")
+    assert outcome["session_id"] == stopped.id and outcome["changed"] is True
+    assert [o["execution_id"] for o in outcome["cancelled"]] == [running, *queued]
+    assert [o["status"] for o in outcome["cancelled"]] == ["stopping"] + ["cancelled"] * 3
+    for job_id in (running, *queued):
+        assert client.jobs.wait(job_id, timeout=WAIT).status is chaz.JobStatus.CANCELLED
+    # Another session's turn is untouched: it still runs, and ends on its own.
+    assert client.jobs.get(elsewhere).status is chaz.JobStatus.RUNNING
+    # The same stop again (a redelivered command), from the CLI: the first
+    # outcome, nothing more.
+    env = cli_env(settings=st.settings)
+    again = ok(
+        chaz_cli("--json", "sessions", "stop", stopped.id, "--command-id", "stop-it", env=env)
+    )
+    assert json.loads(again) == json.loads(json.dumps(outcome))
+    assert client.jobs.get(elsewhere).status is chaz.JobStatus.RUNNING
     st.open_gate(f"hold-{other.id}")
     assert client.jobs.wait(elsewhere, timeout=WAIT).status is chaz.JobStatus.SUCCEEDED
     assert [j.status for j in client.jobs.list(session_id=stopped.id)] == [

@@ -23,6 +23,16 @@ def register(commands: Subcommands) -> None:
     p.add_argument("session", metavar="SESSION", help="session id, SID:HEAD or name")
     p.add_argument("--reason", default="", help="why; kept with the archive")
     p = sessions_sub.add(
+        "stop",
+        command("cmd_sessions_stop", "chaz.cli.sessions"),
+        "stop a session: withdraw its inbox, cancel its queued jobs and its running turn",
+    )
+    p.add_argument("session", metavar="SESSION", help="session id or name")
+    p.add_argument(
+        "--command-id", metavar="C", help="idempotency key: a repeated id returns the first outcome"
+    )
+    p.add_argument("--reason", default="", help="why; recorded with the cancellations")
+    p = sessions_sub.add(
         "rename",
         command("cmd_sessions_rename", "chaz.cli.sessions"),
         "name a session (automatic naming never overwrites it)",

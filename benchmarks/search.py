@@ -7,7 +7,8 @@ times 50 fixed queries through the store's search (the code
 ``session_search``, ``client.sessions.search`` and ``chaz search`` share,
 without the tool-call wrapping) and prints p50/p99 beside the goal: p50 < 50 ms
 and p99 < 200 ms on PostgreSQL (issue 12). SQLite's figures are at its own,
-smaller size.
+smaller size. ``--as-turn`` times the search a turn makes instead: only the
+sessions the calling session may read (its tree), as ``session_search`` does.
 
     python -m benchmarks.search --entries 1000000 --sessions 10000   # the issue's size
     python -m benchmarks.search                                      # a few minutes
@@ -37,6 +38,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import text
 
+from chaz.domain.read_scope import ReadScope
 from chaz.domain.search import parse_query
 from chaz.store import Store
 from chaz.store.migrate import upgrade
@@ -317,14 +319,31 @@ def _sqlite_ts(value: str) -> str:
     return datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
-def measure(store: Store, repeat: int) -> dict[str, Any]:
-    """Latencies (ms) of every query, ``repeat`` times each after one warm-up pass."""
+def _turn_scope(store: Store) -> ReadScope:
+    """What a turn of the corpus's most recently active session may read: its tree."""
+    with store.engine.connect() as conn:
+        sid, tree = conn.execute(
+            text("SELECT id, tree_id FROM sessions ORDER BY active_at DESC, id LIMIT 1")
+        ).one()
+    return ReadScope(sid, tree, frozenset(), "default")
+
+
+def measure(store: Store, repeat: int, as_turn: bool = False) -> dict[str, Any]:
+    """Latencies (ms) of every query, ``repeat`` times each after one warm-up pass;
+    ``as_turn``: as a turn searches (only its tree's sessions)."""
     parsed = [parse_query(q) for q in QUERIES]
+    within = _turn_scope(store) if as_turn else None
+    viewer = within.viewer_session_id if within is not None else None
 
     def run(q: Any) -> int:
         return len(
             store.search.search(
-                q, project="default", agent_id=None, limit=10, viewer_session_id=None
+                q,
+                project="default",
+                agent_id=None,
+                limit=10,
+                viewer_session_id=viewer,
+                within=within,
             )
         )
 
@@ -355,6 +374,7 @@ def _load_and_measure(
     sessions: int,
     repeat: int,
     load: Callable[[tuple[list[Any], list[Any]]], dict[str, float]],
+    as_turn: bool = False,
 ) -> dict[str, Any]:
     """Migrate ``store``, generate the corpus, ``load`` it (the stack's bulk
     path, returning its phase times) and time the queries against it."""
@@ -368,11 +388,13 @@ def _load_and_measure(
         "sessions": sessions,
         "generate": gen,
         **times,
-        **measure(store, repeat),
+        **measure(store, repeat, as_turn),
     }
 
 
-def _postgres(entries: int, sessions: int, repeat: int, keep: bool) -> dict[str, Any]:
+def _postgres(
+    entries: int, sessions: int, repeat: int, keep: bool, as_turn: bool
+) -> dict[str, Any]:
     with psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=5) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{PG_DATABASE}" WITH (FORCE)')
         admin.execute(f'CREATE DATABASE "{PG_DATABASE}"')
@@ -381,7 +403,7 @@ def _postgres(entries: int, sessions: int, repeat: int, keep: bool) -> dict[str,
     store = Store(url)
     try:
         return _load_and_measure(
-            store, entries, sessions, repeat, lambda rows: load_postgres(url, *rows)
+            store, entries, sessions, repeat, lambda rows: load_postgres(url, *rows), as_turn
         )
     finally:
         store.close()
@@ -390,12 +412,12 @@ def _postgres(entries: int, sessions: int, repeat: int, keep: bool) -> dict[str,
                 admin.execute(f'DROP DATABASE IF EXISTS "{PG_DATABASE}" WITH (FORCE)')
 
 
-def _sqlite(entries: int, sessions: int, repeat: int) -> dict[str, Any]:
+def _sqlite(entries: int, sessions: int, repeat: int, as_turn: bool) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="chaz-search-bench-"))
     store = Store(f"sqlite:///{home / 'chaz.db'}")
     try:
         return _load_and_measure(
-            store, entries, sessions, repeat, lambda rows: load_sqlite(store, *rows)
+            store, entries, sessions, repeat, lambda rows: load_sqlite(store, *rows), as_turn
         )
     finally:
         store.close()
@@ -424,6 +446,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=5, help="timed runs of each query")
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     p.add_argument("--keep", action="store_true", help=f"keep the {PG_DATABASE} database")
+    p.add_argument(
+        "--as-turn", action="store_true", help="search as a turn: only its tree's sessions"
+    )
     a = p.parse_args(argv)
     if a.quick:
         a.entries, a.sessions, a.sqlite_entries, a.repeat = 5_000, 100, 5_000, 2
@@ -431,11 +456,22 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[tuple[str, Callable[[], dict[str, Any]], bool]] = []
     if a.stack in ("both", "server"):
         runs.append(
-            ("PostgreSQL", lambda: _postgres(a.entries, a.sessions, a.repeat, a.keep), True)
+            (
+                "PostgreSQL",
+                lambda: _postgres(a.entries, a.sessions, a.repeat, a.keep, a.as_turn),
+                True,
+            )
         )
     if a.stack in ("both", "embedded"):
-        runs.append(("SQLite", lambda: _sqlite(a.sqlite_entries, sqlite_sessions, a.repeat), False))
-    print(f"session_search: {len(QUERIES)} fixed queries x {a.repeat} runs, limit 10")
+        runs.append(
+            (
+                "SQLite",
+                lambda: _sqlite(a.sqlite_entries, sqlite_sessions, a.repeat, a.as_turn),
+                False,
+            )
+        )
+    who = "as a turn (its tree)" if a.as_turn else "project-wide"
+    print(f"session_search {who}: {len(QUERIES)} fixed queries x {a.repeat} runs, limit 10")
     print(f"goal on PostgreSQL: p50 < {GOAL_P50_MS:g} ms, p99 < {GOAL_P99_MS:g} ms\n")
     lines = [
         "| database | entries | sessions | load + index build | p50 ms | p99 ms | max ms "

@@ -58,9 +58,7 @@ def resolve_target(
     if within is not None:
         project = within.project
     exact = [
-        s
-        for s in store.find_sessions(ref)
-        if (within is None or within.allows(s)) and (project is None or s.project == project)
+        s for s in store.find_sessions(ref, project=project) if within is None or within.allows(s)
     ]
     if exact:
         session = exact[0]

@@ -3,13 +3,17 @@
 (docs/sessions.md).
 
 Both see only the sessions of the caller's project that are not archived;
-the store applies that scope, and the agent filter, inside the statement that
+a turn (``within``: its :class:`~chaz.domain.read_scope.ReadScope`) sees only
+the sessions it may read (docs/contracts.md#visibility), so a session that
+``read_conversation`` answers as missing is never listed, counted or quoted.
+The store applies that scope, and the agent filter, inside the statement that
 ranks and limits, so a session the caller may not see never shapes a result.
 """
 
 from __future__ import annotations
 
 from chaz.domain.principals import DEFAULT_PROJECT
+from chaz.domain.read_scope import ReadScope
 from chaz.domain.search import (
     Cursor,
     SearchResult,
@@ -30,21 +34,24 @@ def list_sessions(
     limit: int = 20,
     cursor: str | None = None,
     viewer_session_id: str | None = None,
+    within: ReadScope | None = None,
 ) -> SessionPage:
     """One page of ``project``'s sessions, most recently active first.
 
     ``limit``: 1 to 100; ``cursor``: the ``next_cursor`` of the page before
     (anything else is ``request.invalid``); ``viewer_session_id``: the calling
-    session, marked ``own``.
+    session, marked ``own``; ``within``: only the sessions that scope allows
+    (its project replaces ``project``).
     """
     if agent_id is not None:
         check_ref("agent_id", agent_id)
     return services.store.search.page(
-        project=project,
+        project=within.project if within is not None else project,
         agent_id=agent_id,
         limit=check_list_limit(limit),
         cursor=Cursor.decode(cursor) if cursor is not None else None,
         viewer_session_id=viewer_session_id,
+        within=within,
     )
 
 
@@ -56,16 +63,19 @@ def search_sessions(
     agent_id: str | None = None,
     limit: int = 10,
     viewer_session_id: str | None = None,
+    within: ReadScope | None = None,
 ) -> list[SearchResult]:
     """At most ``limit`` (1 to 50) distinct sessions of ``project`` matching ``query``,
-    best first (docs/sessions.md#session_search)."""
+    best first (docs/sessions.md#session_search); ``within``: only the sessions
+    that scope allows (its project replaces ``project``)."""
     parsed = parse_query(query)
     if agent_id is not None:
         check_ref("agent_id", agent_id)
     return services.store.search.search(
         parsed,
-        project=project,
+        project=within.project if within is not None else project,
         agent_id=agent_id,
         limit=check_search_limit(limit),
         viewer_session_id=viewer_session_id,
+        within=within,
     )

@@ -84,15 +84,21 @@ class SessionDirectory:
         with self.db.read() as conn:
             return [as_session(r) for r in conn.execute(stmt).mappings()]
 
-    def find_sessions(self, ref: str) -> list[Session]:
-        """The session whose id is ``ref``, then the one named ``ref`` (0, 1 or 2 of them)."""
+    def find_sessions(self, ref: str, *, project: str | None = None) -> list[Session]:
+        """The session whose id is ``ref``, then those named ``ref``.
+
+        Names are unique per project: with ``project``, 0, 1 or 2 sessions of
+        that project; without, one named ``ref`` in each project that has one.
+        """
+        stmt = (
+            select(SessionRow)
+            .where(or_(SessionRow.id == ref, SessionRow.name == ref))
+            .order_by(case((SessionRow.id == ref, 0), else_=1), SessionRow.project)
+        )
+        if project is not None:
+            stmt = stmt.where(SessionRow.project == project)
         with self.db.read() as conn:
-            rows = conn.execute(
-                select(SessionRow)
-                .where(or_(SessionRow.id == ref, SessionRow.name == ref))
-                .order_by(case((SessionRow.id == ref, 0), else_=1))
-            ).mappings()
-            return [as_session(r) for r in rows]
+            return [as_session(r) for r in conn.execute(stmt).mappings()]
 
     def sessions_by_name_prefix(
         self,
@@ -126,8 +132,6 @@ class SessionDirectory:
                 if ids
                 else SessionRow.tree_id == within_tree
             )
-        if project is not None:
-            stmt = stmt.where(SessionRow.project == project)
         with self.db.read() as conn:
             return [as_session(r) for r in conn.execute(stmt).mappings()]
 
@@ -253,10 +257,15 @@ class SessionDirectory:
             raise NameTaken(f"a session is already named {name!r}", name=name) from exc
         return as_session(row)
 
-    def names_with_prefix(self, prefix: str, limit: int = 1000) -> set[str]:
-        """Names in use that start with ``prefix`` (to pick a free ``prefix-N``)."""
+    def names_with_prefix(self, prefix: str, *, project: str, limit: int = 1000) -> set[str]:
+        """Names in use in ``project`` that start with ``prefix`` (to pick a free
+        ``prefix-N``: names are unique per project)."""
         name = SessionRow.name
-        stmt = select(name).where(func.substr(name, 1, len(prefix)) == prefix).limit(limit)
+        stmt = (
+            select(name)
+            .where(SessionRow.project == project, func.substr(name, 1, len(prefix)) == prefix)
+            .limit(limit)
+        )
         with self.db.read() as conn:
             return {n for n in conn.scalars(stmt) if n is not None}
 

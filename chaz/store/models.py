@@ -69,11 +69,16 @@ class SessionRow(Base):
     __tablename__ = "sessions"
     # Also the only index of ``active_at``: every reader that orders by it names
     # a project (migration 0009 dropped the single-column one).
-    __table_args__ = (Index("ix_sessions_project_active", "project", "active_at"),)
+    __table_args__ = (
+        Index("ix_sessions_project_active", "project", "active_at"),
+        # Names are unique per project (migration 0010), so a taken name says
+        # nothing about another project (docs/contracts.md#names).
+        Index("uq_sessions_project_name", "project", "name", unique=True),
+    )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     agent_id: Mapped[str] = mapped_column(ForeignKey("agents.id"))
-    name: Mapped[str | None] = mapped_column(String(255), unique=True)
+    name: Mapped[str | None] = mapped_column(String(255))
     tree_id: Mapped[str] = mapped_column(String(32), index=True)
     #: The job that created it (a spawn or fork); counts toward that turn's fan-out.
     parent_job_id: Mapped[str | None] = mapped_column(String(32), index=True)

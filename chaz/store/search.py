@@ -1,9 +1,11 @@
 """Listing and lexical search of a project's sessions (docs/sessions.md).
 
 Reached as ``store.search``. Both read only the sessions of one project that
-are not archived, with the agent filter applied in the same statement: what
-a caller may not see never takes a rank, a slot of the limit, or a place in
-a page.
+are not archived and, for a turn, only those its
+:class:`~chaz.domain.read_scope.ReadScope` allows (its tree and the few
+sessions below it: docs/contracts.md#visibility), with the agent filter
+applied in the same statement: what a caller may not see never takes a
+rank, a slot of the limit, or a place in a page.
 
 The indexes (migration 0008) differ by database and live outside the models:
 
@@ -39,6 +41,7 @@ from sqlalchemy import (
     update,
 )
 
+from chaz.domain.read_scope import ReadScope
 from chaz.domain.search import (
     MATCHES_PER_SESSION,
     PG_CANDIDATES,
@@ -130,9 +133,11 @@ class SearchStore:
         limit: int,
         cursor: Cursor | None,
         viewer_session_id: str | None,
+        within: ReadScope | None = None,
     ) -> SessionPage:
         """Sessions of ``project`` that are not archived, most recently active first
-        (``active_at``, else ``created_at``), ties broken by id (descending)."""
+        (``active_at``, else ``created_at``), ties broken by id (descending);
+        ``within``: only those that scope allows."""
         active = func.coalesce(SESSIONS.c.active_at, SESSIONS.c.created_at)
         stmt = (
             select(SESSIONS.c.id, active.label("active"))
@@ -140,6 +145,11 @@ class SearchStore:
             .order_by(active.desc(), SESSIONS.c.id.desc())
             .limit(limit + 1)
         )
+        if within is not None:
+            tree = SESSIONS.c.tree_id == within.tree_id
+            stmt = stmt.where(
+                or_(tree, SESSIONS.c.id.in_(sorted(within.below))) if within.below else tree
+            )
         if agent_id is not None:
             stmt = stmt.where(SESSIONS.c.agent_id == agent_id)
         if cursor is not None:
@@ -169,16 +179,18 @@ class SearchStore:
         agent_id: str | None,
         limit: int,
         viewer_session_id: str | None,
+        within: ReadScope | None = None,
     ) -> list[SearchResult]:
         """At most ``limit`` distinct sessions: those with matching Messages first
-        (best rank first), then those whose name or description alone matched."""
+        (best rank first), then those whose name or description alone matched;
+        ``within``: only sessions that scope allows."""
         with self._db.engine.connect() as conn:
             pg = conn.dialect.name == "postgresql"
             if pg:
                 # A generic plan of a prepared search cannot see how selective
                 # a term is (a seq scan for a rare one): plan every search anew.
                 conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_custom_plan")
-            scope = {"project": project, "agent": agent_id}
+            scope = _Scope(project, agent_id, within)
             hits = _message_hits(conn, query, scope, limit, pg)
             found: dict[str, list[_Hit]] = {}
             for hit in sorted(
@@ -208,11 +220,35 @@ class SearchStore:
         return results
 
 
-def _scope_sql(scope: dict[str, Any]) -> str:
-    where = "s.project = :project AND s.archived_at IS NULL"
-    if scope["agent"] is not None:
-        where += " AND s.agent_id = :agent"
-    return where
+@dataclass(frozen=True)
+class _Scope:
+    """Which sessions a search reads: one project's, not archived, maybe one
+    agent's, maybe only those a viewer's scope allows."""
+
+    project: str
+    agent: str | None
+    within: ReadScope | None
+
+    def sql(self) -> str:
+        """The condition on ``sessions s``, with named parameters (:meth:`params`)."""
+        where = "s.project = :project AND s.archived_at IS NULL"
+        if self.agent is not None:
+            where += " AND s.agent_id = :agent"
+        if self.within is not None:
+            below = ", ".join(f":below{i}" for i in range(len(self.within.below)))
+            tree = "s.tree_id = :tree"
+            where += f" AND ({tree} OR s.id IN ({below}))" if below else f" AND {tree}"
+        return where
+
+    def params(self) -> dict[str, Any]:
+        """The values of :meth:`sql`'s parameters."""
+        params: dict[str, Any] = {"project": self.project}
+        if self.agent is not None:
+            params["agent"] = self.agent
+        if self.within is not None:
+            params["tree"] = self.within.tree_id
+            params |= _term_params("below", sorted(self.within.below))
+        return params
 
 
 def _term_params(prefix: str, terms: Sequence[str]) -> dict[str, str]:
@@ -220,18 +256,15 @@ def _term_params(prefix: str, terms: Sequence[str]) -> dict[str, str]:
 
 
 def _message_hits(
-    conn: Connection, query: Query, scope: dict[str, Any], limit: int, pg: bool
+    conn: Connection, query: Query, scope: _Scope, limit: int, pg: bool
 ) -> list[_Hit]:
     """The best :data:`MATCHES_PER_SESSION` Messages of the ``limit`` best sessions.
 
     Scores are "lower is better" on both databases (bm25 already is; the
     PostgreSQL score is negated).
     """
-    params: dict[str, Any] = {k: v for k, v in scope.items() if v is not None} | {
-        "limit": limit,
-        "per": MATCHES_PER_SESSION,
-    }
-    where = _scope_sql(scope)
+    params = scope.params() | {"limit": limit, "per": MATCHES_PER_SESSION}
+    where = scope.sql()
     if query.is_short:
         hits = _short_hits(query, where, params, pg)
     elif pg:
@@ -322,11 +355,11 @@ def _fts_hits(query: Query, where: str, params: dict[str, Any]) -> str:
 
 
 def _metadata_hits(
-    conn: Connection, query: Query, scope: dict[str, Any], limit: int, pg: bool
+    conn: Connection, query: Query, scope: _Scope, limit: int, pg: bool
 ) -> list[str]:
     """Sessions whose name and description together contain every term, best first."""
-    params: dict[str, Any] = {k: v for k, v in scope.items() if v is not None} | {"limit": limit}
-    where = _scope_sql(scope)
+    params = scope.params() | {"limit": limit}
+    where = scope.sql()
     both = "coalesce(s.name, '') || char(10) || coalesce(s.description, '')"
     if pg:
         both = both.replace("char(10)", "chr(10)")

@@ -150,11 +150,7 @@ def _add(ctx: ToolContext, fields: dict[str, Any]) -> str:
 def _pinned(ctx: ToolContext, ref: str) -> str:
     """The id of the session a schedule pins, of this turn's project only: another
     project's session is answered as a missing one."""
-    found = [
-        s
-        for s in ctx.need_services().store.find_sessions(ref)
-        if s.project == ctx.principal.project
-    ]
+    found = ctx.need_services().store.find_sessions(ref, project=ctx.principal.project)
     if not found:
         raise missing_session(ref)
     return found[0].id

@@ -1,6 +1,9 @@
 """Session tools: ``session_list`` and ``session_search`` (docs/sessions.md).
 
-They find sessions of the caller's project by immutable id. Only an
+They find, by immutable id, the sessions of the caller's project that the
+calling session may read (docs/contracts.md#visibility: its tree and the
+sessions below it), so nothing ``read_conversation`` would answer as
+missing is ever named, counted or quoted. Only an
 interactive turn may call any session tool (:func:`require_interactive`):
 a turn a schedule, a delivery, a follow-up or another agent started gets
 ``session.tool_forbidden``, which is what keeps A -> B -> A loops impossible
@@ -13,8 +16,9 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from chaz.access import discovery
+from chaz.access import discovery, visibility
 from chaz.domain.principals import Grant
+from chaz.domain.read_scope import ReadScope
 from chaz.domain.search import MAX_LIST_LIMIT, MAX_SEARCH_LIMIT
 from chaz.domain.sessions import Session, is_interactive
 from chaz.errors import SessionToolForbidden
@@ -41,6 +45,13 @@ def require_interactive(ctx: ToolContext, tool: str = "session tools") -> Sessio
             tool=tool,
         )
     return store.get_session(ctx.session_id)
+
+
+def _scope(ctx: ToolContext, me: Session) -> ReadScope:
+    """What the calling session may read (it exists: the turn runs in it)."""
+    scope = visibility.readable_scope(ctx.need_services(), me.id)
+    assert scope is not None, "a running turn's session exists"
+    return scope
 
 
 class SessionListArgs(BaseModel):
@@ -71,31 +82,32 @@ class SessionSearchArgs(BaseModel):
 
 
 def session_list(args: SessionListArgs, ctx: ToolContext) -> str:
-    """One page of the project's sessions, most recently active first."""
+    """One page of the sessions the caller may read, most recently active first."""
     me = require_interactive(ctx)
     ctx.require(Grant.HISTORY_READ, "list sessions")
     page = discovery.list_sessions(
         ctx.need_services(),
-        project=me.project,
         agent_id=args.agent_id,
         limit=args.limit,
         cursor=args.cursor,
         viewer_session_id=me.id,
+        within=_scope(ctx, me),
     )
     return json.dumps(page.to_dict(), ensure_ascii=False)
 
 
 def session_search(args: SessionSearchArgs, ctx: ToolContext) -> str:
-    """Distinct sessions whose messages, name or description match, best first."""
+    """Distinct sessions the caller may read whose messages, name or description
+    match, best first."""
     me = require_interactive(ctx)
     ctx.require(Grant.HISTORY_READ, "search sessions")
     found = discovery.search_sessions(
         ctx.need_services(),
         args.query,
-        project=me.project,
         agent_id=args.agent_id,
         limit=args.limit,
         viewer_session_id=me.id,
+        within=_scope(ctx, me),
     )
     return json.dumps({"results": [r.to_dict() for r in found]}, ensure_ascii=False)
 
@@ -103,15 +115,17 @@ def session_search(args: SessionSearchArgs, ctx: ToolContext) -> str:
 TOOLS = [
     Tool(
         "session_list",
-        "List the sessions of this project by immutable sessionId, most recently active "
-        "first, a page at a time (pass nextCursor back for the next page). Names are "
-        "labels: address sessions by sessionId.",
+        "List the sessions you may read (your conversation tree and the sessions made "
+        "below it) by immutable sessionId, most recently active first, a page at a time "
+        "(pass nextCursor back for the next page). Names are labels: address sessions "
+        "by sessionId.",
         SessionListArgs,
         session_list,
     ),
     Tool(
         "session_search",
-        "Find sessions by lexical (trigram) search over message text and session "
+        "Find the sessions you may read (your conversation tree and the sessions made "
+        "below it) by lexical (trigram) search over message text and session "
         "name/description. Returns distinct sessions, best first, with message evidence "
         "(matches) and metadata evidence (metadataMatches); an empty matches list with "
         "metadataMatches is still a real hit.",

@@ -97,7 +97,7 @@ def _rename(services: Services, session_id: str) -> str | None:
     title = title_from_reply(reply.text)
     if title is None or _bears(session.name, title):
         return None
-    taken = store.names_with_prefix(title) - {session.name}
+    taken = store.names_with_prefix(title, project=session.project) - {session.name}
     for _ in range(NAME_TRIES):
         name = first_free(title, taken)
         try:

@@ -74,8 +74,14 @@ def ask(stack: Stack, session_id: str, content: str, **kw: Any) -> chaz.Entry:
     return stack.client.sessions.wait_for_reply(session_id, after=posted.seq, timeout=WAIT)
 
 
-def _seed(stack: Stack, said: str, project: str = "default") -> chaz.Session:
-    s = stack.client.sessions.create("finder")
+def _seed(
+    stack: Stack, said: str, project: str = "default", tree_of: chaz.Session | None = None
+) -> chaz.Session:
+    """A session that said ``said``: in a tree of its own, or in ``tree_of``'s."""
+    if tree_of is None:
+        s = stack.client.sessions.create("finder")
+    else:
+        s = stack.client.services.store.create_session("finder", tree_id=tree_of.tree_id)
     stack.client.sessions.post(s.id, said, sender="agent:finder")
     if project != "default":
         with stack.client.services.store.engine.begin() as conn:
@@ -93,10 +99,13 @@ def _tool_errors(stack: Stack, session_id: str) -> list[str]:
     return out
 
 
-def test_an_interactive_turn_searches_and_lists_its_project(st: Stack) -> None:
-    seeded = _seed(st, "the wombat-quokka migration plan")
-    hidden = _seed(st, "wombat-quokka secrets of another project", project="elsewhere")
+def test_an_interactive_turn_searches_and_lists_what_it_may_read(st: Stack) -> None:
     me = st.client.sessions.create("finder")
+    seeded = _seed(st, "the wombat-quokka migration plan", tree_of=me)
+    # Same project, another tree: read_conversation answers it as missing, and
+    # so search and listing never show it (docs/contracts.md#visibility).
+    stranger = _seed(st, "wombat-quokka notes of another tree")
+    hidden = _seed(st, "wombat-quokka secrets of another project", project="elsewhere")
     found = json.loads(ask(st, me.id, "wombat-quokka").content)["results"]
     # The caller's own question is a Message of its session: it is found too, as own.
     assert {r["sessionId"] for r in found} == {seeded.id, me.id}
@@ -110,7 +119,7 @@ def test_an_interactive_turn_searches_and_lists_its_project(st: Stack) -> None:
     page = json.loads(ask(st, me.id, "list").content)
     listed = {c["sessionId"]: c for c in page["sessions"]}
     assert listed[me.id]["own"] is True and listed[me.id]["turnCount"] >= 2
-    assert seeded.id in listed and hidden.id not in listed
+    assert seeded.id in listed and hidden.id not in listed and stranger.id not in listed
     assert [c["sessionId"] for c in page["sessions"] if c["own"]] == [me.id]
 
 

@@ -7,13 +7,14 @@ import json
 import threading
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import func, select, text
 
 import chaz
 from chaz.access import branches
 from chaz.domain.sessions import ArchivedBy, NameSource
 from chaz.errors import AmbiguousName, NameTaken, SessionArchived, SessionNotFound, ValidationError
 from chaz.services import Services
+from chaz.store.models import SessionRow
 from tests.support.stack import Stack
 
 LEAF = chaz.AgentSpec(id="leaf", script=[{"steps": [{"say": "ok"}]}])
@@ -142,3 +143,55 @@ def test_to_resolution_and_names(stack: Stack) -> None:
     with pytest.raises(NameTaken):
         client.sessions.rename(review.id, "worker-01")
     assert [e["name"] for e in _events(svc, review.id, "session.renamed")] == ["code review"]
+
+
+def _sessions(client: chaz.Client) -> int:
+    with client.services.store.engine.connect() as conn:
+        return int(conn.scalar(select(func.count()).select_from(SessionRow)) or 0)
+
+
+def test_names_are_unique_per_project(stack: Stack) -> None:
+    """Two projects each have a ``main`` (docs/contracts.md#names): a taken name says
+    nothing about another project, and every lookup by name finds its own project's."""
+    admin = stack.client
+    svc = admin.services
+    admin.agents.put(LEAF)
+    grants = ["history.read", "session.write"]
+    _, key_a = admin.keys.create("user:alice", "acme", grants)
+    _, key_b = admin.keys.create("user:bob", "beta", grants)
+    with (
+        chaz.Client(stack.settings, migrate=False, api_key=key_a) as a,
+        chaz.Client(stack.settings, migrate=False, api_key=key_b) as b,
+    ):
+        mine = a.sessions.create("leaf", name="main")
+        theirs = b.sessions.create("leaf", name="main")
+        assert (mine.project, theirs.project) == ("acme", "beta")
+
+        # Within one project the name is still taken, and the refusal writes nothing.
+        before = _sessions(admin)
+        with pytest.raises(NameTaken) as taken:
+            a.sessions.create("leaf", name="main")
+        assert taken.value.code == "conflict.name_taken"
+        other = b.sessions.create("leaf", name="side")
+        with pytest.raises(NameTaken):
+            b.sessions.rename(other.id, "main")
+        assert _sessions(admin) == before + 1
+        # A rename into a name another project uses is free.
+        assert admin.sessions.rename(admin.sessions.create("leaf").id, "main").name == "main"
+
+        # Each project's lookups by name, exact or prefix, find its own.
+        assert a.sessions.get("main").id == mine.id
+        assert b.sessions.get("main").id == theirs.id
+        for ref in ("main", "mai"):
+            assert branches.resolve_target(svc, ref, deliverable=True, project="acme").id == (
+                mine.id
+            )
+            assert branches.resolve_target(svc, ref, deliverable=True, project="beta").id == (
+                theirs.id
+            )
+        assert [s.id for s in svc.store.find_sessions("main", project="acme")] == [mine.id]
+        # Automatic names pick a free suffix among the project's own names only.
+        assert svc.store.names_with_prefix("main", project="acme") == {"main"}
+        assert svc.store.names_with_prefix("side", project="acme") == set()
+        auto = svc.store.create_session("leaf", names=("side", "side-2"), project="acme")
+        assert auto.name == "side"

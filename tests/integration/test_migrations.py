@@ -14,10 +14,11 @@ from typing import Any
 
 import psycopg
 import pytest
+import sqlalchemy.exc
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Engine, inspect, text
 
 from chaz.store import statements as st
 from chaz.store.db import make_engine
@@ -179,7 +180,66 @@ def test_unique_constraints_exist_in_the_migrated_schema(engine: Engine) -> None
         "entries"
     )
     assert {("trigger_entry_id",), ("session_id", "ordinal")} <= uniques("jobs")
-    assert ("name",) in uniques("sessions")
+    # Names are unique per project (migration 0010), not across the install.
+    assert ("project", "name") in uniques("sessions")
+    assert ("name",) not in uniques("sessions")
+
+
+_SESSION = (
+    "INSERT INTO sessions (id, agent_id, name, tree_id, call_depth, last_seq, last_ordinal, "
+    "created_at, room_burst, project, owner, unattended, permission_mode) VALUES "
+    "(:id, 'a', :name, :id, 0, 0, 0, CURRENT_TIMESTAMP, 0, :project, 'user:x', false, 'default')"
+)
+
+
+def test_names_per_project_keep_rows_search_and_foreign_keys(engine: Engine) -> None:
+    """0010 on a database with rows: SQLite copies ``sessions`` (rowids change),
+    and its search index, triggers and the rows that reference it come through."""
+    upgrade(engine, "0009")
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO agents (id, spec, created_at, updated_at) "
+            "VALUES ('a', '{}', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+        )
+        for sid, name, project in [("s0", "gone", "acme"), ("s1", "main", "acme")]:
+            conn.execute(text(_SESSION), {"id": sid, "name": name, "project": project})
+        conn.exec_driver_sql(
+            "INSERT INTO entries (id, session_id, seq, type, sender, content, metadata, "
+            "created_at, key_scope) VALUES ('e1', 's1', 1, 'message', 'user:x', 'hello', '{}', "
+            "CURRENT_TIMESTAMP, 'user')"
+        )
+        # A gap in the rowids, which the copy closes.
+        conn.exec_driver_sql("DELETE FROM sessions WHERE id = 's0'")
+    upgrade(engine)
+    assert schema_diff(engine) == []
+    with engine.begin() as conn:
+        conn.execute(text(_SESSION), {"id": "s2", "name": "main", "project": "default"})
+        conn.exec_driver_sql("UPDATE sessions SET description = 'zebra notes' WHERE id = 's1'")
+    with pytest.raises(sqlalchemy.exc.IntegrityError), engine.begin() as conn:
+        conn.execute(text(_SESSION), {"id": "s3", "name": "main", "project": "acme"})
+    with pytest.raises(sqlalchemy.exc.IntegrityError), engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO entries (id, session_id, seq, type, sender, content, metadata, "
+            "created_at, key_scope) VALUES ('e2', 'nowhere', 1, 'message', 'user:x', 'x', '{}', "
+            "CURRENT_TIMESTAMP, 'user')"
+        )
+    if engine.dialect.name == "sqlite":
+        with engine.connect() as conn:
+
+            def found(term: str) -> set[str]:
+                return set(
+                    conn.execute(
+                        text(
+                            "SELECT s.id FROM sessions_fts JOIN sessions s "
+                            "ON s.rowid = sessions_fts.rowid WHERE sessions_fts MATCH :t"
+                        ),
+                        {"t": term},
+                    ).scalars()
+                )
+
+            assert found("zebra") == {"s1"}
+            assert found("main") == {"s1", "s2"}
+            assert found("gone") == set()
 
 
 CHILD = """

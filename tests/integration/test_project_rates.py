@@ -9,6 +9,7 @@ workers on a fresh stack.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import pytest
 
 import chaz
 from chaz.coord import keys, scripts
+from chaz.domain.deliveries import DeliveryState
 from chaz.domain.entries import EntryType, agent_sender
 from chaz.domain.jobs import JobStatus
 from chaz.errors import ProjectLiveExceeded, ProjectRateExceeded, ValidationError
@@ -301,3 +303,64 @@ def test_a_project_driven_at_ten_times_its_rate_does_not_hold_back_another(
     # A's refused admissions left no job behind.
     a_jobs = [j for s in a_sessions for j in a.jobs.list(session_id=s.id, limit=100)]
     assert len(a_jobs) == len(a_results) - len(refused)
+
+
+def test_a_delivery_refused_by_the_rate_waits_in_the_inbox_instead_of_failing(
+    stack: Stack,
+) -> None:
+    stack.housekeeper()  # beat: the reconciler's sweep retries the inbox
+    stack.workers(1, concurrency=4)
+    client = stack.client
+    client.agents.put(BOT)
+    client.agents.put(
+        chaz.AgentSpec(
+            id="target",
+            script=[
+                {"match": "^hold", "steps": [{"wait": "hold", "timeout": 120}, {"say": "held"}]},
+                {"steps": [{"say": "got it"}]},
+            ],
+        )
+    )
+    client.agents.put(
+        chaz.AgentSpec(
+            id="sender",
+            tools=["send_message"],
+            script=[
+                {
+                    "match": "^send",
+                    "steps": [
+                        {"call": "send_message", "args": {"to": "the-target", "message": "hi"}},
+                        {"say": "{last_result}"},
+                    ],
+                },
+                {"steps": [{"say": "ok"}]},
+            ],
+        )
+    )
+    project = client.sessions.create("bot").project
+    set_rate(client, project, 6)  # one token every 10 s
+    target = client.sessions.create("target", name="the-target")
+    sender = client.sessions.create("sender")
+    held = client.sessions.post(target.id, "hold", sender="user:tester")
+    stack.wait_for(
+        lambda: client.jobs.get(held.job_id or "").status is JobStatus.RUNNING, 60, "the hold"
+    )
+    posted = client.sessions.post(sender.id, "send", sender="user:tester")
+    reply = client.sessions.wait_for_reply(sender.id, after=posted.seq, timeout=60)
+    delivery_id = json.loads(reply.content)["delivery_id"]
+    burner = client.sessions.create("bot")
+    with pytest.raises(ProjectRateExceeded):
+        for i in range(6):  # spend what is left of the burst
+            client.sessions.post(burner.id, f"burn {i}")
+    # The target goes idle with the project's bucket empty: the message is
+    # not admitted yet, and it is not failed for that.
+    stack.open_gate("hold")
+    client.jobs.wait(held.job_id or "", timeout=60)
+    assert client.deliveries.get(delivery_id).state is DeliveryState.ACCEPTED
+    # A token comes back within 10 s; the sweep admits it then.
+    stack.wait_for(
+        lambda: client.deliveries.get(delivery_id).state is DeliveryState.DONE,
+        60,
+        "the message to be admitted and answered",
+    )
+    assert not [e for e in client.sessions.entries(sender.id) if e.type is EntryType.NOTICE]

@@ -257,6 +257,14 @@ class ProjectJobsExhausted(QuotaError):
     code = "quota.project_jobs"
 
 
+class ProjectRateExceeded(QuotaError):
+    """The project has admitted as many turns as its rate allows for now;
+    ``details["retry_after"]`` is how many seconds until one more may pass."""
+
+    code = "quota.project_rate"
+    retryable = True
+
+
 class TodoLimitReached(QuotaError):
     """The session already holds as many todos as it may (200); nothing was added."""
 

@@ -92,6 +92,14 @@ class Settings(BaseSettings):
         description="Turns one project may ever admit, unless its row in `projects` says "
         "otherwise (null or -1: unlimited).",
     )
+    project_turns_per_minute: int | None = Field(
+        None,
+        ge=-1,
+        le=1_000_000,
+        description="Turns one project may admit per minute, with a burst of as many, unless "
+        "its row in `projects` says otherwise; beyond it, `quota.project_rate` with "
+        "`retry_after` (null or -1: unlimited; 0 is refused).",
+    )
     max_turn_steps: int = Field(32, gt=0, description="Model steps one turn may take.")
     max_context_entries: int = Field(
         200, gt=0, description="Newest context entries (after the latest Summary) a turn reads."
@@ -165,6 +173,14 @@ class Settings(BaseSettings):
     project: str | None = Field(
         None, description="The project an operator's Client acts in (null: default)."
     )
+
+    @field_validator("project_turns_per_minute")
+    @classmethod
+    def _a_rate_refills(cls, value: int | None) -> int | None:
+        # A bucket of zero never refills: no retry_after could be promised.
+        if value == 0:
+            raise ValueError("0 would refuse every turn for ever; use -1 or null for unlimited")
+        return value
 
     @property
     def embedded_redis(self) -> bool:

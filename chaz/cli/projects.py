@@ -40,7 +40,8 @@ def _print(ctx: Context, p: Project) -> int:
     else:
         ctx.out.line(
             f"project {p.id}: live {p.live} of {_limit(p.max_live, p.effective_max_live)}, "
-            f"jobs {p.jobs} of {_limit(p.max_jobs, p.effective_max_jobs)}"
+            f"jobs {p.jobs} of {_limit(p.max_jobs, p.effective_max_jobs)}, "
+            f"{_limit(p.turns_per_minute, p.effective_turns_per_minute)} turns a minute"
         )
     return EXIT_OK
 
@@ -58,10 +59,12 @@ def cmd_projects_ls(ctx: Context) -> int:
             _limit(p.max_live, p.effective_max_live),
             p.jobs,
             _limit(p.max_jobs, p.effective_max_jobs),
+            _limit(p.turns_per_minute, p.effective_turns_per_minute),
         ]
         for p in found
     ]
-    ctx.out.table("projects", ["PROJECT", "LIVE", "MAX LIVE", "JOBS", "MAX JOBS"], rows)
+    headers = ["PROJECT", "LIVE", "MAX LIVE", "JOBS", "MAX JOBS", "TURNS/MIN"]
+    ctx.out.table("projects", headers, rows)
     return EXIT_OK
 
 
@@ -69,12 +72,14 @@ def cmd_projects_set(ctx: Context) -> int:
     """Set a project's limits; an option left out keeps its current value."""
     a = ctx.args
     projects = ctx.client.projects
-    max_live = None if a.max_live is None else parse_limit("max_live", a.max_live)
-    max_jobs = None if a.max_jobs is None else parse_limit("max_jobs", a.max_jobs)
-    if a.max_live is None or a.max_jobs is None:
+    given = {
+        name: getattr(a, name)
+        for name in ("max_live", "max_jobs", "turns_per_minute")
+        if getattr(a, name) is not None
+    }
+    limits = {name: parse_limit(name, value) for name, value in given.items()}
+    if len(limits) < 3:
         current = projects.get(a.project)
-        if a.max_live is None:
-            max_live = current.max_live
-        if a.max_jobs is None:
-            max_jobs = current.max_jobs
-    return _print(ctx, projects.set_limits(a.project, max_live=max_live, max_jobs=max_jobs))
+        for name in ("max_live", "max_jobs", "turns_per_minute"):
+            limits.setdefault(name, getattr(current, name))
+    return _print(ctx, projects.set_limits(a.project, **limits))

@@ -54,13 +54,20 @@ class Projects(Acting):
         return project_cases.get(self._svc, project, principal=self._principal)
 
     def set_limits(
-        self, project: str, max_live: int | None = None, max_jobs: int | None = None
+        self,
+        project: str,
+        max_live: int | None = None,
+        max_jobs: int | None = None,
+        turns_per_minute: int | None = None,
     ) -> Project:
-        """Set both limits of ``project``: a number, ``-1`` for no limit, None
-        for the default (``CHAZ_PROJECT_MAX_LIVE`` / ``CHAZ_PROJECT_MAX_JOBS``).
+        """Set every limit of ``project``: a number, ``-1`` for no limit, None for
+        the default (``CHAZ_PROJECT_MAX_LIVE`` / ``CHAZ_PROJECT_MAX_JOBS`` /
+        ``CHAZ_PROJECT_TURNS_PER_MINUTE``); a limit left out is set to its
+        default. ``turns_per_minute`` is a token bucket with a one-minute burst:
+        past it an admission is ``quota.project_rate`` with ``retry_after``.
         Needs an operator's client."""
         return project_cases.set_limits(
-            self._svc, project, max_live, max_jobs, principal=self._principal
+            self._svc, project, max_live, max_jobs, turns_per_minute, principal=self._principal
         )
 
     def list(self) -> builtins.list[Project]:

@@ -20,6 +20,10 @@ key                                     type        meaning
                                                     ``project``, plus a sentinel member ``_``
 ``chaz:pjobs:{project}``                string      jobs ever admitted in ``project`` (never
                                                     refunded)
+``chaz:prate:{project}``               hash        the project's turns-per-minute token bucket:
+                                                    ``tokens`` left as of ``at`` (ms, Redis
+                                                    clock) and its size ``cap``; it expires once
+                                                    full, and a missing bucket is full
 ``chaz:live:{tree}``                    hash        job id -> session id of turns running in a
                                                     tree, plus a sentinel field ``_``
 ``chaz:wait:{tree}``                    zset        sessions whose head job waits for tree
@@ -126,6 +130,11 @@ def project_live_pattern() -> str:
 def project_jobs(project: str) -> str:
     """Counter of jobs ever admitted in a project."""
     return f"{PREFIX}:pjobs:{project}"
+
+
+def project_rate(project: str) -> str:
+    """The token bucket of a project's turns per minute (missing: full)."""
+    return f"{PREFIX}:prate:{project}"
 
 
 def reconciled() -> str:

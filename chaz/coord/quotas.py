@@ -1,11 +1,13 @@
 """Admission quotas: per session (queued, cumulative) and per project (live,
-cumulative), enforced in Redis by one script.
+cumulative, rate), enforced in Redis by one script.
 
 Per session, ``queued`` (admitted, waiting) and ``cumulative`` (ever
 admitted, never refunded); per project, ``live`` (the set of its unfinished
-jobs) and ``cumulative``. All four are checked and counted by one Lua script
+jobs), ``cumulative`` and its turns per minute (a token bucket on the Redis
+clock). All five are checked and counted by one Lua script
 (``lua/reserve.lua``), so fifty concurrent admissions against a limit of
-five admit exactly five, whichever limit binds. An admission reserves inside
+five admit exactly five, whichever limit binds, and a refused admission
+spends no token. An admission reserves inside
 its database transaction, once the session row is locked and before the
 entry is inserted: a refusal rolls the transaction back, and a reservation
 whose commit fails is refunded, so a rejected or failed admission leaves
@@ -19,7 +21,7 @@ docs/coordination.md#admission-counters-and-their-scripts.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 import redis
@@ -28,7 +30,14 @@ from chaz.coord import keys, scripts
 from chaz.domain.jobs import Job
 from chaz.domain.limits import EffectiveLimits
 from chaz.domain.projects import ProjectLimits
-from chaz.errors import JobsExhausted, ProjectJobsExhausted, ProjectLiveExceeded, QueueFull
+from chaz.errors import (
+    JobsExhausted,
+    ProjectJobsExhausted,
+    ProjectLiveExceeded,
+    ProjectRateExceeded,
+    QueueFull,
+    QuotaError,
+)
 
 #: Counters of idle sessions expire; the next admission rebuilds them.
 COUNTER_TTL_MS = 7 * 24 * 3600 * 1000
@@ -48,12 +57,14 @@ JobsById = Callable[[list[str]], Mapping[str, Job]]
 
 @dataclass(frozen=True)
 class Reservation:
-    """One admission's place in the quotas: its session, its project, and
-    the id its job takes (a member of the project's live set)."""
+    """One admission's place in the quotas: its session, its project, the
+    id its job takes (a member of the project's live set), and whether it
+    spent a token of the project's rate (a refund gives it back)."""
 
     session_id: str
     project: str
     job_id: str
+    rated: bool = False
 
 
 class Quotas:
@@ -82,11 +93,13 @@ class Quotas:
         project: ProjectLimits,
         counts: Callable[[], tuple[int, int]] | None = None,
         project_counts: Callable[[], tuple[list[str], int]] | None = None,
-    ) -> None:
+    ) -> Reservation:
         """Count one admission against its session's and its project's quotas,
         or raise (:class:`QueueFull`, :class:`JobsExhausted`,
-        :class:`ProjectLiveExceeded`, :class:`ProjectJobsExhausted`) having
-        counted nothing.
+        :class:`ProjectLiveExceeded`, :class:`ProjectJobsExhausted`,
+        :class:`ProjectRateExceeded`) having counted and spent nothing.
+        Returns the reservation made (``at``, with whether it spent a token),
+        for :meth:`refund`.
 
         ``counts`` and ``project_counts`` give the session's and the project's
         counts from the database if they must be rebuilt, for a caller inside
@@ -97,6 +110,7 @@ class Quotas:
             keys.cumulative(at.session_id),
             keys.project_live(at.project),
             keys.project_jobs(at.project),
+            keys.project_rate(at.project),
         ]
         args: list[str | int | float] = [
             scripts.limit_arg(limits.max_queued_per_session),
@@ -105,6 +119,7 @@ class Quotas:
             scripts.limit_arg(project.max_live),
             scripts.limit_arg(project.max_jobs),
             at.job_id,
+            scripts.limit_arg(project.turns_per_minute),
         ]
         answer = self._reserve(keys=ks, args=args)
         # At most one rebuild of each kind: a second 'rebuild' would mean the
@@ -117,46 +132,24 @@ class Quotas:
             else:
                 break
             answer = self._reserve(keys=ks, args=args)
-        if answer == "queue_full":
-            raise QueueFull(
-                f"session {at.session_id} already has {limits.max_queued_per_session} "
-                "jobs waiting; try again when one has started",
-                session_id=at.session_id,
-                limit=limits.max_queued_per_session,
-            )
-        if answer == "jobs_exhausted":
-            raise JobsExhausted(
-                f"session {at.session_id} has used all {limits.max_jobs_per_session} "
-                "jobs it may ever admit",
-                session_id=at.session_id,
-                limit=limits.max_jobs_per_session,
-            )
-        if answer == "project_live":
-            raise ProjectLiveExceeded(
-                f"project {at.project} already has {project.max_live} unfinished turns; "
-                "try again when one has finished",
-                project=at.project,
-                limit=project.max_live,
-            )
-        if answer == "project_jobs":
-            raise ProjectJobsExhausted(
-                f"project {at.project} has used all {project.max_jobs} turns it may ever admit",
-                project=at.project,
-                limit=project.max_jobs,
-            )
+        refusal = _refusal(answer, at, limits, project)
+        if refusal is not None:
+            raise refusal
         if answer != "ok":
             raise RuntimeError(f"RESERVE answered {answer!r}")
+        return replace(at, rated=project.turns_per_minute is not None)
 
     def refund(self, at: Reservation) -> None:
-        """Undo a reservation whose job was never written."""
+        """Undo a reservation whose job was never written, its token included."""
         self._refund(
             keys=[
                 keys.queued(at.session_id),
                 keys.cumulative(at.session_id),
                 keys.project_jobs(at.project),
                 keys.project_live(at.project),
+                keys.project_rate(at.project),
             ],
-            args=[at.job_id],
+            args=[at.job_id, "1" if at.rated else "0"],
         )
 
     def ended(self, job: Job, *, dequeued: bool = False) -> None:
@@ -241,3 +234,46 @@ class Quotas:
                 self.client.zrem(key, *stale)
                 dropped.extend(stale)
         return dropped
+
+
+def _refusal(
+    answer: object, at: Reservation, limits: EffectiveLimits, project: ProjectLimits
+) -> QuotaError | None:
+    """The error a RESERVE answer stands for (None: it refused nothing)."""
+    if answer == "queue_full":
+        return QueueFull(
+            f"session {at.session_id} already has {limits.max_queued_per_session} "
+            "jobs waiting; try again when one has started",
+            session_id=at.session_id,
+            limit=limits.max_queued_per_session,
+        )
+    if answer == "jobs_exhausted":
+        return JobsExhausted(
+            f"session {at.session_id} has used all {limits.max_jobs_per_session} "
+            "jobs it may ever admit",
+            session_id=at.session_id,
+            limit=limits.max_jobs_per_session,
+        )
+    if answer == "project_live":
+        return ProjectLiveExceeded(
+            f"project {at.project} already has {project.max_live} unfinished turns; "
+            "try again when one has finished",
+            project=at.project,
+            limit=project.max_live,
+        )
+    if answer == "project_jobs":
+        return ProjectJobsExhausted(
+            f"project {at.project} has used all {project.max_jobs} turns it may ever admit",
+            project=at.project,
+            limit=project.max_jobs,
+        )
+    if isinstance(answer, list) and answer[0] == "project_rate":
+        retry_after = int(answer[1]) / 1000
+        return ProjectRateExceeded(
+            f"project {at.project} has admitted its {project.turns_per_minute} turns "
+            f"a minute; try again in {retry_after:g} s",
+            project=at.project,
+            limit=project.turns_per_minute,
+            retry_after=retry_after,
+        )
+    return None

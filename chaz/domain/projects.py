@@ -1,12 +1,14 @@
 """Projects and their quotas (docs/security.md#project-quotas).
 
-A project bounds two things across all of its sessions: its *live* turns
+A project bounds three things across all of its sessions: its *live* turns
 (admitted and not yet finished: queued, running, stopping or waiting for
-approval) and its *cumulative* turns (ever admitted; the allowance never
-refills). Each limit is stored per project in the ``projects`` table, where
-NULL means the install's default (``CHAZ_PROJECT_MAX_LIVE``,
-``CHAZ_PROJECT_MAX_JOBS``) and ``-1`` means no limit. A project without a
-row has the defaults.
+approval), its *cumulative* turns (ever admitted; the allowance never
+refills) and its *rate* (turns admitted per minute, a token bucket whose
+burst is one minute's worth). Each limit is stored per project in the
+``projects`` table, where NULL means the install's default
+(``CHAZ_PROJECT_MAX_LIVE``, ``CHAZ_PROJECT_MAX_JOBS``,
+``CHAZ_PROJECT_TURNS_PER_MINUTE``, each unlimited unless set) and ``-1``
+means no limit. A project without a row has the defaults.
 
 This module is rules only: no I/O.
 """
@@ -25,6 +27,10 @@ from chaz.settings import Settings
 NO_LIMIT = -1
 #: The largest limit accepted (the column is a 32-bit integer).
 MAX_LIMIT = 2**31 - 1
+#: The largest rate accepted: about 16,700 admissions a second, twenty
+#: times what one install admits (docs/performance.md), so a larger one
+#: could never bind and is a mistake.
+MAX_TURNS_PER_MINUTE = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,8 @@ class ProjectLimits:
 
     max_live: int | None
     max_jobs: int | None
+    #: Turns admitted per minute, with a burst of as many.
+    turns_per_minute: int | None = None
 
 
 class Project(BaseModel):
@@ -44,9 +52,11 @@ class Project(BaseModel):
     #: As stored: None is the default, -1 no limit.
     max_live: int | None = None
     max_jobs: int | None = None
+    turns_per_minute: int | None = None
     #: In force (stored value, else the default); None: no limit.
     effective_max_live: int | None = None
     effective_max_jobs: int | None = None
+    effective_turns_per_minute: int | None = None
     #: Unfinished jobs and jobs ever admitted, from the database.
     live: int = 0
     jobs: int = 0
@@ -68,17 +78,36 @@ def check_limit(field: str, value: object) -> int | None:
     return value
 
 
+def check_rate(field: str, value: object) -> int | None:
+    """A stored rate: None (the default), -1 (no limit) or
+    1..:data:`MAX_TURNS_PER_MINUTE`; anything else is ``request.invalid``
+    naming ``field``. Zero is refused: a bucket that never refills would
+    refuse for ever with no time to retry after (``max_live`` 0 stops a
+    project)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(f"{field} must be an integer, -1 (no limit) or null", field=field)
+    if value != NO_LIMIT and not 1 <= value <= MAX_TURNS_PER_MINUTE:
+        raise ValidationError(
+            f"{field} must be -1 (no limit) or between 1 and {MAX_TURNS_PER_MINUTE}", field=field
+        )
+    return value
+
+
 def _in_force(stored: int | None, default: int | None) -> int | None:
     value = default if stored is None else stored
     return None if value is None or value < 0 else value
 
 
 def resolve_project_limits(
-    settings: Settings, stored: tuple[int | None, int | None] | None
+    settings: Settings, stored: tuple[int | None, int | None, int | None] | None
 ) -> ProjectLimits:
-    """The limits in force for a project whose stored ``(max_live, max_jobs)``
-    are given (None: the project has no row)."""
-    live, jobs = stored if stored is not None else (None, None)
+    """The limits in force for a project whose stored ``(max_live, max_jobs,
+    turns_per_minute)`` are given (None: the project has no row)."""
+    live, jobs, rate = stored if stored is not None else (None, None, None)
     return ProjectLimits(
-        _in_force(live, settings.project_max_live), _in_force(jobs, settings.project_max_jobs)
+        _in_force(live, settings.project_max_live),
+        _in_force(jobs, settings.project_max_jobs),
+        _in_force(rate, settings.project_turns_per_minute),
     )

@@ -67,7 +67,7 @@ class Admitting:
         burst: int = self._row["room_burst"]
         return burst
 
-    def stored_limits(self) -> tuple[int | None, int | None] | None:
+    def stored_limits(self) -> project_store.Stored:
         """The session's project's stored limits, read in this transaction
         (None: the project has no row)."""
         return project_store.read_stored(self._conn, self.session.project)

@@ -428,6 +428,8 @@ class ProjectRow(Base):
     max_live: Mapped[int | None] = mapped_column(Integer)
     #: Turns ever admitted; NULL: the default.
     max_jobs: Mapped[int | None] = mapped_column(Integer)
+    #: Turns admitted per minute (a token bucket in Redis); NULL: the default.
+    turns_per_minute: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 

@@ -31,18 +31,20 @@ if TYPE_CHECKING:
 #: How long a process trusts the limits it read for a project.
 CACHE_SECONDS = 5.0
 
-#: A project's stored ``(max_live, max_jobs)``; None: it has no row.
-Stored = tuple[int | None, int | None] | None
+#: A project's stored ``(max_live, max_jobs, turns_per_minute)``; None: it has no row.
+Stored = tuple[int | None, int | None, int | None] | None
 
 _ACTIVE = [s.value for s in ACTIVE]
 
 
 def read_stored(conn: Connection, project: str) -> Stored:
-    """The project's stored ``(max_live, max_jobs)``, read on ``conn``; None: no row."""
+    """The project's stored limits, read on ``conn``; None: no row."""
     row = conn.execute(
-        select(ProjectRow.max_live, ProjectRow.max_jobs).where(ProjectRow.id == project)
+        select(ProjectRow.max_live, ProjectRow.max_jobs, ProjectRow.turns_per_minute).where(
+            ProjectRow.id == project
+        )
     ).first()
-    return None if row is None else (row[0], row[1])
+    return None if row is None else (row[0], row[1], row[2])
 
 
 def read_counts(conn: Connection, project: str) -> tuple[list[str], int]:
@@ -90,8 +92,8 @@ class ProjectStore:
             return read_counts(conn, project)
 
     def get(self, project: str) -> dict[str, Any]:
-        """The project's row and use: ``id``, ``max_live``, ``max_jobs`` (as
-        stored), ``live`` and ``jobs`` (counted), ``created_at``,
+        """The project's row and use: ``id``, ``max_live``, ``max_jobs``,
+        ``turns_per_minute`` (as stored), ``live`` and ``jobs`` (counted), ``created_at``,
         ``updated_at`` (None without a row)."""
         with self._db.read() as conn:
             row = (
@@ -100,10 +102,21 @@ class ProjectStore:
             live, total = _usage(conn, [project]).get(project, (0, 0))
         return _view(project, row, live, total)
 
-    def put(self, project: str, max_live: int | None, max_jobs: int | None) -> dict[str, Any]:
-        """Set both limits of a project (None: the default), creating its row."""
+    def put(
+        self,
+        project: str,
+        max_live: int | None,
+        max_jobs: int | None,
+        turns_per_minute: int | None = None,
+    ) -> dict[str, Any]:
+        """Set every limit of a project (None: the default), creating its row."""
         now = utcnow()
-        values = {"max_live": max_live, "max_jobs": max_jobs, "updated_at": now}
+        values = {
+            "max_live": max_live,
+            "max_jobs": max_jobs,
+            "turns_per_minute": turns_per_minute,
+            "updated_at": now,
+        }
         with self._db.write() as conn:
             # One statement: a concurrent put of the same new project cannot
             # fail between a check and an insert.
@@ -144,6 +157,7 @@ def _view(project: str, row: Any, live: int, total: int) -> dict[str, Any]:
         "id": project,
         "max_live": row["max_live"] if row is not None else None,
         "max_jobs": row["max_jobs"] if row is not None else None,
+        "turns_per_minute": row["turns_per_minute"] if row is not None else None,
         "live": live,
         "jobs": total,
         "created_at": as_utc(row["created_at"]) if row is not None else None,

@@ -252,15 +252,13 @@ def reserve_quota(services: Services, tx: Admitting) -> Reservation:
     is locked; a second connection could wait on a pool its fellow admitters
     hold).
     """
-    at = Reservation(tx.session.id, tx.session.project, tx.job_id)
-    services.quotas.reserve(
-        at,
+    return services.quotas.reserve(
+        Reservation(tx.session.id, tx.session.project, tx.job_id),
         resolve_limits(services.settings, tx.session, tx.agent),
         projects.limits_for(services, tx.session.project, tx.stored_limits),
         tx.job_counts,
         tx.project_counts,
     )
-    return at
 
 
 def _await_first(

@@ -44,6 +44,7 @@ from chaz.domain.sessions import Origin, Session, missing_session
 from chaz.errors import (
     ChazError,
     ProjectLiveExceeded,
+    ProjectRateExceeded,
     QueueFull,
     QuotaError,
     SelfDelivery,
@@ -271,9 +272,10 @@ def _enqueue(services: Services, values: dict[str, object], target: Session) -> 
 # -- after a job ends, and the inbox -------------------------------------------------
 
 
-#: Refusals that pass once a job finishes (the session's queue, the project's
-#: live turns): a delivery they refuse stays ``accepted`` for a later try.
-RETRY_LATER = (QueueFull, ProjectLiveExceeded)
+#: Refusals that pass later (the session's queue and the project's live turns
+#: once a job finishes, the project's rate once its bucket refills): a
+#: delivery they refuse stays ``accepted`` for a later try (a drain, the sweep).
+RETRY_LATER = (QueueFull, ProjectLiveExceeded, ProjectRateExceeded)
 
 
 def settle(services: Services, job: Job) -> None:
@@ -332,8 +334,8 @@ def admit_accepted(services: Services, delivery: Delivery) -> Job | None:
     The target's archive state is checked again with its row locked: an
     archived target refuses the delivery (``refused``, and its sender is
     told); a spent cumulative allowance fails it the same way (``failed``).
-    A full queue or a project at its live limit (:data:`RETRY_LATER`) is
-    raised and leaves the delivery ``accepted``, to be admitted when there
+    A full queue or a project at its live limit or its rate
+    (:data:`RETRY_LATER`) is raised and leaves the delivery ``accepted``, to be admitted when there
     is room.
     A message (or request) whose sender job is being or was cancelled is
     withdrawn instead (the cancel's own withdrawal missed it: it was queued

@@ -1,7 +1,8 @@
 """Projects' quotas: read and set each project's limits (docs/security.md#project-quotas).
 
-A project bounds its live turns (admitted and not finished) and its
-cumulative turns (ever admitted). The limits are enforced by the admission
+A project bounds its live turns (admitted and not finished), its
+cumulative turns (ever admitted) and its rate (turns admitted per minute).
+The limits are enforced by the admission
 script together with the session quotas (:mod:`chaz.coord.quotas`); this
 module reads and sets them. Setting a limit is install-wide configuration:
 it needs an operator (a client built from the database credentials, not an
@@ -15,7 +16,13 @@ from collections.abc import Callable
 from typing import Any
 
 from chaz.domain.principals import LOCAL, Principal, check_project
-from chaz.domain.projects import Project, ProjectLimits, check_limit, resolve_project_limits
+from chaz.domain.projects import (
+    Project,
+    ProjectLimits,
+    check_limit,
+    check_rate,
+    resolve_project_limits,
+)
 from chaz.errors import Forbidden
 from chaz.services import Services
 from chaz.store.projects import Stored
@@ -43,11 +50,16 @@ def set_limits(
     project: str,
     max_live: int | None = None,
     max_jobs: int | None = None,
+    turns_per_minute: int | None = None,
     *,
     principal: Principal = LOCAL,
 ) -> Project:
-    """Set both limits of ``project``: a number, ``-1`` for no limit, or None
-    for the install's default. Needs an operator.
+    """Set every limit of ``project``: a number, ``-1`` for no limit, or None
+    for the install's default (a limit left out is set to its default).
+    Needs an operator.
+
+    ``turns_per_minute`` is a token bucket whose burst is one minute's worth
+    (at least 1; docs/security.md#project-quotas).
 
     Admissions in this process see the change at once, other processes
     within :data:`chaz.store.projects.CACHE_SECONDS`. Lowering a limit below
@@ -58,7 +70,9 @@ def set_limits(
     project = check_project(project)
     max_live = check_limit("max_live", max_live)
     max_jobs = check_limit("max_jobs", max_jobs)
-    return _project(services, services.store.projects.put(project, max_live, max_jobs))
+    turns_per_minute = check_rate("turns_per_minute", turns_per_minute)
+    stored = services.store.projects.put(project, max_live, max_jobs, turns_per_minute)
+    return _project(services, stored)
 
 
 def list_projects(services: Services, *, principal: Principal = LOCAL) -> list[Project]:
@@ -81,5 +95,12 @@ def _check_read(principal: Principal, project: str) -> None:
 
 
 def _project(services: Services, view: dict[str, Any]) -> Project:
-    limits = resolve_project_limits(services.settings, (view["max_live"], view["max_jobs"]))
-    return Project(**view, effective_max_live=limits.max_live, effective_max_jobs=limits.max_jobs)
+    limits = resolve_project_limits(
+        services.settings, (view["max_live"], view["max_jobs"], view["turns_per_minute"])
+    )
+    return Project(
+        **view,
+        effective_max_live=limits.max_live,
+        effective_max_jobs=limits.max_jobs,
+        effective_turns_per_minute=limits.turns_per_minute,
+    )

@@ -56,6 +56,23 @@ def test_worker_boot_case_prints_its_table_and_the_ratio(tmp_path: Path) -> None
     assert re.search(r"embedded: chaz worker start-up = \d+\.\d\d x .*goal <= 1\.5", text), text
 
 
+def test_quick_isolation_benchmark_prints_its_table_and_the_ratio(tmp_path: Path) -> None:
+    """``benchmarks.isolation --quick`` on the embedded stack: the quiet project's
+    three phases, their ratios to its latency alone, and the noisy project refused."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHAZ_")}
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.isolation", "--stack", "embedded", "--quick"],
+        cwd=ROOT,
+        env={**env, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    for figure in ("(i0)", "(i1)", "(i2)", "p99 x (i0)", "x alone"):
+        assert figure in out.stdout, out.stdout[-3000:]
+
+
 def test_quick_search_benchmark_runs_and_prints_its_table(tmp_path: Path) -> None:
     """``benchmarks.search --quick`` on SQLite: it builds, searches and reports."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHAZ_")}

@@ -329,9 +329,9 @@ def test_limits_default_to_the_settings_and_minus_one_is_none() -> None:
     settings = Settings(_env_file=None, project_max_live=3, project_max_jobs=-1)
     limits = resolve_project_limits(settings, None)
     assert (limits.max_live, limits.max_jobs) == (3, None)
-    limits = resolve_project_limits(settings, (-1, 7))
+    limits = resolve_project_limits(settings, (-1, 7, None))
     assert (limits.max_live, limits.max_jobs) == (None, 7)
-    limits = resolve_project_limits(settings, (None, None))
+    limits = resolve_project_limits(settings, (None, None, None))
     assert (limits.max_live, limits.max_jobs) == (3, None)
 
 
@@ -354,17 +354,17 @@ def test_an_admission_reads_the_limits_once_per_cache_period(
 ) -> None:
     reads: list[str] = []
 
-    def read() -> tuple[int | None, int | None]:
+    def read() -> tuple[int | None, int | None, int | None]:
         reads.append(project)
-        return (3, None)
+        return (3, None, None)
 
     store = client.services.store.projects
-    assert store.stored(project, read) == (3, None)
-    assert store.stored(project, read) == (3, None)
+    assert store.stored(project, read) == (3, None, None)
+    assert store.stored(project, read) == (3, None, None)
     assert reads == [project]  # the second came from the cache
     # Setting the limits drops this process's entry: the next admission reads them.
     client.projects.set_limits(project, max_live=7)
-    assert store.stored(project, read) == (3, None)
+    assert store.stored(project, read) == (3, None, None)
     assert reads == [project, project]
     s = session_in(client, "bot", project)
     client.sessions.post(s.id, "admitted under the cached limit")
@@ -510,9 +510,14 @@ def test_the_cli_sets_and_lists_project_limits(mstack: Stack, project: str) -> N
     assert rows[project]["max_live"] == 3 and rows[project]["effective_max_jobs"] is None
     done = _cli(mstack.settings, "projects", "ls")
     assert done.returncode == 0 and project in done.stdout
+    # The rate too; and a later --max-live leaves it as it is.
+    done = _cli(mstack.settings, "projects", "set", project, "--turns-per-minute", "120")
+    assert done.returncode == 0 and "120 turns a minute" in done.stdout, done.stderr
     done = _cli(mstack.settings, "projects", "set", project, "--max-live", "default")
     assert done.returncode == 0, done.stderr
-    assert mstack.client.projects.get(project).max_live is None
+    shown = mstack.client.projects.get(project)
+    assert (shown.max_live, shown.max_jobs, shown.turns_per_minute) == (None, -1, 120)
+    assert "TURNS/MIN" in _cli(mstack.settings, "projects", "ls").stdout
     bad = _cli(mstack.settings, "projects", "set", project, "--max-live", "lots")
     assert bad.returncode != 0
     assert "max-live" in bad.stderr + bad.stdout
@@ -530,10 +535,10 @@ def test_reserve_answers_in_order_and_counts_nothing_when_it_refuses(
     ended = scripts.register(r, "job_ended")
     sid = f"s-{project}"
     ks = [keys.queued(sid), keys.cumulative(sid), keys.project_live(project)]
-    ks.append(keys.project_jobs(project))
+    ks += [keys.project_jobs(project), keys.project_rate(project)]
 
     def run(max_q: int, max_c: int, max_live: int, max_pj: int, job: str = "j1") -> str:
-        return str(reserve(keys=ks, args=[max_q, max_c, 60_000, max_live, max_pj, job]))
+        return str(reserve(keys=ks, args=[max_q, max_c, 60_000, max_live, max_pj, job, -1]))
 
     assert run(-1, -1, -1, -1) == "rebuild"
     r.set(ks[0], 1)
@@ -551,9 +556,10 @@ def test_reserve_answers_in_order_and_counts_nothing_when_it_refuses(
     assert run(2, 2, 2, 2) == "ok"
     assert (r.get(ks[0]), r.get(ks[1]), r.get(ks[3])) == ("2", "2", "2")
     assert set(r.zrange(ks[2], 0, -1)) == {"_", "j0", "j1"}
-    assert all(r.pttl(k) > 0 for k in ks)
+    assert all(r.pttl(k) > 0 for k in ks[:4])
+    assert not r.exists(ks[4])  # no rate, no bucket
     # A refund undoes exactly one reservation; a job's end frees its slot once.
-    refund(keys=[ks[0], ks[1], ks[3], ks[2]], args=["j1"])
+    refund(keys=[ks[0], ks[1], ks[3], ks[2], ks[4]], args=["j1", "0"])
     assert (r.get(ks[0]), r.get(ks[1]), r.get(ks[3])) == ("1", "1", "1")
     assert ended(keys=[ks[2], ks[0]], args=["j0", "1"]) == 1
     assert ended(keys=[ks[2], ks[0]], args=["j0", "1"]) == 0

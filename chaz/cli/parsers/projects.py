@@ -24,3 +24,9 @@ def register(commands: Subcommands) -> None:
     limit_help = "a number, -1 or 'unlimited' (no limit), or 'default'"
     p.add_argument("--max-live", dest="max_live", metavar="N", help=f"live turns: {limit_help}")
     p.add_argument("--max-jobs", dest="max_jobs", metavar="N", help=f"turns ever: {limit_help}")
+    p.add_argument(
+        "--turns-per-minute",
+        dest="turns_per_minute",
+        metavar="N",
+        help=f"turns admitted per minute (a one-minute burst): {limit_help}",
+    )

@@ -338,6 +338,31 @@ class Cancelled(ChazError):
     code = "job.cancelled"
 
 
+class BudgetExceeded(ChazError):
+    """A turn crossed one of its per-turn budgets and was stopped
+    (docs/runtime.md#per-turn-budgets); the subclasses name which."""
+
+    code = "budget.exceeded"
+
+
+class TokenBudgetExceeded(BudgetExceeded):
+    """The turn's model steps spent more tokens than ``max_tokens_per_turn``."""
+
+    code = "budget.tokens"
+
+
+class RuntimeBudgetExceeded(BudgetExceeded):
+    """The turn ran longer than ``max_runtime_seconds``."""
+
+    code = "budget.runtime"
+
+
+class IdleBudgetExceeded(BudgetExceeded):
+    """The turn had no model output or tool result for ``max_idle_seconds``."""
+
+    code = "budget.idle"
+
+
 class HandedBack(ChazError):
     """The turn stopped at a safe point because its worker is shutting down: it is
     put back for another worker, not ended (docs/operations.md#termination)."""

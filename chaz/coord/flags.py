@@ -58,6 +58,10 @@ class Settable(Protocol):
         """Mark the cancel seen."""
         ...
 
+    def poll(self) -> None:
+        """Called every poll: stop the turn if it crossed a runtime or idle budget."""
+        ...
+
 
 class CancelWatcher:
     """Watches the cancel flags of the jobs this process runs, from one thread.
@@ -113,10 +117,12 @@ class CancelWatcher:
                 log.warning("reading cancel flags failed", exc_info=True)
                 flags = [None] * len(job_ids)
             for job_id, flag in zip(job_ids, flags, strict=True):
-                if flag is None:
-                    continue
                 with self._lock:
                     tokens = list(self._watched.get(job_id, []))
                 for token in tokens:
-                    token.set()
+                    # The same poll finds a turn past its deadline: no timer per turn.
+                    if flag is None:
+                        token.poll()
+                    else:
+                        token.set()
             time.sleep(self._interval)

@@ -31,7 +31,9 @@ class Limits(CheckedModel):
     """Per-agent (or per-session) limits. ``None`` inherits; a value may only narrow.
 
     Resource limits (``max_queued_per_session``, ``max_jobs_per_session``,
-    ``max_live_per_tree``, ``max_turn_steps``) are positive when set. Topology
+    ``max_live_per_tree``, ``max_turn_steps``) and the per-turn budgets
+    (``max_tokens_per_turn``, ``max_runtime_seconds``, ``max_idle_seconds``,
+    docs/runtime.md#per-turn-budgets) are positive when set. Topology
     limits (``max_call_depth``, ``max_spawn_fanout``, ``max_messages``) follow
     docs/contracts.md#topology: ``0`` disables that check. ``Limits(...)`` and :meth:`parse` raise
     :class:`chaz.errors.ValidationError` (``request.invalid``) naming the field.
@@ -51,6 +53,17 @@ class Limits(CheckedModel):
     )
     max_messages: int | None = Field(
         None, ge=0, description="Message depth along a lineage (default 8; 0: no limit)."
+    )
+    max_tokens_per_turn: int | None = Field(
+        None, gt=0, description="Input plus output tokens one turn may spend (budget.tokens)."
+    )
+    max_runtime_seconds: int | None = Field(
+        None, gt=0, description="Seconds one turn may run (budget.runtime)."
+    )
+    max_idle_seconds: int | None = Field(
+        None,
+        gt=0,
+        description="Seconds a turn may go without model output or a tool result (budget.idle).",
     )
     max_context_chars: int | None = Field(
         None,

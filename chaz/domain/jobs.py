@@ -81,6 +81,23 @@ def check_transition(current: JobStatus, target: JobStatus) -> None:
         )
 
 
+class Usage(BaseModel):
+    """What a job's turn used (docs/runtime.md#per-turn-budgets): the tokens its
+    model steps reported, summed, and its wall time over its attempts (time
+    parked for approval or between attempts not counted)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    runtime_seconds: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        """Input plus output tokens: what ``max_tokens_per_turn`` counts."""
+        return self.input_tokens + self.output_tokens
+
+
 class Job(BaseModel):
     """One admitted agent turn. ``id`` is the ``execution_id`` everywhere."""
 
@@ -119,6 +136,8 @@ class Job(BaseModel):
     created_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    #: What its turn used so far (None: its turn has recorded nothing yet).
+    usage: Usage | None = None
 
 
 def missing_job(job_id: str) -> JobNotFound:

@@ -48,6 +48,15 @@ class ScriptCall(BaseModel):
     )
 
 
+class StepUsage(BaseModel):
+    """The tokens a scripted response step reports using (docs/runtime.md#the-scripted-model)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: int = Field(0, ge=0, le=1_000_000_000)
+    output: int = Field(0, ge=0, le=1_000_000_000)
+
+
 #: A gate's name, after its placeholders are filled: a plain file name (not
 #: "." or "..", which name a folder).
 GATE_NAME = re.compile(r"(?!\.\.?\Z)[A-Za-z0-9_.\-]{1,128}")
@@ -100,6 +109,9 @@ class ScriptStep(BaseModel):
         None, gt=0, le=3600, description="Seconds a wait or hold may last (default 600)."
     )
     fail: str | None = None
+    usage: StepUsage | None = Field(
+        None, description="Tokens this response reports using (default: none reported)."
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> ScriptStep:
@@ -118,6 +130,8 @@ class ScriptStep(BaseModel):
             self.chunk is not None or self.pace is not None or self.hold is not None
         ):
             raise ValueError("chunk, pace and hold go with stream")
+        if self.usage is not None and not self.is_response:
+            raise ValueError("usage goes with a response step, not sleep or wait")
         if self.timeout is not None and self.wait is None and self.hold is None:
             raise ValueError("timeout goes with wait or hold")
         for gate in (self.wait, self.hold):

@@ -14,6 +14,13 @@ wakes the same waiters, and the turn then raises
 :class:`~chaz.errors.HandedBack` instead of :class:`~chaz.errors.Cancelled`,
 so it is put back for another worker rather than ended. :class:`Running` is
 the process's set of tokens that such a shutdown hands back.
+
+A turn past its runtime or idle budget is stopped by the same token
+(:meth:`CancelToken.exceed`, docs/runtime.md#per-turn-budgets): its waiters
+then raise the budget's error. The watcher that sets tokens on a cancel
+also calls :meth:`CancelToken.poll` on every watched token, so a turn
+blocked inside a step finds its crossed deadline within a poll, without a
+timer of its own.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from chaz.errors import Cancelled, HandedBack
+from chaz.errors import BudgetExceeded, Cancelled, HandedBack
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +47,8 @@ class CancelToken:
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[], None]] = []
         self._handing_back = False
+        self._exceeded: BudgetExceeded | None = None
+        self._check: Callable[[], BudgetExceeded | None] | None = None
 
     def set(self) -> None:
         """Mark the cancel seen; wake every waiter and run the callbacks once,
@@ -55,16 +64,37 @@ class CancelToken:
         """
         self._stop(handing_back=True)
 
+    def exceed(self, error: BudgetExceeded) -> None:
+        """Stop the turn as :meth:`set` does, for crossing a budget: its waiters
+        raise ``error``. Whichever stop came first stays."""
+        self._stop(handing_back=False, exceeded=error)
+
+    def limit(self, check: Callable[[], BudgetExceeded | None]) -> None:
+        """Have :meth:`poll` ask ``check`` which budget the turn crossed, if any."""
+        self._check = check
+
+    def poll(self) -> None:
+        """Stop the turn (:meth:`exceed`) if its budget check finds one crossed.
+
+        Called at step boundaries and by the cancel watcher every poll.
+        """
+        if self._check is None or self._event.is_set():
+            return
+        error = self._check()
+        if error is not None:
+            self.exceed(error)
+
     @property
     def handing_back(self) -> bool:
         """Whether the token stops its turn to hand it back (not a cancel)."""
         return self._handing_back
 
-    def _stop(self, *, handing_back: bool) -> None:
+    def _stop(self, *, handing_back: bool, exceeded: BudgetExceeded | None = None) -> None:
         with self._lock:
             if self._event.is_set():
                 return
             self._handing_back = handing_back
+            self._exceeded = exceeded
             self._event.set()
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
@@ -84,13 +114,16 @@ class CancelToken:
         return self._event.wait(timeout)
 
     def raise_if_set(self) -> None:
-        """Raise :class:`~chaz.errors.Cancelled` if the cancel was seen, or
-        :class:`~chaz.errors.HandedBack` if the turn is being handed back."""
+        """Raise :class:`~chaz.errors.Cancelled` if the cancel was seen,
+        :class:`~chaz.errors.HandedBack` if the turn is being handed back, or
+        the budget's error if it crossed one."""
         if self._event.is_set():
             raise self.stopped("the job was cancelled")
 
-    def stopped(self, message: str) -> Cancelled | HandedBack:
+    def stopped(self, message: str) -> Cancelled | HandedBack | BudgetExceeded:
         """The exception a turn stopped by this token raises (``message`` for a cancel)."""
+        if self._exceeded is not None:
+            return self._exceeded
         if self._handing_back:
             return HandedBack("the worker is shutting down; the turn is handed back")
         return Cancelled(message)

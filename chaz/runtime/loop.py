@@ -17,6 +17,9 @@ on the cancel token. A model step cut so is asked again by the worker that
 resumes the turn (its answer was never acted on); calls that had not started
 are run then (``unstarted``); a tool call cut mid-run is reported interrupted,
 as after a crash.
+
+Each model step's reported tokens and each tool result are counted on the
+turn's :class:`~chaz.runtime.budget.Budget` (docs/runtime.md#per-turn-budgets).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from chaz.runtime.backends.base import (
     ToolCallRequest,
     TurnContext,
 )
+from chaz.runtime.budget import Budget
 from chaz.runtime.cancel import CancelToken
 from chaz.runtime.events import EventSink, ToolCallEvent, ToolResultEvent
 from chaz.runtime.registry import ToolContext, ToolOutcome, ToolRegistry, capped, content_cap
@@ -143,6 +147,9 @@ class LoopPorts:
     #: The turn's cancel token: an answer that arrives after it is set is
     #: dropped (docs/runtime.md#preemptive-cancel).
     cancel: CancelToken = field(default_factory=CancelToken)
+    #: The turn's per-turn budgets: each step's tokens and each result are
+    #: counted on it (docs/runtime.md#per-turn-budgets; default: no limits).
+    budget: Budget = field(default_factory=Budget)
 
 
 def run_loop(
@@ -174,6 +181,9 @@ def run_loop(
         # An answer that came back after the cancel was seen is neither
         # acted on nor replied: no Redis read here, the token is local.
         ports.cancel.raise_if_set()
+        # Counted before the answer is acted on: a step past the token
+        # budget ends the turn, its answer neither run nor replied.
+        ports.budget.spent(response.usage)
         cp.steps += 1
         if not response.tool_calls:
             # A model may answer with text no database stores (PostgreSQL
@@ -210,6 +220,7 @@ def _run_calls(ports: LoopPorts, cp: Checkpoint, tool_ctx: ToolContext) -> None:
         else:
             outcome = ToolOutcome(verdict.output, is_error=True)
         ports.sink.emit(ToolResultEvent(call.id, call.name, outcome.output, outcome.is_error))
+        ports.budget.active()
         cp.transcript.append(_tool_message(call.id, outcome.output))
         cp.pending = [p for p in cp.pending if p["id"] != call.id]
         cp.last_result = outcome.output

@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 
 from chaz.domain import events as ev
 from chaz.domain.entries import Entry, EntryType, NewEntry, parse_sender
-from chaz.domain.jobs import Job, JobStatus, check_transition
+from chaz.domain.jobs import Job, JobStatus, Usage, check_transition
 from chaz.errors import AgentNotFound, LeaseLost, SessionNotFound
 from chaz.ids import utcnow
 from chaz.store import artifacts, entries
@@ -269,15 +269,21 @@ class Writes:
         with self.db.write(durable=False) as conn:
             return _start_turn(conn, job_id, token, ack_sender, ack_metadata, seen)
 
-    def save_checkpoint(self, fence: Fence, checkpoint: dict[str, Any]) -> None:
-        """Record the turn's progress; refused (LeaseLost) if another worker took over."""
+    def save_checkpoint(
+        self, fence: Fence, checkpoint: dict[str, Any], usage: Usage | None = None
+    ) -> None:
+        """Record the turn's progress and what it used so far (``usage``, in the
+        same write); refused (LeaseLost) if another worker took over."""
+        values: dict[str, Any] = {"checkpoint": checkpoint}
+        if usage is not None:
+            values["usage"] = usage.model_dump()
         with self.db.write() as conn:
             check_fence(conn, fence)
-            conn.execute(
-                update(JobRow).where(JobRow.id == fence.job_id).values(checkpoint=checkpoint)
-            )
+            conn.execute(update(JobRow).where(JobRow.id == fence.job_id).values(**values))
 
-    def hand_back(self, fence: Fence, checkpoint: dict[str, Any]) -> None:
+    def hand_back(
+        self, fence: Fence, checkpoint: dict[str, Any], usage: Usage | None = None
+    ) -> None:
         """Give a running turn back (its worker is shutting down): write its last
         ``checkpoint`` and drop its lease token, in one fenced write.
 
@@ -285,8 +291,11 @@ class Writes:
         came): the next start takes the job over like a dead worker's, for a
         resume, and nothing this worker still tries to write passes the fence.
         :class:`~chaz.errors.LeaseLost` if another worker holds the job (then
-        nothing is written).
+        nothing is written). ``usage``: what the turn used so far, written too.
         """
+        values: dict[str, Any] = {"checkpoint": checkpoint, "lease_token": None}
+        if usage is not None:
+            values["usage"] = usage.model_dump()
         with self.db.write() as conn:
             done = conn.execute(
                 update(JobRow)
@@ -297,7 +306,7 @@ class Writes:
                         JobRow.status.in_((JobStatus.RUNNING.value, JobStatus.STOPPING.value)),
                     )
                 )
-                .values(checkpoint=checkpoint, lease_token=None, version=JobRow.version + 1)
+                .values(**values, version=JobRow.version + 1)
             ).rowcount
             if not done:
                 check_fence(conn, fence)
@@ -386,6 +395,7 @@ def _fenced_finish(conn: Connection, fence: Fence, finish: Finish) -> tuple[str 
             "v_result": finish.result,
             "v_error": finish.error,
             "v_finished_at": utcnow(),
+            "v_usage": _usage(finish.usage),
         },
     ).first()
     if done is not None:
@@ -394,6 +404,10 @@ def _fenced_finish(conn: Connection, fence: Fence, finish: Finish) -> tuple[str 
     check_fence(conn, fence)
     job = _finish(conn, finish)
     return job.delivery_id, job.fire_id
+
+
+def _usage(usage: Usage | None) -> dict[str, Any] | None:
+    return usage.model_dump() if usage is not None else None
 
 
 def _finish(conn: Connection, finish: Finish) -> Job:
@@ -406,6 +420,7 @@ def _finish(conn: Connection, finish: Finish) -> Job:
         "error": finish.error,
         "finished_at": utcnow(),
         "lease_token": None,
+        "usage": _usage(finish.usage),
     }
     conn.execute(update(JobRow).where(JobRow.id == finish.job_id).values(**values))
     return as_job({**row, **values})

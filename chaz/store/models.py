@@ -214,6 +214,8 @@ class JobRow(Base):
     grants: Mapped[list[str] | None] = mapped_column(JSON)
     #: Runs under the unattended policy (docs/security.md#unattended).
     unattended: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: Tokens and wall time its turn used (:class:`chaz.domain.jobs.Usage`); NULL: none yet.
+    usage: Mapped[dict[str, Any] | None]
 
 
 class CommandRow(Base):

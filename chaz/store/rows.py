@@ -87,6 +87,7 @@ def as_job(row: Any) -> Job:
         created_at=as_utc(row["created_at"]),
         started_at=as_ts(row["started_at"]),
         finished_at=as_ts(row["finished_at"]),
+        usage=row.get("usage"),
     )
 
 

@@ -199,6 +199,7 @@ def _fenced_finish_stmt(target: JobStatus) -> Update:
             result=bindparam("v_result"),
             error=bindparam("v_error"),
             finished_at=bindparam("v_finished_at"),
+            usage=bindparam("v_usage"),
             lease_token=None,
         )
         # Which delivery admitted the job: its end applies that delivery's policy;

@@ -12,7 +12,7 @@ from typing import Any
 
 from chaz.domain.agents import AgentSpec, Limits
 from chaz.domain.entries import Entry, Said
-from chaz.domain.jobs import Job, JobStatus
+from chaz.domain.jobs import Job, JobStatus, Usage
 from chaz.domain.principals import DEFAULT_PRINCIPAL, DEFAULT_PROJECT
 from chaz.domain.sessions import Origin, Session
 
@@ -85,6 +85,8 @@ class Finish:
     status: JobStatus
     result: str | None = None
     error: dict[str, Any] | None = None
+    #: What the turn used (docs/runtime.md#per-turn-budgets), written with its end.
+    usage: Usage | None = None
 
 
 @dataclass(frozen=True)

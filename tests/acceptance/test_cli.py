@@ -384,6 +384,10 @@ def test_sessions_send_jobs_and_the_queue_against_a_worker(stack: Stack) -> None
     jobs = json.loads(ok(chaz_cli("jobs", "ls", "--json", "--session", sid, env=env)))
     assert [j["status"] for j in jobs] == ["failed", "succeeded"]  # newest first
     assert all(j["session_id"] == sid for j in jobs)
+    # A job shows what its turn used (docs/runtime.md#per-turn-budgets).
+    shown = json.loads(ok(chaz_cli("jobs", "show", jobs[1]["id"], "--json", env=env)))
+    assert shown["usage"]["runtime_seconds"] > 0
+    assert "usage" in ok(chaz_cli("jobs", "show", jobs[1]["id"], env=env))
 
     # The queue: one turn runs, the ones admitted after it wait, in admission order.
     # The running turn holds at its gate until the end of the test.

@@ -12,7 +12,7 @@ import pytest
 
 from chaz.domain.agents import AgentSpec
 from chaz.errors import ConfigError, ModelError
-from chaz.runtime.backends.base import ToolSpec, TurnContext
+from chaz.runtime.backends.base import TokenCount, ToolSpec, TurnContext
 from chaz.runtime.backends.openai_backend import DEFAULT_MODEL, OpenAIBackend
 from chaz.settings import Settings
 from tests.support.fake_openai import FakeOpenAI
@@ -73,6 +73,8 @@ def test_text_answer(srv: FakeOpenAI) -> None:
 
     assert response.text == "It is noon."
     assert response.tool_calls == []
+    # The response's usage, as the server reported it (the fake: one and one).
+    assert response.usage == TokenCount(input=1, output=1)
 
 
 def test_tool_call_is_mapped_with_raw_arguments(srv: FakeOpenAI) -> None:

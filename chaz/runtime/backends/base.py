@@ -20,11 +20,22 @@ class ToolCallRequest(BaseModel):
     arguments: str = "{}"
 
 
+class TokenCount(BaseModel):
+    """The tokens one model step used, as its backend reports them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input: int = Field(0, ge=0)
+    output: int = Field(0, ge=0)
+
+
 class ModelResponse(BaseModel):
     """One model step: either tool calls to run, or a final text answer."""
 
     text: str | None = None
     tool_calls: list[ToolCallRequest] = Field(default_factory=list)
+    #: What the step cost, where the backend reports it (None: not reported).
+    usage: TokenCount | None = None
 
 
 class ToolSpec(BaseModel):

@@ -51,6 +51,7 @@ from chaz.errors import ConfigError, ModelError
 from chaz.runtime.backends.base import (
     ChatMessage,
     ModelResponse,
+    TokenCount,
     ToolCallRequest,
     ToolSpec,
     TurnContext,
@@ -314,7 +315,7 @@ class OpenAIBackend:
             # A refusal is the model's answer to the turn; surface it as text
             # rather than as an empty step the loop cannot act on.
             text = getattr(message, "refusal", None)
-        return ModelResponse(text=text, tool_calls=calls)
+        return ModelResponse(text=text, tool_calls=calls, usage=_usage(completion))
 
     def _tool_call(self, call: Any) -> ToolCallRequest:
         function = getattr(call, "function", None)
@@ -345,6 +346,16 @@ class OpenAIBackend:
             error_type=type(exc).__name__,
             **details,
         )
+
+
+def _usage(completion: Any) -> TokenCount | None:
+    """The response's ``usage`` (prompt and completion tokens), if the server sent one."""
+    usage = getattr(completion, "usage", None)
+    prompt = getattr(usage, "prompt_tokens", None)
+    completed = getattr(usage, "completion_tokens", None)
+    if not isinstance(prompt, int) or not isinstance(completed, int):
+        return None
+    return TokenCount(input=max(prompt, 0), output=max(completed, 0))
 
 
 def _deltas(stream: Iterable[Any]) -> Iterator[Any]:

@@ -7,6 +7,10 @@ them (``wait`` until a gate opens, see :mod:`chaz.runtime.gates`). Both end
 early, raising :class:`~chaz.errors.Cancelled`, once the turn's cancel token
 is set (docs/runtime.md#preemptive-cancel).
 
+A response step's ``usage`` (``{"input": N, "output": M}``) is the token
+count it reports, what the turn's ``max_tokens_per_turn`` counts; without
+one a step reports none (docs/runtime.md#per-turn-budgets).
+
 A ``stream`` step publishes its text as partials (``chunk`` characters at a
 time, see :mod:`chaz.coord.partials`) before answering it, stopping at a
 cancel between chunks (docs/runtime.md#streaming).
@@ -25,10 +29,11 @@ from typing import Any
 from chaz.coord.partials import PartialPublisher
 from chaz.domain.compaction import SUMMARY_HEADER
 from chaz.domain.script import ScriptRule, ScriptStep, parse_script
-from chaz.errors import Cancelled, ChazError, HandedBack, ModelError, TurnNotMatched
+from chaz.errors import BudgetExceeded, Cancelled, ChazError, HandedBack, ModelError, TurnNotMatched
 from chaz.runtime.backends.base import (
     ChatMessage,
     ModelResponse,
+    TokenCount,
     ToolCallRequest,
     ToolSpec,
     TurnContext,
@@ -131,7 +136,7 @@ class ScriptedBackend:
         timeout = step.timeout or DEFAULT_WAIT_SECONDS
         try:
             opened = wait_gate(self.home, name, timeout, self.cancel)
-        except (Cancelled, HandedBack):
+        except (Cancelled, HandedBack, BudgetExceeded):
             raise
         except ChazError as exc:
             raise ModelError(f"wait step: {exc.message}") from exc
@@ -155,6 +160,13 @@ class ScriptedBackend:
         return text
 
     def _respond(self, step: ScriptStep, turn: TurnContext, context: str) -> ModelResponse:
+        response = self._response(step, turn, context)
+        if step.usage is None:
+            return response
+        used = TokenCount(input=step.usage.input, output=step.usage.output)
+        return response.model_copy(update={"usage": used})
+
+    def _response(self, step: ScriptStep, turn: TurnContext, context: str) -> ModelResponse:
         if step.fail is not None:
             raise ModelError(_fill(step.fail, turn))
         if step.say is not None:

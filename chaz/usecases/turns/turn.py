@@ -27,6 +27,7 @@ from chaz.errors import Cancelled, ChazError, HandedBack, IllegalTransition, Lea
 from chaz.plumbing.faults import is_transient
 from chaz.runtime.backends import make_backend
 from chaz.runtime.backends.base import ToolCallRequest, TurnContext
+from chaz.runtime.budget import Budget
 from chaz.runtime.cancel import CancelToken
 from chaz.runtime.context import build_context
 from chaz.runtime.events import EventSink, RuntimeEvent, ToolCallEvent
@@ -75,6 +76,11 @@ class Turn:
         self.cancel = CancelToken()
         if cancel_requested:
             self.cancel.set()
+        #: Its per-turn budgets and usage (docs/runtime.md#per-turn-budgets),
+        #: counted on from what earlier attempts recorded. The token polls its
+        #: deadlines, so a crossed one stops the turn the way a cancel does.
+        self.budget = Budget(setup.agent.limits.narrowed(setup.session.limits), job.usage)
+        self.cancel.limit(self.budget.overrun)
         #: Set while the turn runs (see ``TurnRunner._think``).
         self.heartbeat: Lease | None = None
         #: The agent the turn runs for: in a room, the member the job woke.
@@ -190,10 +196,13 @@ class Turn:
             ),
             registry=self.registry,
             sink=sink,
-            save=lambda cp: svc.store.save_checkpoint(self.fence, cp.to_json()),
+            save=lambda cp: svc.store.save_checkpoint(
+                self.fence, cp.to_json(), self.budget.usage()
+            ),
             stop_check=_StopCheck(svc, job.id, self.heartbeat, self.cancel),
             approve=self.gate.approve,
             cancel=self.cancel,
+            budget=self.budget,
         )
 
     def principal(self) -> Principal:
@@ -231,7 +240,7 @@ class Turn:
         store = self.services.store
         cp = Checkpoint.from_json(store.checkpoint(self.job.id))
         cp.handbacks += 1
-        store.hand_back(self.fence, cp.to_json())
+        store.hand_back(self.fence, cp.to_json(), self.budget.usage())
         self.handed_back = True
         metrics.turn_ended("handed_back", self.began)
         log.warning("handed back job %s (the worker is shutting down)", self.job.id)
@@ -294,7 +303,7 @@ class Turn:
         if job.fire_id is not None and not text.strip():
             # A schedule fire's empty reply writes nothing (docs/schedules.md).
             draft = None
-        finish = Finish(job.id, JobStatus.SUCCEEDED, result=text)
+        finish = Finish(job.id, JobStatus.SUCCEEDED, result=text, usage=self.budget.usage())
         try:
             if self.setup.session.members is None or draft is None:
                 done = self.services.store.end_turn(
@@ -327,7 +336,7 @@ class Turn:
             error["code"] = code
         done = self.services.store.end_turn(
             self.fence,
-            Finish(job.id, status, error=error),
+            Finish(job.id, status, error=error, usage=self.budget.usage()),
             job.session_id,
             NewEntry(
                 EntryType.ERROR,
@@ -343,7 +352,8 @@ class Turn:
 
 
 class _StopCheck:
-    """The runtime's check at each step boundary: lease lost, or cancel requested.
+    """The runtime's check at each step boundary: lease lost, cancel requested,
+    or a runtime or idle budget crossed (the token's :meth:`~CancelToken.poll`).
 
     The first check uses what the turn's start saw (the start's signal to
     Redis also read the cancel flag, and set the token), sparing a round
@@ -366,6 +376,7 @@ class _StopCheck:
         first, self._first = self._first, False
         if not first and not self._cancel.is_set() and self._services.flags.requested(self._job_id):
             self._cancel.set()
+        self._cancel.poll()
         self._cancel.raise_if_set()
 
 

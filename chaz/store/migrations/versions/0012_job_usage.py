@@ -1,7 +1,7 @@
 """A job's usage: tokens its model steps reported and its turn's wall time.
 
 Revision ID: 0012
-Revises: 0009
+Revises: 0011
 Create Date: 2026-12-03
 
 Adds ``jobs.usage`` (JSON, NULL until a turn records some): the
@@ -17,7 +17,7 @@ from alembic import op
 
 revision = "0012"
 # 0010 and 0011 branch from 0009 at the same time; the merge chains them.
-down_revision = "0009"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 

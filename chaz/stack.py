@@ -59,7 +59,7 @@ class Watchdog:
         read_end, self._write_end = os.pipe()  # both non-inheritable (PEP 446)
         try:
             self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-                [sys.executable, "-m", "chaz.watchdog"],
+                [sys.executable, "-m", "chaz.plumbing.watchdog"],
                 stdin=read_end,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

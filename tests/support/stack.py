@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -49,11 +50,13 @@ TABLES = (
 class Stack:
     """One test's chaz installation."""
 
-    def __init__(self, kind: str, settings: Settings) -> None:
+    def __init__(self, kind: str, settings: Settings, *, owns_servers: bool = True) -> None:
         self.kind = kind
         self.settings = settings
         self._workers: list[WorkerProcess] = []
         self._client: chaz.Client | None = None
+        #: False for a :meth:`tenant`: its close leaves the embedded Redis running.
+        self._owns_servers = owns_servers
 
     @classmethod
     def embedded(cls, home: Path, **overrides: Any) -> Stack:
@@ -94,6 +97,21 @@ class Stack:
         if self._client is None:
             self._client = chaz.Client(self.settings)
         return self._client
+
+    def tenant(self) -> Stack:
+        """This stack's servers and running workers, for one test in a project of its own.
+
+        Its ``client`` acts in a new project, so the test's sessions, names,
+        jobs, approvals and listings are its own (nothing crosses projects) while
+        it uses the workers another fixture started; agents are global, so the
+        tests sharing a fleet put the same spec under one id. Workers the test
+        starts itself are its own and stop at its :meth:`close`.
+        """
+        view = Stack(self.kind, self.settings, owns_servers=False)
+        view._client = chaz.Client(
+            self.settings, migrate=False, project=f"t-{uuid.uuid4().hex[:12]}"
+        )
+        return view
 
     def workers(
         self,
@@ -170,5 +188,5 @@ class Stack:
             w.stop(timeout=10)
         if self._client is not None:
             self._client.close()
-        if self.kind == "embedded":
+        if self.kind == "embedded" and self._owns_servers:
             stop_embedded(self.settings)

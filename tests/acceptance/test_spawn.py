@@ -153,8 +153,9 @@ def test_job_output_ownership(stack: Stack) -> None:
         check_ownership(svc, svc.store.get_job(deepest.id), stranger.id)
 
 
-def test_cancel_root_cancels_child_first_and_both_end_cancelled(tenant: Stack) -> None:
-    client = tenant.client
+def test_cancel_root_cancels_child_first_and_both_end_cancelled(stack: Stack) -> None:
+    stack.workers(1, concurrency=2)
+    client = stack.client
     client.agents.put(spawner("root", "sleeper"))
     client.agents.put(
         chaz.AgentSpec(
@@ -181,7 +182,7 @@ def test_cancel_root_cancels_child_first_and_both_end_cancelled(tenant: Stack) -
         time.sleep(0.05)
     assert child is not None
     while client.jobs.get(child.id).status is not chaz.JobStatus.RUNNING:
-        assert time.monotonic() < deadline, tenant.logs()
+        assert time.monotonic() < deadline, stack.logs()
         time.sleep(0.05)
     root = client.jobs.get(root_id)
     with pytest.raises(VersionConflict):

@@ -188,9 +188,10 @@ def test_many_sessions_run_in_parallel(stack: Stack) -> None:
     assert most >= 4, f"at most {most} turns ran at once"
 
 
-def test_a_turn_held_at_a_gate_waits_for_the_test_and_the_queue_behind_it(tenant: Stack) -> None:
+def test_a_turn_held_at_a_gate_waits_for_the_test_and_the_queue_behind_it(stack: Stack) -> None:
     """A worker process sees the gates of its CHAZ_HOME: the turn holds until opened."""
-    client = tenant.client
+    stack.workers(1)
+    client = stack.client
     client.agents.put(
         chaz.AgentSpec(
             id="gated",
@@ -204,7 +205,7 @@ def test_a_turn_held_at_a_gate_waits_for_the_test_and_the_queue_behind_it(tenant
     next(e for e in client.sessions.watch(s.id, after=second.seq, timeout=30) if e.type == "ack")
     assert client.jobs.get(first.job_id).status is chaz.JobStatus.RUNNING
     assert client.jobs.get(second.job_id).status is chaz.JobStatus.QUEUED
-    tenant.open_gate(f"go-{s.id}")
+    stack.open_gate(f"go-{s.id}")
     assert client.sessions.wait_for_reply(s.id, after=first.seq, timeout=30).content == (
         "through one"
     )

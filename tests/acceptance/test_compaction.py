@@ -219,6 +219,7 @@ def test_a_turn_queued_during_compaction_runs_after_it_in_order(stack: Stack) ->
     assert reply.content.startswith("saw: user: question 0 | assistant: answer 2")
 
 
+@pytest.mark.slow
 def test_a_crash_in_mid_compaction_leaves_the_session_usable(stack: Stack) -> None:
     client = stack.client
     client.agents.put(reader("reader", held("compact-2"), max_context_chars=10))

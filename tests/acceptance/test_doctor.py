@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 from alembic import command
 
 from chaz.coord import keys
@@ -94,6 +95,7 @@ def test_no_beat_fails_the_beat_check_with_its_fix(stack: Stack) -> None:
     assert "chaz worker --beat" in beat[1]
 
 
+@pytest.mark.slow
 def test_a_stopped_beat_fails_once_its_heartbeat_lapses(embedded_stack: Stack) -> None:
     embedded_stack.client  # noqa: B018
     embedded_stack.workers(1)  # takes turns; beat runs in the housekeeper only

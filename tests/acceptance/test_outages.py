@@ -93,6 +93,7 @@ def restartable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Rest
 OUTAGE_SECONDS = 3.0
 
 
+@pytest.mark.slow
 def test_a_worker_with_a_turn_in_flight_rides_through_a_redis_restart(
     restartable: RestartableStack,
 ) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import chaz
 from chaz.domain.entries import EntryType
 from tests.support.fake_openai import FakeOpenAI
@@ -48,26 +50,31 @@ def _cancelled_without_reply(stack: Stack, session_id: str, job_id: str, agent: 
     assert error.metadata["code"] == "job.cancelled" and error.job_id == job_id
 
 
-def test_a_cancel_ends_a_scripted_sleep_at_once(stack: Stack) -> None:
-    stack.workers(1, concurrency=2)
-    client = stack.client
+@pytest.fixture(scope="module")
+def fleet(module_stack: Stack) -> Stack:
+    """One worker of two turn threads: a cancel that fails to stop a turn fails its test."""
+    module_stack.workers(1, concurrency=2)
+    return module_stack
+
+
+def test_a_cancel_ends_a_scripted_sleep_at_once(tenant: Stack) -> None:
+    client = tenant.client
     client.agents.put(
         chaz.AgentSpec(id="sleepy", script=[{"steps": [{"sleep": LONG}, {"say": "too late"}]}])
     )
     s = client.sessions.create("sleepy")
     posted = client.sessions.post(s.id, "nap", sender="user:alice")
     job_id = posted.job_id or ""
-    _running(stack, job_id)
-    _cancelled_without_reply(stack, s.id, job_id, "agent:sleepy")
+    _running(tenant, job_id)
+    _cancelled_without_reply(tenant, s.id, job_id, "agent:sleepy")
     # The session is free again: its next message is answered at once.
     client.agents.put(chaz.AgentSpec(id="sleepy", script=[{"steps": [{"echo": True}]}]))
     again = client.sessions.post(s.id, "awake", sender="user:alice")
     assert client.sessions.wait_for_reply(s.id, after=again.seq, timeout=WAIT).content == "awake"
 
 
-def test_a_cancel_stops_a_tool_waiting_on_its_token(stack: Stack) -> None:
-    stack.workers(1, concurrency=2)
-    client = stack.client
+def test_a_cancel_stops_a_tool_waiting_on_its_token(tenant: Stack) -> None:
+    client = tenant.client
     client.agents.put(
         chaz.AgentSpec(
             id="napper",
@@ -79,21 +86,20 @@ def test_a_cancel_stops_a_tool_waiting_on_its_token(stack: Stack) -> None:
     posted = client.sessions.post(s.id, "nap", sender="user:alice")
     job_id = posted.job_id or ""
     # The ToolCall entry is written as the call starts: the tool is in flight.
-    stack.wait_for(
+    tenant.wait_for(
         lambda: any(e.type is EntryType.TOOL_CALL for e in client.sessions.entries(s.id)),
         WAIT,
         "the sleep tool to start",
     )
-    _cancelled_without_reply(stack, s.id, job_id, "agent:napper")
+    _cancelled_without_reply(tenant, s.id, job_id, "agent:napper")
     # The tool said why it stopped, and nothing ran after it.
     [result] = [e for e in client.sessions.entries(s.id) if e.type is EntryType.TOOL_RESULT]
     assert result.metadata["is_error"] is True
     assert json.loads(result.content)["error"]["code"] == "job.cancelled"
 
 
-def test_a_cancel_interrupts_an_in_flight_model_request(stack: Stack) -> None:
-    stack.workers(1, concurrency=2)
-    client = stack.client
+def test_a_cancel_interrupts_an_in_flight_model_request(tenant: Stack) -> None:
+    client = tenant.client
     with FakeOpenAI(model="fake-model") as srv:
         client.agents.put(
             chaz.AgentSpec(
@@ -112,17 +118,16 @@ def test_a_cancel_interrupts_an_in_flight_model_request(stack: Stack) -> None:
         s = client.sessions.create("gpt")
         posted = client.sessions.post(s.id, "hello", sender="user:alice")
         job_id = posted.job_id or ""
-        stack.wait_for(lambda: srv.received, WAIT, "the model request")
-        _cancelled_without_reply(stack, s.id, job_id, "agent:gpt")
+        tenant.wait_for(lambda: srv.received, WAIT, "the model request")
+        _cancelled_without_reply(tenant, s.id, job_id, "agent:gpt")
         # The request was cut on the wire: the server saw the worker hang up.
-        stack.wait_for(lambda: srv.hangups == 1, WAIT, "the server to see the hang-up")
+        tenant.wait_for(lambda: srv.hangups == 1, WAIT, "the server to see the hang-up")
 
 
-def test_a_cancel_before_the_answer_is_seen_keeps_the_step_boundary_rule(stack: Stack) -> None:
+def test_a_cancel_before_the_answer_is_seen_keeps_the_step_boundary_rule(tenant: Stack) -> None:
     """A turn held at a gate is cancelled, then let go: it ends ``cancelled``
     at once (the gate's wait ends on the token), never with its reply."""
-    stack.workers(1, concurrency=2)
-    client = stack.client
+    client = tenant.client
     client.agents.put(
         chaz.AgentSpec(
             id="held",
@@ -132,8 +137,8 @@ def test_a_cancel_before_the_answer_is_seen_keeps_the_step_boundary_rule(stack: 
     s = client.sessions.create("held")
     posted = client.sessions.post(s.id, "go", sender="user:alice")
     job_id = posted.job_id or ""
-    _running(stack, job_id)
-    _cancelled_without_reply(stack, s.id, job_id, "agent:held")
+    _running(tenant, job_id)
+    _cancelled_without_reply(tenant, s.id, job_id, "agent:held")
     # Opening the gate afterwards changes nothing: the turn is over.
-    stack.open_gate(f"hold-{s.id}")
+    tenant.open_gate(f"hold-{s.id}")
     assert client.jobs.get(job_id).status is chaz.JobStatus.CANCELLED

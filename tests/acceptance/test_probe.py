@@ -16,6 +16,8 @@ import sys
 import time
 from typing import Any
 
+import pytest
+
 from chaz.coord import keys
 from chaz.plumbing.heartbeat import BEAT_SECONDS, beats_dir
 from chaz.stack import settings_env
@@ -79,6 +81,7 @@ def test_a_running_worker_is_ready_and_live_and_a_killed_one_is_not(stack: Stack
         assert done.returncode == 1 and "no worker runs here" in done.stderr, done
 
 
+@pytest.mark.slow
 def test_a_frozen_worker_is_not_live_until_it_beats_again(stack: Stack) -> None:
     [worker] = stack.workers(1, concurrency=1)
     [beat_file] = beats_dir(stack.settings.home).glob("*.json")

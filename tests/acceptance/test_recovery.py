@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import time
 
+import pytest
 import redis as redis_lib
 
 import chaz
@@ -85,6 +86,7 @@ def test_sigkill_mid_turn_resumes_without_duplicates(stack: Stack) -> None:
     assert last_of_first < first_of_second
 
 
+@pytest.mark.slow
 def test_a_turn_whose_worker_keeps_dying_ends_interrupted(stack: Stack) -> None:
     client = stack.client
     naps = [{"call": "sleep", "args": {"seconds": 5}} for _ in range(4)]

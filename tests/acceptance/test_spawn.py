@@ -18,6 +18,14 @@ from chaz.usecases.control import check_ownership
 from tests.support.stack import Stack
 
 
+@pytest.fixture(scope="module")
+def fleet(module_stack: Stack) -> Stack:
+    """One worker of two turn threads, for the tests here that neither stop it nor need
+    a pool of one thread."""
+    module_stack.workers(1, concurrency=2)
+    return module_stack
+
+
 def spawner(agent_id: str, child: str, depth: int = 2) -> chaz.AgentSpec:
     return chaz.AgentSpec(
         id=agent_id,
@@ -62,9 +70,8 @@ def test_foreground_chain_of_depth_two_runs_on_one_worker_thread(stack: Stack) -
     assert leaf_session.tools == ["echo"]
 
 
-def test_third_level_beyond_max_call_depth_is_refused_and_spawns_nothing(stack: Stack) -> None:
-    stack.workers(1, concurrency=2)
-    client = stack.client
+def test_third_level_beyond_max_call_depth_is_refused_and_spawns_nothing(tenant: Stack) -> None:
+    client = tenant.client
     for spec in (spawner("a", "b"), spawner("b", "c"), spawner("c", "leaf"), LEAF):
         client.agents.put(spec)
     s = client.sessions.create(agent_id="a")
@@ -78,9 +85,8 @@ def test_third_level_beyond_max_call_depth_is_refused_and_spawns_nothing(stack: 
     assert json.loads(results[0].content)["error"]["code"] == "topology.depth"
 
 
-def test_background_spawn_returns_execution_id_and_job_output_reads_it(stack: Stack) -> None:
-    stack.workers(1, concurrency=2)
-    client = stack.client
+def test_background_spawn_returns_execution_id_and_job_output_reads_it(tenant: Stack) -> None:
+    client = tenant.client
     client.agents.put(LEAF)
     client.agents.put(
         chaz.AgentSpec(
@@ -200,9 +206,8 @@ def test_cancel_root_cancels_child_first_and_both_end_cancelled(stack: Stack) ->
     assert late["changed"] is False and late["status"] == "cancelled"
 
 
-def test_cancel_a_queued_job_leaves_the_rest_in_order(stack: Stack) -> None:
-    stack.workers(1, concurrency=2)
-    client = stack.client
+def test_cancel_a_queued_job_leaves_the_rest_in_order(tenant: Stack) -> None:
+    client = tenant.client
     client.agents.put(
         chaz.AgentSpec(id="slow", script=[{"steps": [{"sleep": 1.0}, {"echo": True}]}])
     )
@@ -211,7 +216,7 @@ def test_cancel_a_queued_job_leaves_the_rest_in_order(stack: Stack) -> None:
     jobs = [p.job_id or "" for p in posted]
     deadline = time.monotonic() + 30
     while client.jobs.get(jobs[0]).status is not chaz.JobStatus.RUNNING:
-        assert time.monotonic() < deadline, stack.logs()
+        assert time.monotonic() < deadline, tenant.logs()
         time.sleep(0.02)
     queue = client.sessions.queue(s.id)
     assert [j.id for j in queue] == jobs
@@ -250,9 +255,8 @@ def test_concurrent_cancel_commands_with_one_id_apply_once(stack: Stack) -> None
     assert len(errors) == 1
 
 
-def test_fanout_and_message_limits_refuse_only_new_branches(stack: Stack) -> None:
-    stack.workers(1, concurrency=2)
-    client = stack.client
+def test_fanout_and_message_limits_refuse_only_new_branches(tenant: Stack) -> None:
+    client = tenant.client
     client.agents.put(LEAF)
     spawn = [
         {"call": "spawn_agent", "args": {"agent_id": "leaf", "task": f"t{i}", "async": True}}

@@ -7,6 +7,8 @@ import threading
 import time
 from collections import defaultdict
 
+import pytest
+
 import chaz
 from chaz.domain.entries import EntryType
 from tests.support.stack import Stack
@@ -25,13 +27,19 @@ COUNTER = chaz.AgentSpec(
 )
 
 
+@pytest.fixture(scope="module")
+def fleet(module_stack: Stack) -> Stack:
+    """One worker, for the tests here that neither stop it nor count on its pool size."""
+    module_stack.workers(1)
+    return module_stack
+
+
 def types(entries: list[chaz.Entry]) -> list[str]:
     return [e.type.value for e in entries]
 
 
-def test_message_produces_exactly_one_turn(stack: Stack) -> None:
-    stack.workers(1)
-    client = stack.client
+def test_message_produces_exactly_one_turn(tenant: Stack) -> None:
+    client = tenant.client
     client.agents.put(COUNTER)
     s = client.sessions.create(agent_id="counter")
     e = client.sessions.post(s.id, "three little words", sender="user:alice")
@@ -51,9 +59,8 @@ def test_message_produces_exactly_one_turn(stack: Stack) -> None:
     assert types(client.sessions.entries(s.id, after=5)) == ["message", "ack", "tool_result"]
 
 
-def test_directive_from_another_agent_starts_a_turn(stack: Stack) -> None:
-    stack.workers(1)
-    client = stack.client
+def test_directive_from_another_agent_starts_a_turn(tenant: Stack) -> None:
+    client = tenant.client
     client.agents.put(ECHO)
     client.agents.put(chaz.AgentSpec(id="planner", script=[{"steps": [{"say": "ok"}]}]))
     s = client.sessions.create(agent_id="echo")
@@ -66,9 +73,8 @@ def test_directive_from_another_agent_starts_a_turn(stack: Stack) -> None:
     assert len(client.jobs.list(session_id=s.id)) == 1
 
 
-def test_failures_end_as_clear_entries_and_the_session_goes_on(stack: Stack) -> None:
-    stack.workers(1)
-    client = stack.client
+def test_failures_end_as_clear_entries_and_the_session_goes_on(tenant: Stack) -> None:
+    client = tenant.client
     client.agents.put(COUNTER)
     s = client.sessions.create(agent_id="counter")
 
@@ -100,9 +106,8 @@ def test_failures_end_as_clear_entries_and_the_session_goes_on(stack: Stack) -> 
     assert r.content == "3"
 
 
-def test_no_matching_rule_is_an_error_entry(stack: Stack) -> None:
-    stack.workers(1)
-    client = stack.client
+def test_no_matching_rule_is_an_error_entry(tenant: Stack) -> None:
+    client = tenant.client
     client.agents.put(
         chaz.AgentSpec(id="picky", script=[{"match": "^yes$", "steps": [{"say": "y"}]}])
     )

@@ -410,6 +410,7 @@ def test_only_an_operator_sets_limits_and_others_read_only_their_own(
 # -- turns that end, with real workers ----------------------------------------------
 
 
+@pytest.mark.fleet
 def test_finished_cancelled_and_waiting_turns_hold_and_free_their_slots(
     stack: Stack, request: pytest.FixtureRequest
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,6 +23,12 @@ from chaz.store.migrate import upgrade
 #: Short leases and a fast reconciler, so recovery tests take seconds.
 FAST = {"lease_seconds": 3.0, "reconcile_seconds": 1.0}
 T = TypeVar("T")
+#: Whether the running test may start workers: set per test by tests/conftest.py from
+#: its ``fleet`` mark, so that ``pytest -m "not fleet"`` never starts a worker process.
+FLEET_ALLOWED = False
+#: How long a worker may take to boot (imports, mostly) before the test fails: a bound
+#: for a broken start, wide enough for a machine busy with other runs and xdist peers.
+BOOT_TIMEOUT = 120.0
 TABLES = (
     "api_keys",
     "projects",
@@ -43,11 +50,13 @@ TABLES = (
 class Stack:
     """One test's chaz installation."""
 
-    def __init__(self, kind: str, settings: Settings) -> None:
+    def __init__(self, kind: str, settings: Settings, *, owns_servers: bool = True) -> None:
         self.kind = kind
         self.settings = settings
         self._workers: list[WorkerProcess] = []
         self._client: chaz.Client | None = None
+        #: False for a :meth:`tenant`: its close leaves the embedded Redis running.
+        self._owns_servers = owns_servers
 
     @classmethod
     def embedded(cls, home: Path, **overrides: Any) -> Stack:
@@ -89,6 +98,21 @@ class Stack:
             self._client = chaz.Client(self.settings)
         return self._client
 
+    def tenant(self) -> Stack:
+        """This stack's servers and running workers, for one test in a project of its own.
+
+        Its ``client`` acts in a new project, so the test's sessions, names,
+        jobs, approvals and listings are its own (nothing crosses projects) while
+        it uses the workers another fixture started; agents are global, so the
+        tests sharing a fleet put the same spec under one id. Workers the test
+        starts itself are its own and stop at its :meth:`close`.
+        """
+        view = Stack(self.kind, self.settings, owns_servers=False)
+        view._client = chaz.Client(
+            self.settings, migrate=False, project=f"t-{uuid.uuid4().hex[:12]}"
+        )
+        return view
+
     def workers(
         self,
         n: int = 1,
@@ -104,6 +128,10 @@ class Stack:
         ``metrics_ports``: none, or one per worker, where it serves its metrics;
         ``settings``: the workers' own (the stack's, changed), if not the stack's."""
         assert not metrics_ports or len(metrics_ports) == n, "one metrics port per worker"
+        assert FLEET_ALLOWED, (
+            "this test starts worker processes: mark it @pytest.mark.fleet"
+            " (every test under tests/acceptance is marked already)"
+        )
         client = self.client
         started = []
         for i in range(n):
@@ -121,7 +149,7 @@ class Stack:
                 ).start()
             )
         for w in started:
-            w.wait_ready(client)
+            w.wait_ready(client, timeout=BOOT_TIMEOUT)
         self._workers.extend(started)
         return started
 
@@ -160,5 +188,5 @@ class Stack:
             w.stop(timeout=10)
         if self._client is not None:
             self._client.close()
-        if self.kind == "embedded":
+        if self.kind == "embedded" and self._owns_servers:
             stop_embedded(self.settings)

@@ -47,9 +47,7 @@ def cmd_sessions_archive(ctx: Context) -> int:
 def cmd_sessions_stop(ctx: Context) -> int:
     """Stop a session (``client.sessions.stop``); prints the outcome."""
     args = ctx.args
-    outcome = ctx.client.sessions.stop(
-        args.session, command_id=args.command_id, reason=args.reason
-    )
+    outcome = ctx.client.sessions.stop(args.session, command_id=args.command_id, reason=args.reason)
     if ctx.out.json_mode:
         ctx.out.json(outcome)
     else:

@@ -41,9 +41,7 @@ class Agents(Acting):
             )
         return self._svc.store.put_agent(spec)
 
-    def put_many(
-        self, specs: Sequence[AgentSpec | Mapping[str, Any]]
-    ) -> builtins.list[AgentSpec]:
+    def put_many(self, specs: Sequence[AgentSpec | Mapping[str, Any]]) -> builtins.list[AgentSpec]:
         """Create or replace several agents at once (each an AgentSpec, or its fields
         as a mapping, as :meth:`put` takes): all are checked first, then all are
         saved in one transaction, so a bad one leaves every agent as it was. Ids

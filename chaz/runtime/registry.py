@@ -232,9 +232,7 @@ class ToolRegistry:
             log.exception("tool %s crashed", tool.name)
             return _error("tool.crashed", f"{tool.name} failed: {type(exc).__name__}: {exc}")
         if not isinstance(output, str):
-            return _error(
-                "tool.crashed", f"{tool.name} returned {type(output).__name__}, not text"
-            )
+            return _error("tool.crashed", f"{tool.name} returned {type(output).__name__}, not text")
         return ToolOutcome(truncated(sanitized(output), content_cap(ctx))[0])
 
     def _checked(
@@ -299,6 +297,7 @@ def capped(call: ToolCallRequest, cap: int) -> ToolCallRequest:
     """
     text, cut = truncated(call.arguments, cap)
     return call.model_copy(update={"arguments": text}) if cut else call
+
 
 def _error(code: str, message: str) -> ToolOutcome:
     return ToolOutcome(json.dumps({"error": {"code": code, "message": message}}), is_error=True)

@@ -100,8 +100,6 @@ class SendMessageArgs(BaseModel):
     )
 
 
-
-
 # -- agent ------------------------------------------------------------------------
 
 
@@ -207,9 +205,7 @@ def _continue(args: AgentArgs, ctx: ToolContext, svc: Services) -> str:
             "archive_when_done applies to a session this call creates, not to one named by to",
             field="archive_when_done",
         )
-    target = branches.resolve_target(
-        svc, args.to, deliverable=True, project=ctx.principal.project
-    )
+    target = branches.resolve_target(svc, args.to, deliverable=True, project=ctx.principal.project)
     _expect_agent(target, args.agent_id)
     check_messages(ctx)
     if not args.run_in_background:
@@ -306,9 +302,7 @@ def send_message(args: SendMessageArgs, ctx: ToolContext) -> str:
     svc = ctx.need_services()
     ctx.require(Grant.MESSAGE_SEND, "message another session")
     check_content(EntryType.DIRECTIVE, args.message, max_bytes=svc.settings.max_content_bytes)
-    target = branches.resolve_target(
-        svc, args.to, deliverable=True, project=ctx.principal.project
-    )
+    target = branches.resolve_target(svc, args.to, deliverable=True, project=ctx.principal.project)
     _expect_agent(target, "" if args.agent_id == "main" else args.agent_id)
     check_messages(ctx)
     done = ctx.need_delegation().deliver(
@@ -333,21 +327,14 @@ def send_message(args: SendMessageArgs, ctx: ToolContext) -> str:
 # -- checks --------------------------------------------------------------------------
 
 
-
-
 def _expect_agent(target: Session, agent_id: str) -> None:
     """``agent_id`` (empty: any) must be the agent the existing target runs: a
     delivery continues a session, it never changes its configuration."""
     if agent_id and agent_id != target.agent_id:
         raise ValidationError(
-            f"session {target.name or target.id} runs agent {target.agent_id!r}, "
-            f"not {agent_id!r}",
+            f"session {target.name or target.id} runs agent {target.agent_id!r}, not {agent_id!r}",
             field="agent_id",
         )
-
-
-
-
 
 
 def _fork_point(svc: Services, ctx: ToolContext, ref: str, seq: int | None) -> tuple[str, int]:
@@ -365,8 +352,6 @@ def _fork_point(svc: Services, ctx: ToolContext, ref: str, seq: int | None) -> t
             field="start_from",
         )
     return source.id, at
-
-
 
 
 TOOLS = [

@@ -38,7 +38,6 @@ _NEVER_SHOWN = frozenset({EntryType.ACK.value})
 _TOOL_TYPES = frozenset({EntryType.TOOL_CALL.value, EntryType.TOOL_RESULT.value})
 
 
-
 # -- list_agents -------------------------------------------------------------
 
 

@@ -41,8 +41,6 @@ class JobOutputArgs(BaseModel):
     )
 
 
-
-
 def list_jobs(args: ListJobsArgs, ctx: ToolContext) -> str:
     """Jobs that run in this session or that this session started (of its project)."""
     ctx.require(Grant.HISTORY_READ, "list jobs")

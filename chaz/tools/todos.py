@@ -51,7 +51,6 @@ class TodoListArgs(BaseModel):
     status: TodoStatus | None = Field(None, description="Only the todos in this status.")
 
 
-
 def _shown(todo: Todo) -> dict[str, object]:
     return {
         "id": todo.id,

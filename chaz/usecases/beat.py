@@ -87,11 +87,7 @@ class ChazScheduler(PersistentScheduler):  # type: ignore[misc]
         try:
             book = self.services.store.schedules
             marker = book.changed_since()
-            look = (
-                marker != self._marker
-                or self._soonest is None
-                or self._soonest <= now
-            )
+            look = marker != self._marker or self._soonest is None or self._soonest <= now
             if look:
                 # A change may have added an earlier slot; a slot may have come.
                 self._marker = marker
@@ -130,4 +126,3 @@ class ChazScheduler(PersistentScheduler):  # type: ignore[misc]
     def info(self) -> str:
         """What ``celery beat`` prints at start-up."""
         return f"chaz schedules (polled every {POLL_SECONDS:g}s) + beat_schedule"
-

@@ -39,9 +39,7 @@ def expire_events(services: Services, now: datetime | None = None) -> int:
     return _sweep(services.settings.event_retention_days, now, services.store.events.expire)
 
 
-def _sweep(
-    days: int | None, now: datetime | None, expire: Callable[..., int]
-) -> int:
+def _sweep(days: int | None, now: datetime | None, expire: Callable[..., int]) -> int:
     """Run ``expire(cutoff, limit=BATCH)`` until a short batch; the total removed."""
     if days is None:
         return 0

@@ -37,9 +37,7 @@ def agent(
     **limits: int,
 ) -> None:
     stack.client.agents.put(
-        chaz.AgentSpec(
-            id=agent_id, tools=list(tools), script=rules, limits=chaz.Limits(**limits)
-        )
+        chaz.AgentSpec(id=agent_id, tools=list(tools), script=rules, limits=chaz.Limits(**limits))
     )
 
 
@@ -274,9 +272,7 @@ def test_c5_exhausted_topology_refuses_only_what_it_limits(st: Stack) -> None:
     assert [x.id for x in leafs] == [target.id]
     assert st.client.jobs.list(session_id=target.id) == []
     for sid in (boss.id, mid.id, relay.id):
-        assert {j.status for j in st.client.jobs.list(session_id=sid)} == {
-            chaz.JobStatus.SUCCEEDED
-        }
+        assert {j.status for j in st.client.jobs.list(session_id=sid)} == {chaz.JobStatus.SUCCEEDED}
     relay_job = st.client.jobs.list(session_id=relay.id)[0]
     assert relay_job.message_count == 2 and relay_job.call_depth == 0
 

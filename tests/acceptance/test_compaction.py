@@ -246,7 +246,6 @@ def test_a_crash_in_mid_compaction_leaves_the_session_usable(stack: Stack) -> No
     assert summary.content.startswith("4 entries compacted (4 messages, 0 directives)")
 
 
-
 def test_an_openai_agent_summarizes_with_its_own_model(stack: Stack) -> None:
     from tests.support.fake_openai import FakeOpenAI
 

@@ -228,8 +228,7 @@ def test_a_lost_inbox_flag_delays_messages_and_the_reconciler_delivers_them(
         ],
     )
     sends = [
-        {"call": "send_message", "args": {"to": "the-target", "message": f"m{i}"}}
-        for i in range(2)
+        {"call": "send_message", "args": {"to": "the-target", "message": f"m{i}"}} for i in range(2)
     ]
     _agent(
         stack,

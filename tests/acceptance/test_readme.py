@@ -27,9 +27,10 @@ def quick_start() -> str:
 def test_the_quick_start_runs_twice_on_the_same_home(tmp_path: Path) -> None:
     script = tmp_path / "quick_start.py"
     script.write_text(quick_start())
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("CHAZ_")
-    } | {"CHAZ_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHAZ_")} | {
+        "CHAZ_HOME": str(tmp_path / "home"),
+        "PYTHONPATH": str(ROOT),
+    }
     for run in (1, 2):
         out = subprocess.run(
             [sys.executable, str(script)],

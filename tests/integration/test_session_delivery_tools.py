@@ -221,9 +221,7 @@ def test_session_create_and_its_deliveries(client: chaz.Client) -> None:
     assert request.job_id == made["executionId"] and made["status"] == "accepted"
     # target_agent_id creates a session of that agent that continues its latest
     # live session of the project (a fork at that session's head).
-    client.agents.put(
-        chaz.AgentSpec(id="recaller", script=[{"steps": [{"say": "{context}"}]}])
-    )
+    client.agents.put(chaz.AgentSpec(id="recaller", script=[{"steps": [{"say": "{context}"}]}]))
     older = client.sessions.create("recaller")
     latest = client.sessions.create("recaller")
     client.sessions.post(older.id, "touch", sender="user:alice")  # now the most recently active

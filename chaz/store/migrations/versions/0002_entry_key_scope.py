@@ -49,7 +49,5 @@ def downgrade() -> None:
     )
     with op.batch_alter_table("entries") as batch:
         batch.drop_constraint("uq_entries_session_scope_idem", type_="unique")
-        batch.create_unique_constraint(
-            "uq_entries_session_idem", ["session_id", "idempotency_key"]
-        )
+        batch.create_unique_constraint("uq_entries_session_idem", ["session_id", "idempotency_key"])
         batch.drop_column("key_scope")

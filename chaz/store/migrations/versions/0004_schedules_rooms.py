@@ -28,9 +28,7 @@ def upgrade() -> None:
     with op.batch_alter_table("sessions") as batch:
         batch.add_column(sa.Column("members", sa.JSON(), nullable=True))
         batch.add_column(sa.Column("burst_budget", sa.Integer(), nullable=True))
-        batch.add_column(
-            sa.Column("room_burst", sa.Integer(), nullable=False, server_default="0")
-        )
+        batch.add_column(sa.Column("room_burst", sa.Integer(), nullable=False, server_default="0"))
     with op.batch_alter_table("jobs") as batch:
         batch.add_column(sa.Column("input", sa.Text(), nullable=True))
         batch.add_column(sa.Column("fire_id", sa.String(32), nullable=True))

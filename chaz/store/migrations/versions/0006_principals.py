@@ -61,9 +61,7 @@ def upgrade() -> None:
         batch.add_column(_owner())
         batch.add_column(_unattended())
         batch.add_column(
-            sa.Column(
-                "permission_mode", sa.String(16), nullable=False, server_default="default"
-            )
+            sa.Column("permission_mode", sa.String(16), nullable=False, server_default="default")
         )
         batch.create_index("ix_sessions_project_active", ["project", "active_at"])
     with op.batch_alter_table("jobs") as batch:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -415,7 +416,7 @@ def test_finished_cancelled_and_waiting_turns_hold_and_free_their_slots(
     stack: Stack, request: pytest.FixtureRequest
 ) -> None:
     stack.client.agents.put(GATED)
-    stack.workers(1)
+    [worker] = stack.workers(1)
     project = "acme"
     client = chaz.Client(stack.settings, migrate=False, project=project)
     request.addfinalizer(client.close)
@@ -443,9 +444,16 @@ def test_finished_cancelled_and_waiting_turns_hold_and_free_their_slots(
         60,
         "the second turn",
     )
-    client.jobs.cancel(second.job_id)
-    with pytest.raises(ProjectLiveExceeded):
-        client.sessions.post(s3.id, "refused while the second stops")
+    # Frozen, the worker cannot see the cancel yet: the job is stopping, not
+    # ended, for as long as the refused post takes (else a fast stop could
+    # free the slot first and the post would race it).
+    worker.kill(signal.SIGSTOP)
+    try:
+        client.jobs.cancel(second.job_id)
+        with pytest.raises(ProjectLiveExceeded):
+            client.sessions.post(s3.id, "refused while the second stops")
+    finally:
+        worker.kill(signal.SIGCONT)
     stack.open_gate(f"go-{s2.id}")
     assert client.jobs.wait(second.job_id, timeout=60).status is JobStatus.CANCELLED
     freed(stack, project)

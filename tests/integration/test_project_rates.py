@@ -251,6 +251,7 @@ def test_the_bucket_refills_on_the_redis_clock_and_expires_once_full(
 # -- isolation: one noisy project does not hold back another ----------------------------
 
 
+@pytest.mark.fleet
 def test_a_project_driven_at_ten_times_its_rate_does_not_hold_back_another(
     stack: Stack, request: pytest.FixtureRequest
 ) -> None:
@@ -315,6 +316,7 @@ def test_a_project_driven_at_ten_times_its_rate_does_not_hold_back_another(
     assert len(a_jobs) == len(a_results) - len(refused)
 
 
+@pytest.mark.fleet
 def test_a_delivery_refused_by_the_rate_waits_in_the_inbox_instead_of_failing(
     stack: Stack,
 ) -> None:

@@ -407,6 +407,8 @@ def _resolve(side: Side, value: Any) -> Any:
         return side.base_session
     if isinstance(value, list):
         return [_resolve(side, v) for v in value]
+    if isinstance(value, dict):
+        return {k: _resolve(side, v) for k, v in value.items()}
     return value
 
 
@@ -476,6 +478,14 @@ METHODS = st.one_of(
         archived=st.one_of(st.booleans(), WRONG),
     ),
     _m("sessions.rename", ID, STR),
+    # Never the base session archived: the calls after it would all meet session.archived.
+    _m("sessions.archive", st.one_of(TEXT, WRONG), reason=STR),
+    _m(
+        "sessions.stop",
+        ID,
+        command_id=st.one_of(st.none(), st.sampled_from(["c1", "c2"]), STR),
+        reason=STR,
+    ),
     _m("sessions.entries", ID, NUM, NUM),
     _m("sessions.watch", ID, NUM, SECONDS),
     _m("sessions.wait_for_reply", ID, NUM, SECONDS),
@@ -568,7 +578,7 @@ METHODS = st.one_of(
 )
 
 
-@settings(PROPERTY, max_examples=60)
+@settings(PROPERTY, max_examples=200)
 @given(calls=st.lists(METHODS, min_size=1, max_size=3))
 def test_every_public_call_gets_a_code_agrees_across_stacks_and_writes_nothing_when_refused(
     sides: list[Side], calls: list[Callable[[Side], Any]]
@@ -593,26 +603,60 @@ KNOWN_CODES = frozenset(_codes(ChazError))
 WAITS = frozenset({"timeout", "seconds", "block"})
 
 
+#: Keys that name a session: mostly the base session, so success paths are walked.
+SESSION_KEYS = frozenset({"to", "target_session_id", "session_id", "start_from"})
+TYPED: dict[str | None, st.SearchStrategy[Any]] = {
+    "string": st.one_of(GOOD_TEXT, GOOD_TEXT, TEXT),
+    "integer": st.one_of(st.integers(min_value=-2, max_value=60), st.just(2**70)),
+    "number": st.one_of(st.integers(min_value=-2, max_value=60), st.just(float("inf"))),
+    "boolean": st.booleans(),
+}
+
+
 def _args_for(name: str) -> st.SearchStrategy[Any]:
     spec = default_registry().specs([name])[0]
-    keys = sorted(spec.parameters.get("properties", {}))
-    value: st.SearchStrategy[Any] = st.one_of(JSON_LEAF, GOOD, st.just({}), st.just([]))
+    properties: dict[str, Any] = spec.parameters.get("properties", {})
+    wrong: st.SearchStrategy[Any] = st.one_of(JSON_LEAF, st.just({}), st.just([]))
+
+    def value(key: str) -> st.SearchStrategy[Any]:
+        if key in WAITS:
+            return SECONDS
+        if key in SESSION_KEYS and name == "archive_agent":
+            # Never the base session: the calls after it would all meet session.archived.
+            return st.one_of(st.just("missing"), wrong)
+        if key in SESSION_KEYS:
+            return st.one_of(st.just(BASE), st.just(BASE), st.just("missing"), wrong)
+        if key in ("agent_id", "target_agent_id"):
+            return st.one_of(st.just("bot"), st.just("bot"), wrong)
+        typed = TYPED.get(properties[key].get("type"), GOOD_TEXT)
+        return st.one_of(typed, typed, typed, typed, wrong)
+
+    required = set(spec.parameters.get("required", []))
     args = st.fixed_dictionaries(
-        {},
-        optional={k: SECONDS if k in WAITS else value for k in keys} | {"nope": value},
+        {k: value(k) for k in properties if k in required},
+        optional={k: value(k) for k in properties if k not in required},
     )
-    if name in ("agent", "spawn_agent"):
-        # In the background: a child's turn must not run inline here.
-        args = args.map(lambda d: {**d, "async": True, "run_in_background": True})
-    return st.one_of(args, args, args, st.just("not json"), st.just("[1]"), TEXT)
+    # In the background: a child's turn must not run inline here.
+    if name == "agent":
+        args = args.map(lambda d: {**d, "run_in_background": True})
+    if name == "spawn_agent":
+        args = args.map(lambda d: {**d, "async": True})
+    first = list(properties)[:1]
+    hostile = st.one_of(
+        args.map(lambda d: {**d, "nope": 1}),
+        args.map(lambda d: {**d, **dict.fromkeys(first, "x" * (CAP + 1))}),
+        st.sampled_from(["not json", "[1]", "", "{", '{"a": ' * 200]),
+        TEXT,
+    )
+    return st.one_of(args, args, args, hostile)
 
 
 def _registered(name: str, args: Any) -> Callable[[Side], Any]:
     def call(side: Side) -> Any:
         assert side.turn is not None
-        arguments = args if isinstance(args, str) else json.dumps(args)
+        arguments = args if isinstance(args, str) else json.dumps(_resolve(side, args))
         out = side.client.tools.invoke(
-            ToolCallRequest(id=f"c{abs(hash(arguments))}", name=name, arguments=arguments),
+            ToolCallRequest(id=f"c{abs(hash(json.dumps(args)))}", name=name, arguments=arguments),
             side.turn,
         )
         assert isinstance(out, ToolOutcome)
@@ -640,7 +684,7 @@ REGISTERED = st.sampled_from(sorted(default_registry().names())).flatmap(
 )
 
 
-@settings(PROPERTY, max_examples=60)
+@settings(PROPERTY, max_examples=200)
 @given(calls=st.lists(REGISTERED, min_size=1, max_size=3))
 def test_every_tool_gives_an_outcome_with_a_known_code_on_both_stacks(
     sides: list[Side], calls: list[Callable[[Side], Any]]

@@ -52,6 +52,8 @@ class Side:
     base_session: str
     #: The context of an interactive turn admitted in the base session (not run).
     turn: ToolContext | None = None
+    #: A session of another project: every call must treat it as missing.
+    other_session: str = ""
 
 
 @pytest.fixture(scope="module")
@@ -62,14 +64,19 @@ def sides(
         Stack.embedded(tmp_path_factory.mktemp("prop-embedded") / "home"),
         Stack.server(tmp_path_factory.mktemp("prop-server") / "home", pg_url, redis_url),
     ]
+    others = [chaz.Client(s.client.settings, project="other") for s in stacks]
     try:
         out = []
-        for s in stacks:
+        for s, other in zip(stacks, others, strict=True):
             s.client.agents.put(AGENT)
             base = s.client.sessions.create("bot", name="base")
-            out.append(Side(s, s.client, base.id, _turn(s.client, base.id)))
+            other.agents.put(AGENT)
+            elsewhere = other.sessions.create("bot", name="elsewhere")
+            out.append(Side(s, s.client, base.id, _turn(s.client, base.id), elsewhere.id))
         yield out
     finally:
+        for other in others:
+            other.close()
         for s in stacks:
             s.close()
 
@@ -381,8 +388,9 @@ def test_the_property_sees_both_outcomes(sides: list[Side]) -> None:
 
 # -- every public producer call ------------------------------------------------------
 
-#: Stands for the base session's id, which differs between stacks.
-BASE = "@base"
+#: Stand for ids that differ between stacks: the base session's, its turn's
+#: job's, and another project's session's.
+BASE, JOB, OTHER = "@base", "@job", "@other"
 
 
 def _turn(client: chaz.Client, session_id: str) -> ToolContext:
@@ -405,6 +413,11 @@ def _turn(client: chaz.Client, session_id: str) -> ToolContext:
 def _resolve(side: Side, value: Any) -> Any:
     if value == BASE:
         return side.base_session
+    if value == JOB:
+        assert side.turn is not None
+        return side.turn.job_id
+    if value == OTHER:
+        return side.other_session
     if isinstance(value, list):
         return [_resolve(side, v) for v in value]
     if isinstance(value, dict):
@@ -433,25 +446,37 @@ def _method(path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callabl
 
 # Hostile values where a string goes: the wrong types, unknown ids, NULs, surrogates.
 WRONG = st.sampled_from([None, 0, -1, 2**70, 1.5, True, [], ["x"], {}, {"a": 1}])
-ID = st.one_of(st.just(BASE), st.just(BASE), TEXT, WRONG, st.sampled_from(["missing", "x" * 300]))
+ID = st.one_of(
+    st.just(BASE),
+    st.just(BASE),
+    st.sampled_from([OTHER, JOB]),
+    TEXT,
+    WRONG,
+    st.sampled_from(["missing", "x" * 300]),
+)
 STR = st.one_of(GOOD_TEXT, TEXT, WRONG, BIG)
 NUM = st.one_of(
     st.integers(min_value=-3, max_value=60),
     st.sampled_from([0, 2**31, 2**70, -(2**70), 1.5, float("nan"), True, "3", None]),
 )
 # A wait that is refused or ends at once: no call here may block the suite.
-SECONDS = st.sampled_from([0, 0.01, -1, float("nan"), float("inf"), 2**70, "1", None, True])
+SECONDS = st.sampled_from([0, 0.01, -1, float("nan"), float("inf"), 2**70, "0.01", None, True])
 AGENT_REF = st.one_of(st.just("bot"), st.just("bot"), TEXT, WRONG)
 ANY_ARG = st.one_of(ID, STR, NUM)
 
 
-def _m(path: str, *args: st.SearchStrategy[Any], **kwargs: st.SearchStrategy[Any]) -> Any:
-    """A strategy of calls to ``path``; each keyword argument is present or not."""
+def _m(
+    path: str,
+    *args: st.SearchStrategy[Any],
+    required: dict[str, st.SearchStrategy[Any]] | None = None,
+    **kwargs: st.SearchStrategy[Any],
+) -> Any:
+    """A strategy of calls to ``path``; each of ``kwargs`` is present or not."""
     return st.builds(
         _method,
         st.just(path),
         st.tuples(*args),
-        st.fixed_dictionaries({}, optional=kwargs),
+        st.fixed_dictionaries(required or {}, optional=kwargs),
     )
 
 
@@ -479,7 +504,12 @@ METHODS = st.one_of(
     ),
     _m("sessions.rename", ID, STR),
     # Never the base session archived: the calls after it would all meet session.archived.
-    _m("sessions.archive", st.one_of(TEXT, WRONG), reason=STR),
+    # (Not generated text either: a prefix of "base" names it.)
+    _m(
+        "sessions.archive",
+        st.one_of(WRONG, st.sampled_from([OTHER, "", "\x00", "\ud800", "zz-missing", "x" * 300])),
+        reason=STR,
+    ),
     _m(
         "sessions.stop",
         ID,
@@ -500,12 +530,26 @@ METHODS = st.one_of(
     _m("sessions.queue", ID),
     _m("sessions.page", st.one_of(st.none(), AGENT_REF), NUM, st.one_of(st.none(), STR)),
     _m("sessions.search", STR, st.one_of(st.none(), AGENT_REF), NUM),
-    _m("sessions.compact", ID, timeout=SECONDS),
+    _m("sessions.compact", ID, required={"timeout": SECONDS}),
     # jobs
     _m("jobs.get", ID),
     _m("jobs.list", limit=NUM),
     _m("jobs.wait", ID, SECONDS),
-    _m("jobs.output", ID),
+    # Always a timeout: the default waits 30 s for a job that never runs here.
+    _m(
+        "jobs.output",
+        ID,
+        required={"timeout": SECONDS},
+        block=st.one_of(st.booleans(), WRONG),
+        full=st.one_of(st.booleans(), WRONG),
+    ),
+    _m(
+        "jobs.cancel",
+        st.one_of(st.just(OTHER), TEXT, WRONG),
+        command_id=st.one_of(st.none(), STR),
+        reason=STR,
+        expected_version=NUM,
+    ),
     # agents
     _m("agents.get", AGENT_REF),
     _m("agents.list"),
@@ -625,13 +669,18 @@ def _args_for(name: str) -> st.SearchStrategy[Any]:
             # Never the base session: the calls after it would all meet session.archived.
             return st.one_of(st.just("missing"), wrong)
         if key in SESSION_KEYS:
-            return st.one_of(st.just(BASE), st.just(BASE), st.just("missing"), wrong)
+            return st.one_of(
+                st.just(BASE), st.just(BASE), st.sampled_from([OTHER, "missing"]), wrong
+            )
+        if key in ("job_id", "schedule_id", "todo_id"):
+            return st.one_of(st.just(JOB), st.just("missing"), wrong)
         if key in ("agent_id", "target_agent_id"):
             return st.one_of(st.just("bot"), st.just("bot"), wrong)
         typed = TYPED.get(properties[key].get("type"), GOOD_TEXT)
         return st.one_of(typed, typed, typed, typed, wrong)
 
-    required = set(spec.parameters.get("required", []))
+    # A wait always given, and short or refused: the defaults wait for jobs that never run here.
+    required = set(spec.parameters.get("required", [])) | ({"timeout", "seconds"} & set(properties))
     args = st.fixed_dictionaries(
         {k: value(k) for k in properties if k in required},
         optional={k: value(k) for k in properties if k not in required},

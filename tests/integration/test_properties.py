@@ -9,6 +9,7 @@ No workers: nothing here needs a turn to run.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,8 +23,9 @@ from sqlalchemy import func, select
 import chaz
 from chaz.errors import ChazError, ValidationError
 from chaz.runtime.backends.base import ToolCallRequest
-from chaz.runtime.registry import ToolContext
-from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
+from chaz.runtime.registry import ToolContext, ToolOutcome
+from chaz.store.models import Base
+from chaz.tools import default_registry
 from chaz.usecases.turns import RunnerDelegation, TurnRunner
 from tests.support.stack import Stack
 
@@ -48,6 +50,10 @@ class Side:
     stack: Stack
     client: chaz.Client
     base_session: str
+    #: The context of an interactive turn admitted in the base session (not run).
+    turn: ToolContext | None = None
+    #: A session of another project: every call must treat it as missing.
+    other_session: str = ""
 
 
 @pytest.fixture(scope="module")
@@ -58,14 +64,19 @@ def sides(
         Stack.embedded(tmp_path_factory.mktemp("prop-embedded") / "home"),
         Stack.server(tmp_path_factory.mktemp("prop-server") / "home", pg_url, redis_url),
     ]
+    others = [chaz.Client(s.client.settings, project="other") for s in stacks]
     try:
         out = []
-        for s in stacks:
+        for s, other in zip(stacks, others, strict=True):
             s.client.agents.put(AGENT)
             base = s.client.sessions.create("bot", name="base")
-            out.append(Side(s, s.client, base.id))
+            other.agents.put(AGENT)
+            elsewhere = other.sessions.create("bot", name="elsewhere")
+            out.append(Side(s, s.client, base.id, _turn(s.client, base.id), elsewhere.id))
         yield out
     finally:
+        for other in others:
+            other.close()
         for s in stacks:
             s.close()
 
@@ -73,8 +84,8 @@ def sides(
 def rows(client: chaz.Client) -> dict[str, int]:
     with client.services.store.engine.connect() as conn:
         return {
-            t.__tablename__: int(conn.scalar(select(func.count()).select_from(t)) or 0)
-            for t in (AgentRow, SessionRow, EntryRow, JobRow, CommandRow)
+            t.name: int(conn.scalar(select(func.count()).select_from(t)) or 0)
+            for t in Base.metadata.sorted_tables
         }
 
 
@@ -373,3 +384,361 @@ def test_the_property_sees_both_outcomes(sides: list[Side]) -> None:
     )
     with pytest.raises(AssertionError):
         agree(sides, lambda side: side.stack.kind)  # the stacks differ: caught
+
+
+# -- every public producer call ------------------------------------------------------
+
+#: Stand for ids that differ between stacks: the base session's, its turn's
+#: job's, and another project's session's.
+BASE, JOB, OTHER = "@base", "@job", "@other"
+
+
+def _turn(client: chaz.Client, session_id: str) -> ToolContext:
+    """The context of the interactive turn a person's message admits (it is not run)."""
+    posted = client.sessions.post(session_id, "please", sender="user:alice")
+    assert posted.job_id is not None
+    session = client.sessions.get(session_id)
+    return ToolContext(
+        session_id=session.id,
+        job_id=posted.job_id,
+        agent_id=session.agent_id,
+        tree_id=session.tree_id,
+        call_depth=0,
+        allowed_tools=frozenset(client.tools.names()),
+        services=client.services,
+        delegation=RunnerDelegation(TurnRunner(client.services, client.tools)),
+    )
+
+
+def _resolve(side: Side, value: Any) -> Any:
+    if value == BASE:
+        return side.base_session
+    if value == JOB:
+        assert side.turn is not None
+        return side.turn.job_id
+    if value == OTHER:
+        return side.other_session
+    if isinstance(value, list):
+        return [_resolve(side, v) for v in value]
+    if isinstance(value, dict):
+        return {k: _resolve(side, v) for k, v in value.items()}
+    return value
+
+
+def _method(path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[Side], Any]:
+    """Call ``client.<path>`` with the generated arguments; an ok result is its type."""
+
+    def call(side: Side) -> Any:
+        target: Any = side.client
+        for part in path.split("."):
+            target = getattr(target, part)
+        result = target(
+            *(_resolve(side, a) for a in args), **{k: _resolve(side, v) for k, v in kwargs.items()}
+        )
+        if path in ("sessions.watch", "events.follow"):
+            result = list(itertools.islice(result, 3))
+        # Only the kind: ids, times and search rankings differ between stacks.
+        return type(result).__name__
+
+    call.__qualname__ = f"{path}.call"
+    return call
+
+
+# Hostile values where a string goes: the wrong types, unknown ids, NULs, surrogates.
+WRONG = st.sampled_from([None, 0, -1, 2**70, 1.5, True, [], ["x"], {}, {"a": 1}])
+ID = st.one_of(
+    st.just(BASE),
+    st.just(BASE),
+    st.sampled_from([OTHER, JOB]),
+    TEXT,
+    WRONG,
+    st.sampled_from(["missing", "x" * 300]),
+)
+STR = st.one_of(GOOD_TEXT, TEXT, WRONG, BIG)
+NUM = st.one_of(
+    st.integers(min_value=-3, max_value=60),
+    st.sampled_from([0, 2**31, 2**70, -(2**70), 1.5, float("nan"), True, "3", None]),
+)
+# A wait that is refused or ends at once: no call here may block the suite.
+SECONDS = st.sampled_from([0, 0.01, -1, float("nan"), float("inf"), 2**70, "0.01", None, True])
+AGENT_REF = st.one_of(st.just("bot"), st.just("bot"), TEXT, WRONG)
+ANY_ARG = st.one_of(ID, STR, NUM)
+
+
+def _m(
+    path: str,
+    *args: st.SearchStrategy[Any],
+    required: dict[str, st.SearchStrategy[Any]] | None = None,
+    **kwargs: st.SearchStrategy[Any],
+) -> Any:
+    """A strategy of calls to ``path``; each of ``kwargs`` is present or not."""
+    return st.builds(
+        _method,
+        st.just(path),
+        st.tuples(*args),
+        st.fixed_dictionaries(required or {}, optional=kwargs),
+    )
+
+
+METHODS = st.one_of(
+    # sessions, rooms and members
+    _m(
+        "sessions.create",
+        AGENT_REF,
+        name=st.one_of(st.none(), GOOD_TEXT, STR),
+        members=st.one_of(st.lists(AGENT_REF, max_size=3), WRONG, STR),
+        burst_budget=NUM,
+        unattended=st.one_of(st.booleans(), WRONG),
+        permission_mode=st.one_of(st.sampled_from(["default", "plan", "nope"]), STR),
+    ),
+    _m("sessions.add_member", ID, AGENT_REF),
+    _m("sessions.remove_member", ID, AGENT_REF),
+    _m("sessions.rooms", NUM, archived=st.one_of(st.booleans(), WRONG)),
+    _m("sessions.get", ID),
+    _m(
+        "sessions.list",
+        st.one_of(st.none(), AGENT_REF),
+        NUM,
+        tree=st.one_of(st.none(), ID),
+        archived=st.one_of(st.booleans(), WRONG),
+    ),
+    _m("sessions.rename", ID, STR),
+    # Never the base session archived: the calls after it would all meet session.archived.
+    # (Not generated text either: a prefix of "base" names it.)
+    _m(
+        "sessions.archive",
+        st.one_of(WRONG, st.sampled_from([OTHER, "", "\x00", "\ud800", "zz-missing", "x" * 300])),
+        reason=STR,
+    ),
+    _m(
+        "sessions.stop",
+        ID,
+        command_id=st.one_of(st.none(), st.sampled_from(["c1", "c2"]), STR),
+        reason=STR,
+    ),
+    _m("sessions.entries", ID, NUM, NUM),
+    _m("sessions.watch", ID, NUM, SECONDS),
+    _m("sessions.wait_for_reply", ID, NUM, SECONDS),
+    _m(
+        "sessions.fork",
+        ID,
+        NUM,
+        agent_id=st.one_of(st.none(), AGENT_REF),
+        name=st.one_of(st.none(), GOOD_TEXT, STR),
+    ),
+    _m("sessions.attachment", ID, NUM),
+    _m("sessions.queue", ID),
+    _m("sessions.page", st.one_of(st.none(), AGENT_REF), NUM, st.one_of(st.none(), STR)),
+    _m("sessions.search", STR, st.one_of(st.none(), AGENT_REF), NUM),
+    _m("sessions.compact", ID, required={"timeout": SECONDS}),
+    # jobs
+    _m("jobs.get", ID),
+    _m("jobs.list", limit=NUM),
+    _m("jobs.wait", ID, SECONDS),
+    # Always a timeout: the default waits 30 s for a job that never runs here.
+    _m(
+        "jobs.output",
+        ID,
+        required={"timeout": SECONDS},
+        block=st.one_of(st.booleans(), WRONG),
+        full=st.one_of(st.booleans(), WRONG),
+    ),
+    _m(
+        "jobs.cancel",
+        st.one_of(st.just(OTHER), TEXT, WRONG),
+        command_id=st.one_of(st.none(), STR),
+        reason=STR,
+        expected_version=NUM,
+    ),
+    # agents
+    _m("agents.get", AGENT_REF),
+    _m("agents.list"),
+    _m("agents.put", st.one_of(WRONG, STR, st.dictionaries(TEXT, JSON, max_size=3))),
+    _m("agents.put_many", st.one_of(WRONG, STR, st.lists(st.dictionaries(TEXT, JSON), max_size=2))),
+    # deliveries
+    _m("deliveries.get", ID),
+    _m(
+        "deliveries.list",
+        ID,
+        direction=st.one_of(st.sampled_from(["in", "out", "both"]), STR),
+        limit=NUM,
+        status=st.one_of(st.none(), st.sampled_from(["accepted", "failed"]), STR),
+    ),
+    _m(
+        "deliveries.send",
+        ID,
+        STR,
+        reply=st.one_of(st.sampled_from(["none", "completion"]), STR),
+        sender=st.one_of(st.none(), SENDER, WRONG),
+        from_session=st.one_of(st.none(), ID),
+    ),
+    _m("deliveries.result", ID),
+    _m("deliveries.status", ID),
+    # events
+    _m("events.list", ID, NUM, NUM),
+    # schedules
+    _m(
+        "schedules.add",
+        AGENT_REF,
+        unattended=st.one_of(st.booleans(), WRONG),
+        prompt=STR,
+        cron=st.one_of(st.sampled_from(["* * * * *", "0 9 * * 1", "61 * * * *"]), STR),
+        interval_seconds=NUM,
+        timezone=st.one_of(st.sampled_from(["UTC", "Europe/Paris", "Mars/Base"]), STR),
+        target=st.one_of(st.sampled_from(["new", "session"]), STR),
+        session_id=ID,
+        max_fires=NUM,
+        nope=ANY_ARG,
+    ),
+    _m("schedules.update", ID, prompt=STR, enabled=st.one_of(st.booleans(), WRONG), cron=STR),
+    _m("schedules.pause", ID),
+    _m("schedules.resume", ID),
+    _m("schedules.remove", ID),
+    _m("schedules.get", ID),
+    _m("schedules.list", st.one_of(st.none(), AGENT_REF)),
+    _m("schedules.fires", ID, NUM),
+    # approvals
+    _m(
+        "approvals.decide",
+        ID,
+        st.one_of(st.sampled_from(["approve", "deny"]), STR),
+        by=st.one_of(st.none(), SENDER, WRONG),
+    ),
+    _m("approvals.pending", st.one_of(st.none(), ID)),
+    _m("approvals.get", ID),
+    # keys and projects: reads, and refusals of changes (no limit is changed)
+    _m("keys.list", st.one_of(st.none(), STR)),
+    _m("keys.revoke", ID),
+    _m(
+        "keys.create",
+        STR,
+        st.one_of(st.just("default"), STR),
+        st.one_of(st.none(), st.just(["nope"]), st.just("session.write"), WRONG),
+        label=st.one_of(st.none(), STR),
+    ),
+    _m("projects.get", st.one_of(st.just("default"), STR)),
+    _m("projects.list"),
+    _m("projects.set_limits", st.one_of(TEXT, WRONG), NUM, NUM),
+)
+
+
+@settings(PROPERTY, max_examples=200)
+@given(calls=st.lists(METHODS, min_size=1, max_size=3))
+def test_every_public_call_gets_a_code_agrees_across_stacks_and_writes_nothing_when_refused(
+    sides: list[Side], calls: list[Callable[[Side], Any]]
+) -> None:
+    for call in calls:
+        result = agree(sides, call)
+        detail = result[1] if result[0] == "error" else ""
+        event(f"{call.__qualname__.rsplit('.', 1)[0]}: {result[0]} {detail}")
+
+
+# -- every registered tool in an interactive turn ------------------------------------
+
+
+def _codes(cls: type[ChazError]) -> set[str]:
+    return {cls.code}.union(*(_codes(sub) for sub in cls.__subclasses__()))
+
+
+#: Every code chaz.errors defines.
+KNOWN_CODES = frozenset(_codes(ChazError))
+
+#: Keys whose values bound a wait: always short or refused.
+WAITS = frozenset({"timeout", "seconds", "block"})
+
+
+#: Keys that name a session: mostly the base session, so success paths are walked.
+SESSION_KEYS = frozenset({"to", "target_session_id", "session_id", "start_from"})
+TYPED: dict[str | None, st.SearchStrategy[Any]] = {
+    "string": st.one_of(GOOD_TEXT, GOOD_TEXT, TEXT),
+    "integer": st.one_of(st.integers(min_value=-2, max_value=60), st.just(2**70)),
+    "number": st.one_of(st.integers(min_value=-2, max_value=60), st.just(float("inf"))),
+    "boolean": st.booleans(),
+}
+
+
+def _args_for(name: str) -> st.SearchStrategy[Any]:
+    spec = default_registry().specs([name])[0]
+    properties: dict[str, Any] = spec.parameters.get("properties", {})
+    wrong: st.SearchStrategy[Any] = st.one_of(JSON_LEAF, st.just({}), st.just([]))
+
+    def value(key: str) -> st.SearchStrategy[Any]:
+        if key in WAITS:
+            return SECONDS
+        if key in SESSION_KEYS and name == "archive_agent":
+            # Never the base session: the calls after it would all meet session.archived.
+            return st.one_of(st.just("missing"), wrong)
+        if key in SESSION_KEYS:
+            return st.one_of(
+                st.just(BASE), st.just(BASE), st.sampled_from([OTHER, "missing"]), wrong
+            )
+        if key in ("job_id", "schedule_id", "todo_id"):
+            return st.one_of(st.just(JOB), st.just("missing"), wrong)
+        if key in ("agent_id", "target_agent_id"):
+            return st.one_of(st.just("bot"), st.just("bot"), wrong)
+        typed = TYPED.get(properties[key].get("type"), GOOD_TEXT)
+        return st.one_of(typed, typed, typed, typed, wrong)
+
+    # A wait always given, and short or refused: the defaults wait for jobs that never run here.
+    required = set(spec.parameters.get("required", [])) | ({"timeout", "seconds"} & set(properties))
+    args = st.fixed_dictionaries(
+        {k: value(k) for k in properties if k in required},
+        optional={k: value(k) for k in properties if k not in required},
+    )
+    # In the background: a child's turn must not run inline here.
+    if name == "agent":
+        args = args.map(lambda d: {**d, "run_in_background": True})
+    if name == "spawn_agent":
+        args = args.map(lambda d: {**d, "async": True})
+    first = list(properties)[:1]
+    hostile = st.one_of(
+        args.map(lambda d: {**d, "nope": 1}),
+        args.map(lambda d: {**d, **dict.fromkeys(first, "x" * (CAP + 1))}),
+        st.sampled_from(["not json", "[1]", "", "{", '{"a": ' * 200]),
+        TEXT,
+    )
+    return st.one_of(args, args, args, hostile)
+
+
+def _registered(name: str, args: Any) -> Callable[[Side], Any]:
+    def call(side: Side) -> Any:
+        assert side.turn is not None
+        arguments = args if isinstance(args, str) else json.dumps(_resolve(side, args))
+        out = side.client.tools.invoke(
+            ToolCallRequest(id=f"c{abs(hash(json.dumps(args)))}", name=name, arguments=arguments),
+            side.turn,
+        )
+        assert isinstance(out, ToolOutcome)
+        if not out.is_error:
+            return ("tool-ok",)
+        code = json.loads(out.output)["error"]["code"]
+        assert code in KNOWN_CODES or code.startswith("tool."), out.output
+        assert code != "tool.crashed", out.output
+        return ("tool-error", code)
+
+    call.__qualname__ = f"{name}.call"
+    return call
+
+
+def _registered_outcome(side: Side, call: Callable[[Side], Any]) -> Outcome:
+    before = rows(side.client)
+    result = call(side)
+    if result[0] == "tool-error":
+        assert rows(side.client) == before, f"{result!r} left rows behind"
+    return tuple(result)
+
+
+REGISTERED = st.sampled_from(sorted(default_registry().names())).flatmap(
+    lambda name: st.builds(_registered, st.just(name), _args_for(name))
+)
+
+
+@settings(PROPERTY, max_examples=200)
+@given(calls=st.lists(REGISTERED, min_size=1, max_size=3))
+def test_every_tool_gives_an_outcome_with_a_known_code_on_both_stacks(
+    sides: list[Side], calls: list[Callable[[Side], Any]]
+) -> None:
+    for call in calls:
+        embedded, server = (_registered_outcome(s, call) for s in sides)
+        assert embedded == server
+        event(f"{call.__qualname__.split('.')[0]}: {' '.join(embedded)}")

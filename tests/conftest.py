@@ -33,6 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.support import stack as stack_support  # noqa: E402
+from tests.support.servers import postgres_admin, unavailable  # noqa: E402
 from tests.support.stack import Stack  # noqa: E402
 
 ACCEPTANCE = ROOT / "tests" / "acceptance"
@@ -102,11 +103,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     stack_support.FLEET_ALLOWED = item.get_closest_marker("fleet") is not None
 
 
-def _unavailable(what: str, exc: Exception) -> None:
-    message = f"{what} is not reachable: {exc}"
-    if IN_CI:
-        pytest.fail(message + " (CI=true: a missing server is a failure)")
-    pytest.skip(message)
+_unavailable = unavailable
 
 
 @pytest.fixture(scope="session")
@@ -123,11 +120,7 @@ def fleet_pg_url() -> Iterator[str]:
 
 
 def _pg_database(name: str) -> Iterator[str]:
-    try:
-        admin = psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3)
-    except psycopg.OperationalError as exc:
-        _unavailable("PostgreSQL", exc)
-        raise
+    admin = postgres_admin(PG_ADMIN)
     with admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.execute(f'CREATE DATABASE "{name}"')

@@ -150,7 +150,7 @@ def _refusal(exc: Exception) -> str | None:
     text = str(exc).lower()
     if "database" in text and "does not exist" in text:
         return _NO_SUCH_DATABASE
-    if "too many clients" in text or "connection slots are reserved" in text:
+    if any(w in text for w in ("too many clients", "too many connections", "slots are reserved")):
         return _TOO_MANY_CONNECTIONS
     return None
 

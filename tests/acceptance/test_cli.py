@@ -29,10 +29,13 @@ from chaz.runtime.gates import open_gate
 from chaz.settings import Settings
 from chaz.stack import settings_env
 from tests.conftest import free_port
+from tests.support.interruptible import PREFIX as INTERRUPTIBLE
 from tests.support.metrics import scrape
 from tests.support.stack import Stack
 
 CLI = [sys.executable, "-m", "chaz.cli"]
+#: The CLI for a child the test stops with SIGINT (Ctrl-C), even when this run ignores it.
+INTERRUPTIBLE_CLI = [*INTERRUPTIBLE, *CLI]
 #: A timeline line in plain text: "HH:MM:SS #SEQ Label sender content".
 LINE = re.compile(r"^\d\d:\d\d:\d\d #(\d+)\s+(\w+)\s+(\S+)\s+(.*)$")
 
@@ -498,13 +501,14 @@ def test_up_serves_until_sigint_and_tail_follows(tmp_path: Path) -> None:
     log = tmp_path / "up.out"
     with log.open("w") as out:
         up = subprocess.Popen(
-            [*CLI, "up", "--concurrency", "2"],
+            [*INTERRUPTIBLE_CLI, "up", "--concurrency", "2"],
             env=env,
             cwd=tmp_path,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    tail: subprocess.Popen[str] | None = None
     try:
         wait_for(lambda: "Press Ctrl-C" in log.read_text() or up.poll() is not None, 120, "up")
         assert up.poll() is None, log.read_text()
@@ -514,7 +518,7 @@ def test_up_serves_until_sigint_and_tail_follows(tmp_path: Path) -> None:
         ok(chaz_cli("send", sid, "one two", env=env))
 
         tail = subprocess.Popen(
-            [*CLI, "tail", sid],
+            [*INTERRUPTIBLE_CLI, "tail", sid],
             env=env,
             cwd=tmp_path,
             stdout=subprocess.PIPE,
@@ -551,6 +555,10 @@ def test_up_serves_until_sigint_and_tail_follows(tmp_path: Path) -> None:
         assert "Traceback" not in log.read_text()
         assert not process_running(redis_pid)
     finally:
+        # A failed assertion must leave neither the tail nor `up` behind.
+        if tail is not None and tail.poll() is None:
+            tail.kill()
+            tail.wait()
         if up.poll() is None:
             os.killpg(up.pid, signal.SIGKILL)
             up.wait()
@@ -629,7 +637,7 @@ def _start_up(
 ) -> tuple[subprocess.Popen[str], dict[str, Any]]:
     """``chaz up --json`` (beat on) started and ready; its first line, parsed."""
     up = subprocess.Popen(
-        [*CLI, "up", "--json", "--concurrency", "1"],
+        [*INTERRUPTIBLE_CLI, "up", "--json", "--concurrency", "1"],
         env=cli_env(home=home),
         cwd=tmp_path,
         stdout=subprocess.PIPE,

@@ -20,7 +20,7 @@ import pytest
 
 import chaz
 from chaz.domain.entries import EntryType
-from tests.acceptance.test_cli import CLI, LineReader, cli_env
+from tests.acceptance.test_cli import INTERRUPTIBLE_CLI, LineReader, cli_env
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.stack import Stack
 
@@ -209,7 +209,7 @@ def test_an_openai_stream_reaches_the_watcher_and_a_cancel_cuts_it(fleet: Stack)
 def _tail(fleet: Stack, sid: str, *flags: str) -> tuple[subprocess.Popen[str], LineReader]:
     env = cli_env(settings=fleet.settings)
     tail = subprocess.Popen(
-        [*CLI, "tail", sid, "--after", "0", "--partial", *flags],
+        [*INTERRUPTIBLE_CLI, "tail", sid, "--after", "0", "--partial", *flags],
         env=env,
         cwd=fleet.settings.home.parent,
         stdout=subprocess.PIPE,
@@ -219,11 +219,20 @@ def _tail(fleet: Stack, sid: str, *flags: str) -> tuple[subprocess.Popen[str], L
     return tail, LineReader(tail.stdout)  # type: ignore[arg-type]
 
 
-def _stop(tail: subprocess.Popen[str]) -> None:
-    tail.send_signal(signal.SIGINT)
-    assert tail.wait(WAIT) == 130
-    stderr = tail.stderr.read()  # type: ignore[union-attr]
-    assert "Traceback" not in stderr, stderr
+def _stop(*tails: subprocess.Popen[str]) -> None:
+    """Ctrl-C (SIGINT) each tail; afterwards none runs, whatever failed."""
+    try:
+        for tail in tails:
+            tail.send_signal(signal.SIGINT)
+        for tail in tails:
+            assert tail.wait(WAIT) == 130
+            stderr = tail.stderr.read()  # type: ignore[union-attr]
+            assert "Traceback" not in stderr, stderr
+    finally:
+        for tail in tails:
+            if tail.poll() is None:
+                tail.kill()
+                tail.wait()
 
 
 def _is_reply(event: dict[str, object]) -> bool:
@@ -254,8 +263,7 @@ def test_tail_shows_the_answer_growing(fleet: Stack) -> None:
             lambda line: " Message " in line and " agent:tail-streamer " in line, WAIT, "the reply"
         )
     finally:
-        _stop(as_json)
-        _stop(plain)
+        _stop(as_json, plain)
     events = [json.loads(line) for line in json_lines.lines]
     partials = [e for e in events if e.get("type") == "partial"]
     assert len(partials) >= 3, json_lines.lines

@@ -21,13 +21,15 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_quick_benchmark_runs_and_prints_every_figure(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
-    # A short TMPDIR: the embedded Redis's socket lies two directories below it,
-    # and a Unix socket's path has at most 107 bytes (an xdist worker's temporary
-    # directory and this test's name already take about 75).
-    tmp_path = tmp_path_factory.mktemp("bench")
+@pytest.fixture
+def tmp_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A short TMPDIR for every benchmark here: an embedded Redis's socket lies two
+    directories below it, and a Unix socket's path has at most 107 bytes (an xdist
+    worker's temporary directory and a test's name already take about 75)."""
+    return tmp_path_factory.mktemp("bench")
+
+
+def test_quick_benchmark_runs_and_prints_every_figure(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHAZ_")}
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks.run", "--stack", "embedded", "--quick"],

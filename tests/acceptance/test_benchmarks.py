@@ -34,7 +34,7 @@ def test_quick_benchmark_runs_and_prints_every_figure(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks.run", "--stack", "embedded", "--quick"],
         cwd=ROOT,
-        env={**env, "TMPDIR": str(tmp_path)},
+        env={**env, "TMPDIR": str(tmp_path), "COLUMNS": "200"},
         capture_output=True,
         text=True,
         timeout=240,
@@ -57,7 +57,7 @@ def test_worker_boot_case_prints_its_table_and_the_ratio(tmp_path: Path) -> None
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks.run", "--boot", "--stack", "embedded", "--quick"],
         cwd=ROOT,
-        env={**env, "TMPDIR": str(tmp_path)},
+        env={**env, "TMPDIR": str(tmp_path), "COLUMNS": "200"},
         capture_output=True,
         text=True,
         timeout=240,
@@ -76,7 +76,7 @@ def test_quick_isolation_benchmark_prints_its_table_and_the_ratio(tmp_path: Path
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks.isolation", "--stack", "embedded", "--quick"],
         cwd=ROOT,
-        env={**env, "TMPDIR": str(tmp_path)},
+        env={**env, "TMPDIR": str(tmp_path), "COLUMNS": "200"},
         capture_output=True,
         text=True,
         timeout=240,
@@ -92,7 +92,7 @@ def test_quick_search_benchmark_runs_and_prints_its_table(tmp_path: Path) -> Non
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks.search", "--stack", "embedded", "--quick"],
         cwd=ROOT,
-        env={**env, "TMPDIR": str(tmp_path)},
+        env={**env, "TMPDIR": str(tmp_path), "COLUMNS": "200"},
         capture_output=True,
         text=True,
         timeout=240,

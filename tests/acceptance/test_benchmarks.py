@@ -29,76 +29,56 @@ def tmp_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("bench")
 
 
-def test_quick_benchmark_runs_and_prints_every_figure(tmp_path: Path) -> None:
+def bench(tmp_path: Path, *args: str, **extra_env: str) -> str:
+    """stdout of ``python -m ARGS`` run from the checkout with none of the shell's
+    CHAZ_* settings, a short TMPDIR and 200 columns; it must exit 0."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHAZ_")}
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "--stack", "embedded", "--quick"],
+        [sys.executable, "-m", *args],
         cwd=ROOT,
-        env={**env, "TMPDIR": str(tmp_path), "COLUMNS": "200"},
+        env={**env, "TMPDIR": str(tmp_path), "COLUMNS": "200", **extra_env},
         capture_output=True,
         text=True,
         timeout=240,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out.stdout
+
+
+def test_quick_benchmark_runs_and_prints_every_figure(tmp_path: Path) -> None:
+    stdout = bench(tmp_path, "benchmarks.run", "--stack", "embedded", "--quick")
     for figure in ("(a)", "(b)", "(c)", "(d)", "(e)", "(f)", "x (a)"):
-        assert figure in out.stdout, out.stdout[-3000:]
+        assert figure in stdout, stdout[-3000:]
     # Where the CPU goes: this process, the workers and Redis each used some.
-    split = [line for line in out.stdout.splitlines() if "of which bench/workers" in line]
-    assert len(split) == 2, out.stdout[-3000:]
+    split = [line for line in stdout.splitlines() if "of which bench/workers" in line]
+    assert len(split) == 2, stdout[-3000:]
     for line in split:
-        bench, workers, redis_ms, _db = line.split("│")[2].split("/")
-        assert min(float(bench), float(workers), float(redis_ms)) > 0, line
+        bench_ms, workers, redis_ms, _db = line.split("│")[2].split("/")
+        assert min(float(bench_ms), float(workers), float(redis_ms)) > 0, line
 
 
 def test_worker_boot_case_prints_its_table_and_the_ratio(tmp_path: Path) -> None:
     """``benchmarks.run --boot --quick``: bare Celery and ``chaz worker`` each boot
     twice, and the table (median, min, max) and the ratio to the goal are printed."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CHAZ_")}
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "--boot", "--stack", "embedded", "--quick"],
-        cwd=ROOT,
-        env={**env, "TMPDIR": str(tmp_path), "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    text = " ".join(out.stdout.split())  # the console wraps long lines
+    stdout = bench(tmp_path, "benchmarks.run", "--boot", "--stack", "embedded", "--quick")
+    text = " ".join(stdout.split())  # the console wraps long lines
     for figure in ("median s", "min s", "max s", "x (a)", "(a) bare", "(i) `chaz worker`"):
-        assert figure in text, out.stdout[-3000:]
+        assert figure in text, stdout[-3000:]
     assert re.search(r"embedded: chaz worker start-up = \d+\.\d\d x .*goal <= 1\.5", text), text
 
 
 def test_quick_isolation_benchmark_prints_its_table_and_the_ratio(tmp_path: Path) -> None:
     """``benchmarks.isolation --quick`` on the embedded stack: the quiet project's
     three phases, their ratios to its latency alone, and the noisy project refused."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CHAZ_")}
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.isolation", "--stack", "embedded", "--quick"],
-        cwd=ROOT,
-        env={**env, "TMPDIR": str(tmp_path), "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    stdout = bench(tmp_path, "benchmarks.isolation", "--stack", "embedded", "--quick")
     for figure in ("(i0)", "(i1)", "(i2)", "p99 x (i0)", "x alone"):
-        assert figure in out.stdout, out.stdout[-3000:]
+        assert figure in stdout, stdout[-3000:]
 
 
 def test_quick_search_benchmark_runs_and_prints_its_table(tmp_path: Path) -> None:
     """``benchmarks.search --quick`` on SQLite: it builds, searches and reports."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CHAZ_")}
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.search", "--stack", "embedded", "--quick"],
-        cwd=ROOT,
-        env={**env, "TMPDIR": str(tmp_path), "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "| SQLite | 5,000 |" in out.stdout and "p50 ms" in out.stdout, out.stdout
+    stdout = bench(tmp_path, "benchmarks.search", "--stack", "embedded", "--quick")
+    assert "| SQLite | 5,000 |" in stdout and "p50 ms" in stdout, stdout
 
 
 def test_quick_capacity_benchmark_prints_the_per_turn_costs(tmp_path: Path) -> None:

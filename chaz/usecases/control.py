@@ -222,7 +222,7 @@ def _cancel_one(
                 # started still counts in the queue (one queued again by an
                 # approval decision left it).
                 services.quotas.ended(
-                    done, dequeued=job.status is JobStatus.QUEUED and job.attempts == 0
+                    done, dequeued=job.status is JobStatus.QUEUED and job.starts == 0
                 )
                 _note(services, done, reason, waiting=job.status is JobStatus.WAITING_APPROVAL)
                 try:

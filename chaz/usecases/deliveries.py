@@ -516,17 +516,18 @@ def send_request(
     return deliver(services, who, target, DeliveryKind.SESSION_SEND, message, reply=reply)
 
 
-def lost_request(services: Services, job: Job, suspensions: int) -> bool:
+def lost_request(services: Services, job: Job) -> bool:
     """Whether ``job`` is a ``session_send``/``session_create`` request's turn that
-    was lost mid-flight: started before (its worker died, or a fault stopped
-    it) for a reason other than an approval decision.
+    was lost mid-flight: it spent an attempt before (its worker died, or a
+    fault stopped it); a resume after an approval decision or a hand-back
+    spends none (docs/executions.md#attempts).
 
     Such a turn is not resumed like an ordinary one: it ends ``interrupted``
     with ``delivery.interrupted`` and its one result goes back, so a request
     is never replayed (docs/sessions.md#sending-between-sessions). Reads the
     delivery only for a job that is both delivered and restarted.
     """
-    if job.delivery_id is None or job.attempts - suspensions <= 1:
+    if job.delivery_id is None or job.attempts <= 1:
         return False
     try:
         delivery = services.store.deliveries.get(job.delivery_id)

@@ -393,3 +393,44 @@ def test_a_stopping_turns_tools_say_withdrawn_and_admit_nothing(
     assert is_error and ran["error"]["code"] == "job.cancelled", ran
     assert services.store.list_jobs(parent_job_id=ctx.job_id) == []
     assert client.sessions.entries(target.id) == []
+
+
+def test_a_job_admitted_inside_the_cascade_is_cancelled_with_what_it_sent(
+    services: Services, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the cascade's read of the lineage and its move of the sender, the
+    sender admitted a job at once into an idle target, and that job ran and
+    sent work of its own: the cascade finds the late job and cancels it with
+    its lineage, so what it sent does not run either."""
+    job_id, who, target = _running_sender(services, stack)
+    onward = stack.client.sessions.create("quiet")
+    silence = services.store.silence_followups
+    made: list[str] = []
+
+    def sends_between(job_ids: Iterable[str]) -> None:
+        if not made:
+            late = deliveries.deliver(
+                services, who, services.store.get_session(target.id), DeliveryKind.AGENT, "go"
+            )
+            assert late.job is not None
+            services.store.start_turn(late.job.id, "tok-late")
+            hop = Sender(
+                sender="agent:quiet",
+                key=f"message:{late.job.id}:onward",
+                session_id=target.id,
+                job_id=late.job.id,
+                tree_id=target.tree_id,
+            )
+            further = deliveries.deliver(
+                services, hop, services.store.get_session(onward.id), DeliveryKind.AGENT, "on"
+            )
+            assert further.job is not None and further.job.parent_job_id == late.job.id
+            made.extend([late.job.id, further.job.id])
+        silence(job_ids)
+
+    monkeypatch.setattr(services.store, "silence_followups", sends_between)
+    outcome = control.cancel(services, job_id, command_id="cancel-late-lineage")
+    late_id, further_id = made
+    assert outcome["cascaded"] == [late_id, further_id]
+    assert services.store.get_job(late_id).status is JobStatus.STOPPING
+    assert services.store.get_job(further_id).status is JobStatus.CANCELLED

@@ -80,12 +80,13 @@ RECONCILER_REPAIRS = Counter(
 )
 
 
-def turn_started(job_attempts: int, created_at: datetime, started_at: datetime | None) -> float:
-    """Count a turn's start; on its first, observe its dispatch latency.
+def turn_started(job_starts: int, created_at: datetime, started_at: datetime | None) -> float:
+    """Count a turn's start (``job_starts``: the job's, this one included); on its
+    first, observe its dispatch latency.
 
     Returns the monotonic time to pass to :func:`turn_ended`."""
     TURNS_STARTED.inc()
-    if job_attempts > 1:
+    if job_starts > 1:
         TURNS_RESUMED.inc()
     elif started_at is not None:
         DISPATCH_SECONDS.observe(max((started_at - created_at).total_seconds(), 0.0))

@@ -123,9 +123,15 @@ def summaries(
     agent_id: str | None = None,
     limit: int = 20,
     project: str | None = None,
+    within: ReadScope | None = None,
 ) -> list[SessionSummary]:
-    """Sessions (of one tree, or all; of one project) for a listing, most recently
-    active first."""
+    """Sessions (of one tree, or all; of one project; ``within``: only those a
+    viewer may read) for a listing, most recently active first."""
     return services.store.session_summaries(
-        tree_id=tree_id, archived=archived, agent_id=agent_id, limit=limit, project=project
+        tree_id=tree_id,
+        archived=archived,
+        agent_id=agent_id,
+        limit=limit,
+        project=project,
+        within=within,
     )

@@ -130,7 +130,12 @@ class Job(BaseModel):
     grants: list[str] | None = None
     #: Runs under the unattended policy (docs/security.md#unattended).
     unattended: bool = False
+    #: Its turn's attempts (docs/executions.md#attempts): the first start and
+    #: every restart after a crash, a fault or a redelivery; a resume after an
+    #: approval decision or a hand-back is not one. The limit counts these.
     attempts: int = 0
+    #: Every start of its turn, those resumes included.
+    starts: int = 0
     result: str | None = None
     error: dict[str, Any] | None = None
     created_at: datetime

@@ -88,20 +88,15 @@ class Checkpoint:
     #: The pending call suspended for approval: on resume it is asked again,
     #: not reported interrupted.
     awaiting: str | None = None
-    #: How many times the turn suspended for approval (resumes that are not
-    #: failed attempts).
+    #: How many times the turn suspended for approval (for operators: the
+    #: job's ``attempts`` already leave these resumes out).
     suspensions: int = 0
     #: How many times a worker shutting down handed the turn back (resumes
-    #: that are not failed attempts either).
+    #: that spend no attempt either).
     handbacks: int = 0
     #: The pending calls had not started when the turn was handed back: the
     #: resume runs them rather than report them interrupted.
     unstarted: bool = False
-
-    def counted_attempts(self, attempts: int) -> int:
-        """Of a job's ``attempts`` (its turn's starts), those that count against
-        the limit: not the resumes after an approval decision or a hand-back."""
-        return attempts - self.suspensions - self.handbacks
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-safe form for the database."""

@@ -326,15 +326,15 @@ def _start_turn(
     if row is None:
         row = lock_job(conn, job_id)
         values = _start_values(row, token)
-        conn.execute(
+        counted = conn.execute(
             st.START,
             {"jid": job_id, "seen_version": row["version"], **_start_params(values)},
-        )
-        row |= values
-    if row["attempts"] == 1 and (row.get("delivery_id") or row.get("fire_id")):
+        ).one()
+        row |= values | {"starts": counted[0], "attempts": counted[1]}
+    if row["starts"] == 1 and (row.get("delivery_id") or row.get("fire_id")):
         record(conn, row["session_id"], ev.job_event("running"), {"job_id": job_id})
     ack: Entry | None = None
-    if ack_sender is not None and row["attempts"] == 1:
+    if ack_sender is not None and row["starts"] == 1:
         ack_entry = NewEntry(
             EntryType.ACK,
             ack_sender,
@@ -349,13 +349,13 @@ def _start_turn(
 
 def _start_values(row: dict[str, Any], token: str) -> dict[str, Any]:
     """The columns a turn's start sets: queued becomes running; a running (or
-    stopping) job whose worker died is taken over as it is, for a resume."""
+    stopping) job whose worker died is taken over as it is, for a resume.
+    (``starts`` and ``attempts`` the statement counts from the row itself.)"""
     status = JobStatus(row["status"])
     values: dict[str, Any] = {
         "status": row["status"],
         "started_at": row["started_at"],
         "lease_token": token,
-        "attempts": row["attempts"] + 1,
         "version": row["version"] + 1,
     }
     if status is JobStatus.QUEUED:
@@ -375,10 +375,12 @@ def _started(conn: Connection, seen: Job, token: str) -> dict[str, Any] | None:
     row = seen.model_dump()
     row["status"] = seen.status.value
     values = _start_values(row, token)
-    done = conn.execute(
+    counted = conn.execute(
         st.START, {"jid": seen.id, "seen_version": seen.version, **_start_params(values)}
-    ).rowcount
-    return row | values if done else None
+    ).first()
+    if counted is None:
+        return None
+    return row | values | {"starts": counted[0], "attempts": counted[1]}
 
 
 def _fenced_finish(conn: Connection, fence: Fence, finish: Finish) -> tuple[str | None, str | None]:

@@ -427,6 +427,24 @@ class DeliveryStore:
             found = withdraw(conn, DELIVERIES.c.id == delivery_id, by=by, reason=reason)
         return found[0] if found else None
 
+    def insert_withdrawn(self, values: dict[str, Any], *, by: str, reason: str) -> Delivery:
+        """Record a new delivery (a row's ``values``) withdrawn at once: its sender
+        job was cancelled before its admission could commit
+        (docs/collaboration.md#withdrawal). Once per key: a replay returns the
+        delivery its key first recorded."""
+        row = {
+            **values,
+            "state": DeliveryState.WITHDRAWN.value,
+            "code": WITHDRAWN_CODE,
+            "reason": reason,
+            "metadata": {**(values.get("metadata") or {}), "withdrawn_by": by},
+        }
+        with self._db.write() as conn:
+            insert_once(conn, row)
+            found = by_key(conn, str(values["idempotency_key"]))
+        assert found is not None, "a delivery just inserted can be read back"
+        return found
+
     def withdraw_inbox(self, session_id: str, *, by: str, reason: str) -> builtins.list[Delivery]:
         """Withdraw every delivery waiting to be admitted into ``session_id``
         (queued messages, follow-ups, results); the ones withdrawn (:func:`withdraw`)."""

@@ -18,6 +18,7 @@ from sqlalchemy import ColumnElement, Connection, bindparam, case, func, or_, se
 from sqlalchemy.exc import IntegrityError
 
 from chaz.domain.events import SESSION_ARCHIVED, SESSION_RENAMED
+from chaz.domain.read_scope import ReadScope
 from chaz.domain.sessions import ArchivedBy, NameSource, Session, missing_session
 from chaz.domain.validation import check_session_name
 from chaz.errors import NameTaken, SessionArchived
@@ -282,10 +283,12 @@ class SessionDirectory:
         agent_id: str | None = None,
         limit: int = 20,
         project: str | None = None,
+        within: ReadScope | None = None,
     ) -> list[SessionSummary]:
         """Sessions, most recently active first (``active_at``, else ``created_at``),
         each with its finished turns, size, tip and whether it is busy
-        (``project``: only that project's).
+        (``project``: only that project's; ``within``: only those a viewer may
+        read, filtered before the limit).
 
         Four reads in one transaction whatever the number of sessions: the
         sessions, then the job counts, sizes and tips of all of them at once.
@@ -304,6 +307,8 @@ class SessionDirectory:
             stmt = stmt.where(c.agent_id == agent_id)
         if project is not None:
             stmt = stmt.where(c.project == project)
+        if within is not None:
+            stmt = stmt.where(sq.readable(within))
         with self.db.read() as conn:
             sessions = [as_session(r) for r in conn.execute(stmt).mappings()]
             ids = [s.id for s in sessions]

@@ -190,7 +190,10 @@ class JobRow(Base):
     parent_job_id: Mapped[str | None] = mapped_column(String(32))
     call_depth: Mapped[int] = mapped_column(Integer, default=0)
     message_count: Mapped[int] = mapped_column(Integer, default=0)
+    # Attempts count the starts that spend one (docs/executions.md#attempts);
+    # starts count every start, resumes after an approval or a hand-back too.
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    starts: Mapped[int] = mapped_column(Integer, default=0)
     lease_token: Mapped[str | None] = mapped_column(String(64))
     checkpoint: Mapped[dict[str, Any] | None]
     result: Mapped[str | None] = mapped_column(Text)

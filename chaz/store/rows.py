@@ -82,6 +82,7 @@ def as_job(row: Any) -> Job:
         grants=row.get("grants"),
         unattended=bool(row.get("unattended")),
         attempts=row["attempts"],
+        starts=row.get("starts") or 0,
         result=row["result"],
         error=row["error"],
         created_at=as_utc(row["created_at"]),

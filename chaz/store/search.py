@@ -58,6 +58,7 @@ from chaz.domain.search import (
 )
 from chaz.domain.sessions import missing_session
 from chaz.ids import as_utc
+from chaz.store import session_queries as sq
 from chaz.store.statements import JOBS, SESSIONS
 
 if TYPE_CHECKING:
@@ -146,10 +147,7 @@ class SearchStore:
             .limit(limit + 1)
         )
         if within is not None:
-            tree = SESSIONS.c.tree_id == within.tree_id
-            stmt = stmt.where(
-                or_(tree, SESSIONS.c.id.in_(sorted(within.below))) if within.below else tree
-            )
+            stmt = stmt.where(sq.readable(within))
         if agent_id is not None:
             stmt = stmt.where(SESSIONS.c.agent_id == agent_id)
         if cursor is not None:

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, func, literal_column, select
+from sqlalchemy import ColumnElement, and_, bindparam, case, func, literal_column, or_, select
 
 from chaz.domain.entries import CONTEXT_TYPES, EntryType
 from chaz.domain.jobs import ACTIVE, TERMINAL
+from chaz.domain.read_scope import ReadScope
 from chaz.store.statements import ENTRIES, JOBS, SESSIONS
 
 _TERMINAL = sorted(s.value for s in TERMINAL)
@@ -24,6 +25,14 @@ _CONTEXT = sorted(t.value for t in CONTEXT_TYPES)
 TIP_TYPES = sorted(t.value for t in (EntryType.MESSAGE, EntryType.DIRECTIVE))
 #: How much of a tip's content is read (a listing shows less; no 1 MiB reads).
 TIP_READ_CHARS = 200
+
+
+def readable(within: ReadScope) -> ColumnElement[bool]:
+    """The sessions ``within`` allows, as a WHERE clause: its project, its tree,
+    and the sessions of other trees below its viewer (docs/contracts.md#visibility)."""
+    tree = SESSIONS.c.tree_id == within.tree_id
+    mine = or_(tree, SESSIONS.c.id.in_(sorted(within.below))) if within.below else tree
+    return and_(SESSIONS.c.project == within.project, mine)
 
 
 def _descendants() -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sqlalchemy import Table, Update, bindparam, func, insert, select, update
+from sqlalchemy import Table, Update, and_, bindparam, case, func, insert, or_, select, update
 
 from chaz.domain.entries import EntryType
 from chaz.domain.jobs import ACTIVE, JobStatus, sources
@@ -169,17 +169,31 @@ INSERT_JOB = insert(JOBS)
 #: A job row, locked for update; its lease token alone, locked (the fence).
 LOCK_JOB = select(JOBS).where(JOBS.c.id == bindparam("jid")).with_for_update()
 FENCE = select(JOBS.c.lease_token).where(JOBS.c.id == bindparam("jid")).with_for_update()
-#: A turn's start, as a compare-and-set on the version the caller read.
+#: Whether a start resumes a turn that stopped at a safe point, and so spends
+#: no attempt (docs/executions.md#attempts): queued again by an approval
+#: decision after its first start, or handed back (running, no lease token).
+#: Read from the row being updated, so the count is the database's own.
+_RESUMES_SAFELY = or_(
+    and_(JOBS.c.status == JobStatus.QUEUED.value, JOBS.c.starts > 0),
+    and_(
+        JOBS.c.status.in_((JobStatus.RUNNING.value, JobStatus.STOPPING.value)),
+        JOBS.c.lease_token.is_(None),
+    ),
+)
+#: A turn's start, as a compare-and-set on the version the caller read; it
+#: returns the attempts it counted.
 START = (
     update(JOBS)
     .where(JOBS.c.id == bindparam("jid"), JOBS.c.version == bindparam("seen_version"))
     .values(
         status=bindparam("v_status"),
         version=bindparam("v_version"),
-        attempts=bindparam("v_attempts"),
+        starts=JOBS.c.starts + 1,
+        attempts=JOBS.c.attempts + case((_RESUMES_SAFELY, 0), else_=1),
         lease_token=bindparam("v_lease_token"),
         started_at=bindparam("v_started_at"),
     )
+    .returning(JOBS.c.starts, JOBS.c.attempts)
 )
 
 

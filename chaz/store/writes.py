@@ -121,6 +121,7 @@ def new_job(
         "delivery_id": f.delivery_id,
         "member_agent_id": f.member_agent_id,
         "attempts": 0,
+        "starts": 0,
         "lease_token": None,
         "checkpoint": None,
         "result": None,
@@ -149,10 +150,10 @@ def lock_job(conn: Connection, job_id: str) -> dict[str, Any]:
 def job_counts(conn: Connection, session_id: str) -> tuple[int, int]:
     """``(queued, total)``: the session's waiting jobs and all it ever admitted."""
     # A job queued again after an approval decision left the queue on its
-    # first start (attempts > 0): it is not counted against the queue again.
+    # first start (starts > 0): it is not counted against the queue again.
     queued = func.sum(
         case(
-            (and_(st.JOBS.c.status == JobStatus.QUEUED.value, st.JOBS.c.attempts == 0), 1),
+            (and_(st.JOBS.c.status == JobStatus.QUEUED.value, st.JOBS.c.starts == 0), 1),
             else_=0,
         )
     )

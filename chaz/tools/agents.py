@@ -26,6 +26,7 @@ from chaz.domain.results import excerpt
 from chaz.domain.sessions import Session
 from chaz.domain.validation import SafeText, check_content, check_session_name
 from chaz.errors import (
+    Cancelled,
     ToolError,
     ValidationError,
     WaitCycle,
@@ -238,7 +239,9 @@ def _refuse_wait_cycle(svc: Services, ctx: ToolContext, target: Session) -> None
 
 def _answer(ctx: ToolContext, done: Delivered, background: bool, timeout: float) -> str:
     job = done.job
-    assert job is not None, "a spawn or an agent(to=...) always admits a job"
+    if job is None:
+        # Withdrawn at once: this turn is being cancelled (docs/collaboration.md#withdrawal).
+        raise Cancelled("not delivered: the job that sent it is being cancelled")
     if background:
         return json.dumps(
             {
@@ -318,8 +321,10 @@ def send_message(args: SendMessageArgs, ctx: ToolContext) -> str:
             "status": "queued",
             "note": "target busy, message queued; it is processed when its current turn ends",
         }
+    elif done.job is None:
+        # Withdrawn at once: this turn is being cancelled (docs/collaboration.md#withdrawal).
+        answer |= {"status": done.delivery.state.value, "note": done.delivery.reason}
     else:
-        assert done.job is not None
         answer |= {"status": "admitted", "execution_id": done.job.id}
     return json.dumps(answer)
 

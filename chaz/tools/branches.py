@@ -48,7 +48,8 @@ class ListAgentsArgs(BaseModel):
 
     scope: Literal["session", "all", "archived"] = Field(
         "session",
-        description="'session': sessions of this tree; 'all': every tree (no previews); "
+        description="'session': sessions of this tree; 'all': every session this one may "
+        "read, its tree and the trees below it (no previews); "
         "'archived': archived sessions of this tree (the other views hide them).",
     )
     limit: int = Field(20, ge=1, le=200)
@@ -99,11 +100,17 @@ def room_marker(session: Session) -> str:
 
 
 def list_agents(args: ListAgentsArgs, ctx: ToolContext) -> str:
-    """The sessions this one can address, most recently active first (of its
-    project only: another project's sessions are never named or previewed)."""
+    """The sessions this one may read, most recently active first: the read rule
+    of ``read_conversation`` and ``session_search`` (its tree, and sessions of
+    other trees below it; never another project's), so a listing names no
+    session that a read would answer as missing."""
     ctx.require(Grant.HISTORY_READ, "list sessions")
     svc = ctx.need_services()
     everywhere = args.scope == "all"
+    scope = visibility.readable_scope(svc, ctx.session_id)
+    if scope is None:
+        # The caller's own session is gone: there is nothing it may read.
+        return "Sessions: none."
     items = branches.summaries(
         svc,
         tree_id=None if everywhere else ctx.tree_id,
@@ -111,6 +118,7 @@ def list_agents(args: ListAgentsArgs, ctx: ToolContext) -> str:
         agent_id=args.agent_id,
         limit=args.limit,
         project=ctx.principal.project,
+        within=scope,
     )
     title = {
         "session": "Sessions of this tree",

@@ -150,6 +150,7 @@ def cancel_lineage(
     reason: str,
     by: str,
     expected_version: int | None = None,
+    depth: int = 0,
 ) -> dict[str, Any]:
     """Cancel ``job`` and its descendants, and withdraw what the lineage left
     waiting; the outcome (``cascaded``: the other jobs cancelled,
@@ -184,10 +185,19 @@ def cancel_lineage(
         j for j in store.deliveries.admitted_jobs(sent_by, keep_answers_of=job.id) if j not in done
     ]
     store.silence_followups(late)
+    withdrawn_ids = [d.id for d in withdrawn]
     for late_id in late:
-        cascaded.append(_cancel_one(services, store.get_job(late_id), reason)["execution_id"])
+        late_job = store.get_job(late_id)
+        if depth >= MAX_HOPS:
+            cascaded.append(_cancel_one(services, late_job, reason)["execution_id"])
+            continue
+        # A late job may have run and sent work of its own before this found
+        # it: it is cancelled with its lineage, as the addressed job was.
+        inner = cancel_lineage(services, late_job, reason=reason, by=by, depth=depth + 1)
+        cascaded.extend([inner["execution_id"], *inner["cascaded"]])
+        withdrawn_ids.extend(inner["withdrawn"])
     outcome["cascaded"] = cascaded
-    outcome["withdrawn"] = [d.id for d in withdrawn]
+    outcome["withdrawn"] = withdrawn_ids
     return outcome
 
 
@@ -222,7 +232,7 @@ def _cancel_one(
                 # started still counts in the queue (one queued again by an
                 # approval decision left it).
                 services.quotas.ended(
-                    done, dequeued=job.status is JobStatus.QUEUED and job.attempts == 0
+                    done, dequeued=job.status is JobStatus.QUEUED and job.starts == 0
                 )
                 _note(services, done, reason, waiting=job.status is JobStatus.WAITING_APPROVAL)
                 try:

@@ -42,6 +42,7 @@ from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.principals import LOCAL, Principal, grant_names
 from chaz.domain.sessions import Origin, Session, missing_session
 from chaz.errors import (
+    Cancelled,
     ChazError,
     ProjectLiveExceeded,
     ProjectRateExceeded,
@@ -97,15 +98,20 @@ def spawn(services: Services, sender: Sender, branch: NewBranch) -> Delivered:
             },
             idempotency_key=f"delivery:{values['id']}",
         )
+        check_sender(tx, sender.job_id, str(values["id"]))
         return tx.insert(draft, job_fields=_fields(sender, branch.generation), delivery=values)
 
-    done = admission.transact(
-        services,
-        "",
-        insert,
-        lambda: _replayed_entry(services, sender.key),
-        create=_child_session(sender, branch),
-    )
+    try:
+        done = admission.transact(
+            services,
+            "",
+            insert,
+            lambda: _replayed_entry(services, sender.key),
+            create=_child_session(sender, branch),
+        )
+    except SenderStopped:
+        # Nothing was created: no session, no job, no pointer.
+        raise Cancelled("the job that spawns it is being cancelled") from None
     admission.announce(services, done)
     for entry in created:
         admission.announce(services, Appended(entry, None, True))
@@ -228,15 +234,22 @@ def deliver(
     def insert(tx: Admitting) -> Appended:
         if tx.session.archived:
             raise _archived(tx.session)
+        check_sender(tx, sender.job_id, str(values["id"]))
         return tx.insert(draft, job_fields=_fields(sender, target.call_depth), delivery=values)
 
-    done = admission.transact(
-        services,
-        target.id,
-        insert,
-        lambda: _replayed_entry(services, sender.key),
-        project=sender.project,
-    )
+    try:
+        done = admission.transact(
+            services,
+            target.id,
+            insert,
+            lambda: _replayed_entry(services, sender.key),
+            project=sender.project,
+        )
+    except SenderStopped:
+        withdrawn = services.store.deliveries.insert_withdrawn(
+            values, by=str(sender.job_id), reason=SENDER_CANCELLED
+        )
+        return Delivered(withdrawn, target, None, created=True)
     admission.announce(services, done)
     found = _replay(services, sender.key)
     assert found is not None, "a committed delivery can be read back"
@@ -326,6 +339,20 @@ def drain(services: Services, session_id: str) -> int:
 #: A sender job in these states is being or was cancelled: what it left
 #: queued is withdrawn, not admitted (docs/collaboration.md#withdrawal).
 SENDER_STOPPED = frozenset({JobStatus.STOPPING, JobStatus.CANCELLED})
+SENDER_CANCELLED = "withdrawn: the job that sent it was cancelled"
+
+
+def check_sender(tx: Admitting, sender_job_id: str | None, delivery_id: str) -> None:
+    """:class:`SenderStopped` if the sending job is being or was cancelled.
+
+    Read with the sender's row share-locked inside the admission: a cancel
+    cascade's move of that job waits for this admission to commit (and
+    then finds the job it admitted), or this admission sees the move and
+    admits nothing. So a cancelled lineage admits no new work afterwards,
+    whenever its tool call was in flight (docs/collaboration.md#withdrawal).
+    """
+    if sender_job_id is not None and tx.job_status(sender_job_id) in SENDER_STOPPED:
+        raise SenderStopped(delivery_id)
 
 
 def admit_accepted(services: Services, delivery: Delivery) -> Job | None:
@@ -372,11 +399,11 @@ def admit_accepted(services: Services, delivery: Delivery) -> Job | None:
     def insert(tx: Admitting) -> Appended:
         if tx.session.archived:
             raise _archived(tx.session)
-        sender_job = delivery.sender_job_id if delivery.kind not in ANSWERS else None
-        if sender_job is not None and tx.job_status(sender_job) in SENDER_STOPPED:
-            # Queued by a turn whose cancel came after the cancel's withdrawal
-            # (a tool call in flight): withdrawn now rather than run.
-            raise SenderStopped(delivery.id)
+        # An answer is its sender's result going back: a cancelled job still
+        # sends its own (docs/collaboration.md#follow-ups).
+        check_sender(
+            tx, delivery.sender_job_id if delivery.kind not in ANSWERS else None, delivery.id
+        )
         return tx.take(delivery, draft, job_fields=fields)
 
     def replay() -> Appended | None:
@@ -390,9 +417,7 @@ def admit_accepted(services: Services, delivery: Delivery) -> Job | None:
         return None
     except SenderStopped:
         services.store.deliveries.withdraw_one(
-            delivery.id,
-            by=str(delivery.sender_job_id),
-            reason="withdrawn: the job that sent it was cancelled",
+            delivery.id, by=str(delivery.sender_job_id), reason=SENDER_CANCELLED
         )
         return None
     except RETRY_LATER:
@@ -516,17 +541,18 @@ def send_request(
     return deliver(services, who, target, DeliveryKind.SESSION_SEND, message, reply=reply)
 
 
-def lost_request(services: Services, job: Job, suspensions: int) -> bool:
+def lost_request(services: Services, job: Job) -> bool:
     """Whether ``job`` is a ``session_send``/``session_create`` request's turn that
-    was lost mid-flight: started before (its worker died, or a fault stopped
-    it) for a reason other than an approval decision.
+    was lost mid-flight: it spent an attempt before (its worker died, or a
+    fault stopped it); a resume after an approval decision or a hand-back
+    spends none (docs/executions.md#attempts).
 
     Such a turn is not resumed like an ordinary one: it ends ``interrupted``
     with ``delivery.interrupted`` and its one result goes back, so a request
     is never replayed (docs/sessions.md#sending-between-sessions). Reads the
     delivery only for a job that is both delivered and restarted.
     """
-    if job.delivery_id is None or job.attempts - suspensions <= 1:
+    if job.delivery_id is None or job.attempts <= 1:
         return False
     try:
         delivery = services.store.deliveries.get(job.delivery_id)

@@ -119,7 +119,8 @@ def test_a_waiting_turn_holds_no_worker_survives_them_all_and_resumes_once(
     reply = client.sessions.wait_for_reply(s.id, after=posted.seq, timeout=60)
     assert reply.type is EntryType.MESSAGE and reply.content == "after launch", reply.content
     job = client.jobs.get(job_id)
-    assert job.status is chaz.JobStatus.SUCCEEDED and job.attempts == 2
+    # The resume after the decision is no attempt: the worker it lost held nothing.
+    assert job.status is chaz.JobStatus.SUCCEEDED and (job.attempts, job.starts) == (1, 2)
     entries = client.sessions.entries(s.id)
     # The tool was called exactly once, after the decision.
     assert len(_for_call(entries, EntryType.TOOL_CALL, request.call_id)) == 1
@@ -131,7 +132,7 @@ def test_a_waiting_turn_holds_no_worker_survives_them_all_and_resumes_once(
     assert client.approvals.get(request.request_id).state is ApprovalState.APPROVED
     # One resume, and the later job ran only after the resumed turn ended.
     acks = [e.content for e in entries if e.job_id == job_id and e.type is EntryType.ACK]
-    assert acks == ["processing", "resumed: attempt 2"]
+    assert acks == ["processing", "resumed: attempt 1"]
     nxt = client.sessions.wait_for_reply(s.id, after=later.seq, timeout=30)
     assert nxt.content == "quick later" and nxt.seq > reply.seq
 
@@ -172,7 +173,9 @@ def test_denied_expired_and_cancelled_requests(stack: Stack) -> None:
     assert "approval.expired" in reply.content, reply.content
     after = client.approvals.decide(late.request_id, "approve")
     assert not after.effective and after.approval.state is ApprovalState.EXPIRED
-    assert client.jobs.get(slow.job_id or "").attempts == 2  # resumed once, not again
+    # Resumed once, not again; a resume after the expiry is no attempt.
+    timed_out = client.jobs.get(slow.job_id or "")
+    assert (timed_out.attempts, timed_out.starts) == (1, 2)
     entries = client.sessions.entries(h.id)
     assert not [
         e
@@ -325,3 +328,57 @@ def test_deciding_needs_the_grant_and_another_projects_request_is_not_found(
     with chaz.Client(stack.settings, migrate=False, project="other") as owner:
         reply = owner.sessions.wait_for_reply(theirs.id, after=posted.entry.seq, timeout=30)
     assert reply.content == "after their call", reply.content
+
+
+FOUR_THEN_HOLD = [
+    {
+        "steps": [
+            *({"call": "echo", "args": {"text": f"n{i}"}} for i in range(4)),
+            {"wait": "go-{session_id}", "timeout": 300},
+            {"say": "done {last_result}"},
+        ]
+    }
+]
+
+
+def test_resumes_after_decisions_are_no_attempts_and_a_kill_still_is_one(stack: Stack) -> None:
+    # Four decisions are four resumes, more than the attempt limit (3): none
+    # of them is an attempt. The worker killed mid-turn afterwards spends one.
+    client = stack.client
+    client.agents.put(
+        chaz.AgentSpec(
+            id="fourfold",
+            tools=["echo"],
+            script=FOUR_THEN_HOLD,
+            tool_policies={"echo": {"approval": "always"}},
+        )
+    )
+    [first] = stack.workers(1, concurrency=1, queues="chaz.turns")
+    s = client.sessions.create(agent_id="fourfold")
+    posted = client.sessions.post(s.id, "go", sender="user:alice")
+    job_id = posted.job_id or ""
+    for i in range(4):
+        request = _waiting(stack, job_id)
+        assert request.arguments == {"text": f"n{i}"}
+        assert client.approvals.decide(request.request_id, "approve", by="user:alice").effective
+
+    def results() -> list[str]:
+        return [e.content for e in client.sessions.entries(s.id) if e.type is EntryType.TOOL_RESULT]
+
+    held = stack.wait_for(lambda: len(results()) == 4, 30, "the turn at its gate, four echoes done")
+    assert held and results() == ["n0", "n1", "n2", "n3"]
+    job = client.jobs.get(job_id)
+    assert (job.status, job.attempts, job.starts) == (chaz.JobStatus.RUNNING, 1, 5)
+
+    first.kill(signal.SIGKILL)
+    assert first.proc is not None
+    first.proc.wait(timeout=30)
+    stack.workers(1, concurrency=1, queues="chaz.turns")
+    stack.open_gate(f"go-{s.id}")
+    reply = client.sessions.wait_for_reply(s.id, after=posted.seq, timeout=60)
+    assert reply.content == "done n3", reply.content
+    job = client.jobs.get(job_id)
+    # Not interrupted past the limit: two attempts, the first start and the crash's.
+    assert (job.status, job.attempts, job.starts) == (chaz.JobStatus.SUCCEEDED, 2, 6)
+    acks = [e.content for e in client.sessions.entries(s.id) if e.type is EntryType.ACK]
+    assert acks == ["processing", *["resumed: attempt 1"] * 4, "resumed: attempt 2"]

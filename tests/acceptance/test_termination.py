@@ -163,13 +163,14 @@ def test_a_turn_outliving_the_shutdown_grace_is_handed_back_and_resumed_at_once(
 
     mine = _ran_once(stack, s, posted)  # the echo step once, one reply
     acks = [e for e in mine if e.type is EntryType.ACK]
-    assert [e.content for e in acks] == ["processing", "resumed: attempt 2"]
+    # The resume spent no attempt: it is still the first.
+    assert [e.content for e in acks] == ["processing", "resumed: attempt 1"]
     assert [e.metadata["pid"] for e in acks] == [first.pid, second.pid]
     assert not [e for e in mine if e.type is EntryType.ERROR]
     # Two starts, one of them a hand-back's resume: one attempt counted.
     job = client.jobs.get(posted.job_id or "")
     cp = Checkpoint.from_json(client.services.store.checkpoint(job.id))
-    assert (job.attempts, cp.handbacks, cp.counted_attempts(job.attempts)) == (2, 1, 1)
+    assert (job.attempts, job.starts, cp.handbacks) == (1, 2, 1)
 
 
 def test_a_stop_deadline_hands_the_turn_back_before_the_kill(stack: Stack) -> None:
@@ -205,4 +206,4 @@ def test_a_stop_deadline_hands_the_turn_back_before_the_kill(stack: Stack) -> No
     assert [e.metadata["pid"] for e in acks][1:] == [second.pid]
     job = client.jobs.get(job.id)
     cp = Checkpoint.from_json(client.services.store.checkpoint(job.id))
-    assert cp.counted_attempts(job.attempts) == 1  # the hand-back's resume spent none
+    assert (job.attempts, job.starts) == (1, 2)  # the hand-back's resume spent none

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -43,7 +42,8 @@ from tests.support.dispatch import RecordingDispatcher
 from tests.support.projects import jobs_counter, live_members, session_in
 from tests.support.stack import Stack
 
-BOT = chaz.AgentSpec(id="bot", script=[{"steps": [{"say": "ok"}]}])
+#: The shared fixtures: ``mstack``, ``project`` and ``client``.
+pytest_plugins = ["tests.support.project_fixtures"]
 #: Holds at its session's gate; the tool call after it is a step boundary,
 #: where a cancel takes effect.
 GATED = chaz.AgentSpec(
@@ -70,25 +70,6 @@ CAREFUL = chaz.AgentSpec(
     ],
     tool_policies={"echo": {"approval": "always", "timeout": 300}},
 )
-
-
-@pytest.fixture(scope="module")
-def mstack(module_stack: Stack) -> Stack:
-    module_stack.client.agents.put(BOT)
-    return module_stack
-
-
-@pytest.fixture
-def project() -> str:
-    """A project of this test's own."""
-    return f"p{uuid.uuid4().hex[:12]}"
-
-
-@pytest.fixture
-def client(mstack: Stack, project: str) -> Iterator[chaz.Client]:
-    """An operator's client acting in the test's project."""
-    with chaz.Client(mstack.settings, migrate=False, project=project) as c:
-        yield c
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,30 +26,13 @@ from chaz.settings import Settings
 from chaz.usecases import admission
 from chaz.usecases import projects as project_cases
 from tests.support.concurrency import race
+from tests.support.project_fixtures import BOT
 from tests.support.projects import session_in
 from tests.support.stack import Stack
 
-BOT = chaz.AgentSpec(id="bot", script=[{"steps": [{"say": "ok"}]}])
+#: The shared fixtures: ``mstack``, ``project`` and ``client``.
+pytest_plugins = ["tests.support.project_fixtures"]
 ECHO = chaz.AgentSpec(id="echo", script=[{"steps": [{"say": "{input}"}]}])
-
-
-@pytest.fixture(scope="module")
-def mstack(module_stack: Stack) -> Stack:
-    module_stack.client.agents.put(BOT)
-    return module_stack
-
-
-@pytest.fixture
-def project() -> str:
-    """A project of this test's own."""
-    return f"p{uuid.uuid4().hex[:12]}"
-
-
-@pytest.fixture
-def client(mstack: Stack, project: str) -> Iterator[chaz.Client]:
-    """An operator's client acting in the test's project."""
-    with chaz.Client(mstack.settings, migrate=False, project=project) as c:
-        yield c
 
 
 def set_rate(client: chaz.Client, project: str, rate: int | None, **limits: Any) -> chaz.Project:

@@ -26,8 +26,9 @@ from chaz.runtime.backends.base import ToolCallRequest
 from chaz.runtime.registry import ToolContext
 from chaz.store.models import DeliveryRow, JobRow, SessionRow
 from chaz.usecases import deliveries, naming
-from chaz.usecases.turns import RunnerDelegation, TurnRunner
+from chaz.usecases.turns import TurnRunner
 from tests.support.stack import Stack
+from tests.support.turns import interactive_turn
 
 SESSION_TOOLS = ["session_send", "session_create", "session_deliveries", "session_rename", "echo"]
 BOT = chaz.AgentSpec(id="bot", tools=SESSION_TOOLS, script=[{"steps": [{"say": "ok"}]}])
@@ -45,19 +46,7 @@ def _turn(
     client: chaz.Client, session_id: str, sender: str = "user:alice", type: str = "message"
 ) -> ToolContext:
     """The context of the turn an entry from ``sender`` admits (it is not run)."""
-    posted = client.sessions.post(session_id, "please", sender=sender, type=type)
-    assert posted.job_id is not None
-    session = client.sessions.get(session_id)
-    return ToolContext(
-        session_id=session.id,
-        job_id=posted.job_id,
-        agent_id=session.agent_id,
-        tree_id=session.tree_id,
-        call_depth=0,
-        allowed_tools=frozenset(SESSION_TOOLS),
-        services=client.services,
-        delegation=RunnerDelegation(TurnRunner(client.services, client.tools)),
-    )
+    return interactive_turn(client, session_id, SESSION_TOOLS, sender=sender, type=type)
 
 
 def _call(

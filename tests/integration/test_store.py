@@ -340,11 +340,33 @@ def test_a_hand_back_drops_the_fence_and_the_next_start_takes_the_job_over(store
         )
     assert store.checkpoint(job_id) == {"steps": 1, "handbacks": 1}
 
-    # The next worker, for a resume: no second Ack.
+    # The next worker, for a resume: no second Ack, and no attempt spent.
     taken, ack = store.start_turn(job_id, "tok-2", ack_sender="agent:bot")
-    assert taken.attempts == 2 and taken.status is JobStatus.RUNNING and ack is None
+    assert (taken.attempts, taken.starts) == (1, 2)
+    assert taken.status is JobStatus.RUNNING and ack is None
     store.save_checkpoint(Fence(job_id, "tok-2"), {"steps": 2, "handbacks": 1})
     assert store.checkpoint(job_id) == {"steps": 2, "handbacks": 1}
+
+
+def test_only_a_restart_spends_an_attempt_on_either_start_path(store: Store) -> None:
+    # docs/executions.md#attempts: the compare-and-set start (``seen``) and
+    # the locking one count alike, from the row the database holds.
+    s = store.create_session("bot")
+    job_id = _running_job(store, s.id, "tok-1")
+    store.hand_back(Fence(job_id, "tok-1"), {"handbacks": 1})
+    taken, _ = store.start_turn(job_id, "tok-2", seen=store.get_job(job_id))
+    assert (taken.attempts, taken.starts) == (1, 2)
+    # tok-2's worker died holding the job: each takeover is an attempt.
+    stale = store.get_job(job_id)
+    taken, _ = store.start_turn(job_id, "tok-3")
+    assert (taken.attempts, taken.starts) == (2, 3)
+    taken, _ = store.start_turn(job_id, "tok-4", seen=stale)  # a changed job: the locking path
+    assert (taken.attempts, taken.starts) == (3, 4)
+    store.hand_back(Fence(job_id, "tok-4"), {"handbacks": 2})
+    taken, _ = store.start_turn(job_id, "tok-5")
+    assert (taken.attempts, taken.starts) == (3, 5)
+    job = store.get_job(job_id)
+    assert (job.attempts, job.starts, job.status) == (3, 5, JobStatus.RUNNING)
 
 
 def test_a_fence_on_a_missing_job_is_refused(store: Store) -> None:

@@ -1,4 +1,4 @@
-"""``session_search`` and ``session_list`` see only what the caller may read
+"""``session_search``, ``session_list`` and ``list_agents`` see only what the caller may read
 (docs/contracts.md#visibility): a session of another tree of the same project,
 which ``read_conversation`` answers as missing, is never listed, counted or
 quoted; its own tree and the sessions below it are.
@@ -10,6 +10,7 @@ tools are invoked through the registry with the context that turn would give the
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -23,26 +24,16 @@ from chaz.services import Services
 from chaz.store.types import JobFields
 from chaz.usecases import admission
 from tests.support.stack import Stack
+from tests.support.turns import interactive_turn
 
-TOOLS = ["session_list", "session_search"]
+TOOLS = ["session_list", "session_search", "list_agents"]
 FINDER = chaz.AgentSpec(id="finder", tools=TOOLS, script=[{"steps": [{"say": "ok"}]}])
 WORD = "marmot-ledger"
 
 
 def _turn(client: chaz.Client, session_id: str) -> ToolContext:
     """The context of the interactive turn a person's Message admits (not run)."""
-    posted = client.sessions.post(session_id, "find things", sender="user:alice")
-    assert posted.job_id is not None
-    session = client.sessions.get(session_id)
-    return ToolContext(
-        session_id=session.id,
-        job_id=posted.job_id,
-        agent_id=session.agent_id,
-        tree_id=session.tree_id,
-        call_depth=0,
-        allowed_tools=frozenset(TOOLS),
-        services=client.services,
-    )
+    return interactive_turn(client, session_id, TOOLS, text="find things")
 
 
 def _call(client: chaz.Client, ctx: ToolContext, name: str, **args: Any) -> dict[str, Any]:
@@ -102,6 +93,16 @@ def _listed(client: chaz.Client, ctx: ToolContext) -> set[str]:
     return {c["sessionId"] for c in _call(client, ctx, "session_list", limit=100)["sessions"]}
 
 
+def _agents(client: chaz.Client, ctx: ToolContext, limit: int = 200) -> list[str]:
+    """The session ids ``list_agents(scope="all")`` names, in its order."""
+    args = json.dumps({"scope": "all", "limit": limit})
+    outcome = client.tools.invoke(
+        ToolCallRequest(id=f"c-list-{limit}", name="list_agents", arguments=args), ctx
+    )
+    assert not outcome.is_error, outcome.output
+    return re.findall(r"^- (\w+) ", outcome.output, re.M)
+
+
 @pytest.mark.parametrize(
     ("viewer", "sees"),
     [
@@ -127,6 +128,7 @@ def test_search_and_listing_show_exactly_the_readable_sessions(
         {world["stranger"].id} if viewer == "stranger" else set()
     )  # by name alone: no metadata hit of an unreadable session either
     assert _listed(client, ctx) == expected
+    assert set(_agents(client, ctx)) == expected  # every tree it may read, no other
     # The producer's search and listing stay project-wide.
     assert {r.session.session_id for r in client.sessions.search(WORD, limit=50)} == {
         s.id for s in world.values()
@@ -146,3 +148,4 @@ def test_a_page_fills_to_its_limit_past_unreadable_sessions(
     assert [c["sessionId"] for c in page["sessions"]] == [world["below"].id]
     found = _call(client, ctx, "session_search", query=WORD, limit=1)["results"]
     assert [r["sessionId"] for r in found] == [world["below"].id]
+    assert _agents(client, ctx, limit=1) == [world["below"].id]

@@ -11,6 +11,8 @@ cancelled, never both and never neither.
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -29,12 +31,14 @@ from chaz.domain.deliveries import (
 )
 from chaz.domain.jobs import JobStatus
 from chaz.domain.principals import LOCAL, Principal
-from chaz.errors import Forbidden, IdempotencyMismatch, SessionNotFound
+from chaz.errors import Cancelled, Forbidden, IdempotencyMismatch, SessionNotFound
+from chaz.runtime.backends.base import ToolCallRequest
 from chaz.services import Services
-from chaz.usecases import control, deliveries
+from chaz.usecases import admission, control, deliveries
 from chaz.usecases.stop import stop_session
 from tests.support.principals import session_in
 from tests.support.stack import Stack
+from tests.support.turns import interactive_turn
 
 AGENT = chaz.AgentSpec(id="quiet", script=[{"steps": [{"say": "ok"}]}])
 
@@ -254,3 +258,179 @@ def test_stop_is_authorized_like_a_cancel(services: Services, stack: Stack) -> N
     with pytest.raises(IdempotencyMismatch):
         control.cancel(services, job or "", command_id="stop-theirs")
     assert services.store.get_job(job or "").status is JobStatus.QUEUED
+
+
+def _running_sender(services: Services, stack: Stack) -> tuple[str, Sender, chaz.Session]:
+    """A sender job whose turn runs (started as a worker would), and an idle target."""
+    client = stack.client
+    sender = client.sessions.create("quiet")
+    target = client.sessions.create("quiet")
+    job_id = client.sessions.post(sender.id, "send", sender="user:t").job_id or ""
+    services.store.start_turn(job_id, "tok-sender")
+    who = Sender(
+        sender="agent:quiet",
+        key=f"message:{job_id}:in-flight",
+        session_id=sender.id,
+        job_id=job_id,
+        tree_id=sender.tree_id,
+    )
+    return job_id, who, target
+
+
+def test_an_in_flight_send_admitting_after_the_cascade_is_withdrawn(
+    services: Services, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sender's tool call found its target idle and was about to admit the
+    message at once when the cancel cascade ran, read the lineage and
+    finished: the admission, inside its transaction, finds the sender
+    stopping and records the delivery withdrawn; no job, nothing in the
+    target."""
+    job_id, who, target = _running_sender(services, stack)
+    transact = admission.transact
+    outcomes: list[dict[str, Any]] = []
+
+    def cascade_first(*args: Any, **kwargs: Any) -> Any:
+        outcomes.append(control.cancel(services, job_id, command_id="cancel-in-flight"))
+        return transact(*args, **kwargs)
+
+    monkeypatch.setattr(admission, "transact", cascade_first)
+    done = deliveries.deliver(
+        services, who, services.store.get_session(target.id), DeliveryKind.MESSAGE, "late"
+    )
+    [outcome] = outcomes
+    assert outcome["status"] == JobStatus.STOPPING.value and outcome["cascaded"] == []
+    assert done.job is None and not done.queued
+    assert done.delivery.state is DeliveryState.WITHDRAWN and done.delivery.code == WITHDRAWN_CODE
+    assert done.delivery.metadata["withdrawn_by"] == job_id
+    assert services.store.list_jobs(parent_job_id=job_id) == []
+    assert stack.client.sessions.entries(target.id) == []
+    # A replay of the same call answers the same, and still admits nothing.
+    monkeypatch.setattr(admission, "transact", transact)
+    again = deliveries.deliver(
+        services, who, services.store.get_session(target.id), DeliveryKind.MESSAGE, "late"
+    )
+    assert again.delivery.id == done.delivery.id and not again.created and again.job is None
+    # A spawn in flight the same way creates nothing: no session, no job.
+    before = len(stack.client.sessions.list())
+    spawner = Sender(
+        sender="agent:quiet",
+        key=f"spawn:{job_id}:in-flight",
+        session_id=who.session_id,
+        job_id=job_id,
+        tree_id=who.tree_id,
+    )
+    with pytest.raises(Cancelled) as refused:
+        deliveries.spawn(services, spawner, NewBranch("quiet", "work", reply=Reply.FOLLOWUP))
+    assert refused.value.code == "job.cancelled"
+    assert len(stack.client.sessions.list()) == before
+    assert services.store.list_jobs(parent_job_id=job_id) == []
+
+
+def test_a_cascade_waits_for_an_admission_that_read_its_sender_first(
+    services: Services, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The admission checked its sender (running) and holds it share-locked,
+    uncommitted, when the cascade reads the lineage: the cascade's move of
+    the sender waits for the commit, then finds the admitted job and
+    cancels it."""
+    job_id, who, target = _running_sender(services, stack)
+    lineage_read, checked = threading.Event(), threading.Event()
+    check = deliveries.check_sender
+
+    def check_then_hold(tx: Any, sender_job_id: str | None, delivery_id: str) -> None:
+        check(tx, sender_job_id, delivery_id)
+        checked.set()
+        assert lineage_read.wait(60), "the cascade never read the lineage"
+
+    read = control.descendants
+
+    def read_then_go_on(svc: Services, root: str) -> list[chaz.Job]:
+        found = read(svc, root)
+        lineage_read.set()
+        return found
+
+    monkeypatch.setattr(deliveries, "check_sender", check_then_hold)
+    monkeypatch.setattr(control, "descendants", read_then_go_on)
+    admitted: list[Delivered] = []
+    sending = threading.Thread(
+        target=lambda: admitted.append(
+            deliveries.deliver(
+                services, who, services.store.get_session(target.id), DeliveryKind.MESSAGE, "hi"
+            )
+        )
+    )
+    sending.start()
+    assert checked.wait(60), "the admission never checked its sender"
+    outcome = control.cancel(services, job_id, command_id="cancel-waits")
+    sending.join(60)
+    [done] = admitted
+    assert done.job is not None and done.job.parent_job_id == job_id
+    assert outcome["cascaded"] == [done.job.id] and outcome["withdrawn"] == []
+    assert services.store.get_job(done.job.id).status is JobStatus.CANCELLED
+
+
+def test_a_stopping_turns_tools_say_withdrawn_and_admit_nothing(
+    services: Services, stack: Stack
+) -> None:
+    """What the model reads when its tool call lands after its own cancel: the
+    message is reported withdrawn, ``agent(to=)`` fails ``job.cancelled``."""
+    client = stack.client
+    sender = client.sessions.create("quiet")
+    target = client.sessions.create("quiet")
+    ctx = interactive_turn(client, sender.id, ["send_message", "agent"])
+    services.store.start_turn(ctx.job_id, "tok-tools")
+    assert control.cancel(services, ctx.job_id)["status"] == JobStatus.STOPPING.value
+
+    def call(name: str, args: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        request = ToolCallRequest(id=f"c-{name}", name=name, arguments=json.dumps(args))
+        outcome = client.tools.invoke(request, ctx)
+        return json.loads(outcome.output), outcome.is_error
+
+    sent, is_error = call("send_message", {"to": target.id, "message": "hi"})
+    assert not is_error and sent["status"] == DeliveryState.WITHDRAWN.value, sent
+    assert services.store.deliveries.get(sent["delivery_id"]).code == WITHDRAWN_CODE
+    ran, is_error = call("agent", {"to": target.id, "prompt": "go", "run_in_background": True})
+    assert is_error and ran["error"]["code"] == "job.cancelled", ran
+    assert services.store.list_jobs(parent_job_id=ctx.job_id) == []
+    assert client.sessions.entries(target.id) == []
+
+
+def test_a_job_admitted_inside_the_cascade_is_cancelled_with_what_it_sent(
+    services: Services, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the cascade's read of the lineage and its move of the sender, the
+    sender admitted a job at once into an idle target, and that job ran and
+    sent work of its own: the cascade finds the late job and cancels it with
+    its lineage, so what it sent does not run either."""
+    job_id, who, target = _running_sender(services, stack)
+    onward = stack.client.sessions.create("quiet")
+    silence = services.store.silence_followups
+    made: list[str] = []
+
+    def sends_between(job_ids: Iterable[str]) -> None:
+        if not made:
+            late = deliveries.deliver(
+                services, who, services.store.get_session(target.id), DeliveryKind.AGENT, "go"
+            )
+            assert late.job is not None
+            services.store.start_turn(late.job.id, "tok-late")
+            hop = Sender(
+                sender="agent:quiet",
+                key=f"message:{late.job.id}:onward",
+                session_id=target.id,
+                job_id=late.job.id,
+                tree_id=target.tree_id,
+            )
+            further = deliveries.deliver(
+                services, hop, services.store.get_session(onward.id), DeliveryKind.AGENT, "on"
+            )
+            assert further.job is not None and further.job.parent_job_id == late.job.id
+            made.extend([late.job.id, further.job.id])
+        silence(job_ids)
+
+    monkeypatch.setattr(services.store, "silence_followups", sends_between)
+    outcome = control.cancel(services, job_id, command_id="cancel-late-lineage")
+    late_id, further_id = made
+    assert outcome["cascaded"] == [late_id, further_id]
+    assert services.store.get_job(late_id).status is JobStatus.STOPPING
+    assert services.store.get_job(further_id).status is JobStatus.CANCELLED

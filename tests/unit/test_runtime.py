@@ -978,10 +978,10 @@ def test_a_tool_cut_by_a_hand_back_stays_pending_and_is_not_its_outcome() -> Non
     assert [p["id"] for p in rec.checkpoints[-1]["pending"]] == ["call_0_0"]
 
 
-def test_counted_attempts_leave_out_decisions_and_hand_backs() -> None:
-    assert Checkpoint().counted_attempts(1) == 1
+def test_checkpoint_counts_decisions_and_hand_backs_and_round_trips() -> None:
     cp = Checkpoint.from_json({"suspensions": 1, "handbacks": 2})
-    assert cp.counted_attempts(5) == 2
-    # Older checkpoints (no such fields) count every start, as before.
-    assert Checkpoint.from_json({"steps": 1}).counted_attempts(3) == 3
+    assert (cp.suspensions, cp.handbacks) == (1, 2)
+    # Older checkpoints (no such fields) read as none of either.
+    old = Checkpoint.from_json({"steps": 1})
+    assert (old.suspensions, old.handbacks) == (0, 0)
     assert Checkpoint.from_json(cp.to_json()) == cp

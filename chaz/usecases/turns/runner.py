@@ -28,7 +28,6 @@ from chaz.errors import ChazError, IllegalTransition, LeaseLost
 from chaz.plumbing.dispatch import Wake
 from chaz.plumbing.faults import is_transient
 from chaz.runtime.cancel import Running
-from chaz.runtime.loop import Checkpoint
 from chaz.runtime.registry import ToolRegistry
 from chaz.services import Services
 from chaz.store.core import TurnStart
@@ -299,11 +298,11 @@ class TurnRunner:
         if job is None:
             return Ran(finished=True)
         # It left the queue on its first start (a resumed turn left it then).
-        cancel_requested = svc.signals.started(job, feed.take(), dequeued=job.attempts == 1)
+        cancel_requested = svc.signals.started(job, feed.take(), dequeued=job.starts == 1)
         turn = Turn(svc, self.registry, self._delegation, job, setup, token, feed, cancel_requested)
         if _given_up(svc, turn):
             return Ran(finished=True)
-        if job.attempts > 1:
+        if job.starts > 1:
             turn.announce_resume()
         return self._think(turn)
 
@@ -342,7 +341,9 @@ class TurnRunner:
 def _given_up(services: Services, turn: Turn) -> bool:
     """End a restarted turn that must not run again; whether it was ended."""
     job = turn.job
-    if job.attempts > 1 and _lost_request(services, job):
+    # Only a restart spends a second attempt: a resume after an approval
+    # decision or a hand-back stopped at a safe point and replays nothing.
+    if job.attempts > 1 and deliveries.lost_request(services, job):
         # A session_send/session_create request is never replayed: its lost
         # turn ends here, and its one result goes back (docs/sessions.md).
         turn.fail(
@@ -351,7 +352,7 @@ def _given_up(services: Services, turn: Turn) -> bool:
             code=DELIVERY_INTERRUPTED,
         )
         return True
-    if job.attempts > MAX_ATTEMPTS and not _resumed_by_decisions(services, job):
+    if job.attempts > MAX_ATTEMPTS:
         turn.fail(
             JobStatus.INTERRUPTED,
             ChazError(f"the turn was interrupted {MAX_ATTEMPTS} times; giving up"),
@@ -359,21 +360,3 @@ def _given_up(services: Services, turn: Turn) -> bool:
         )
         return True
     return False
-
-
-def _resumed_by_decisions(services: Services, job: Job) -> bool:
-    """Whether the job's attempts past the limit are resumes after approval
-    decisions (docs/approvals.md) or hand-backs (docs/operations.md#termination),
-    which are not failed attempts."""
-    cp = Checkpoint.from_json(services.store.checkpoint(job.id))
-    return cp.counted_attempts(job.attempts) <= MAX_ATTEMPTS
-
-
-def _lost_request(services: Services, job: Job) -> bool:
-    """Whether a restarted job is a request (``session_send``/``session_create``)
-    whose turn was lost mid-flight."""
-    if job.delivery_id is None:
-        return False
-    cp = Checkpoint.from_json(services.store.checkpoint(job.id))
-    # A hand-back stopped the turn at a safe point: its resume replays nothing.
-    return deliveries.lost_request(services, job, cp.suspensions + cp.handbacks)

@@ -93,7 +93,7 @@ class Turn:
         #: Set when the turn was handed back instead of ending.
         self.handed_back = False
         #: When it started, for its duration (counted here: one Turn per start).
-        self.began = metrics.turn_started(job.attempts, job.created_at, job.started_at)
+        self.began = metrics.turn_started(job.starts, job.created_at, job.started_at)
 
     def run(self) -> None:
         """The turn itself, to its last entry (reply or Error, committed with the
@@ -153,7 +153,7 @@ class Turn:
             spec.system_prompt, self.setup.history, self.agent_id, notes=self._room_notes()
         )
         limits = spec.limits.narrowed(session.limits)
-        resume = Checkpoint.from_json(svc.store.checkpoint(job.id)) if job.attempts > 1 else None
+        resume = Checkpoint.from_json(svc.store.checkpoint(job.id)) if job.starts > 1 else None
         trigger = self.setup.trigger
         turn = TurnContext(
             session_id=job.session_id,
@@ -232,9 +232,10 @@ class Turn:
         """Give the turn back for another worker to resume (this one is shutting
         down; docs/operations.md#termination): no reply, no Error.
 
-        The checkpoint counts the hand-back, so the resume spends no attempt;
-        the job's lease token is dropped in the same write, so nothing this
-        worker still holds can write for it. The caller releases the lane and
+        The job's lease token is dropped in the same write as the checkpoint
+        (which counts the hand-back), so the resume spends no attempt
+        (docs/executions.md#attempts) and nothing this worker still holds can
+        write for it. The caller releases the lane and
         wakes the session.
         """
         store = self.services.store
@@ -288,8 +289,14 @@ class Turn:
             EntryType.ACK,
             self.me,
             f"resumed: attempt {job.attempts}",
-            metadata={"resumed": job.attempts, "host": socket.gethostname(), "pid": os.getpid()},
-            idempotency_key=f"job:{job.id}:resume:{job.attempts}",
+            metadata={
+                "resumed": job.attempts,
+                "start": job.starts,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+            },
+            # One per start: a resume after an approval spends no attempt.
+            idempotency_key=f"job:{job.id}:resume:{job.starts}",
             job_id=job.id,
         )
         admission.append(self.services, job.session_id, draft, self.fence, feed=self.feed)

@@ -7,6 +7,7 @@ any number of replicas may run behind a load balancer.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
@@ -17,12 +18,15 @@ import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from chaz.errors import BackendUnavailable, ChazError, ValidationError
+from chaz.errors import BackendUnavailable, ChazError, NotFound, ValidationError
 from chaz.server import runs, threads
 from chaz.server.errors import body_of, status_of
 from chaz.server.state import Server
 from chaz.services import Services
+
+log = logging.getLogger(__name__)
 
 
 def create_app(services: Services, *, anonymous: bool = False) -> FastAPI:
@@ -55,6 +59,8 @@ def create_app(services: Services, *, anonymous: bool = False) -> FastAPI:
     app.add_exception_handler(sqlalchemy.exc.OperationalError, _backend_down)
     app.add_exception_handler(sqlalchemy.exc.InterfaceError, _backend_down)
     app.add_exception_handler(sqlalchemy.exc.TimeoutError, _backend_down)
+    app.add_exception_handler(StarletteHTTPException, _routing_error)
+    app.add_exception_handler(Exception, _unexpected)
     return app
 
 
@@ -97,6 +103,22 @@ async def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
     where = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
     field = ".".join(where) or "body"
     return _answer(ValidationError(f"{field}: {first.get('msg', 'invalid')}", field=field))
+
+
+async def _routing_error(_: Request, exc: Exception) -> JSONResponse:
+    """No such route, or not with that method: the status stays, and the body
+    has a stable code like every other error's."""
+    assert isinstance(exc, StarletteHTTPException)
+    error: ChazError = (
+        NotFound(str(exc.detail)) if exc.status_code == 404 else ValidationError(str(exc.detail))
+    )
+    return JSONResponse(body_of(error), status_code=exc.status_code, headers=exc.headers)
+
+
+async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+    """A bug: logged with its traceback, answered 500 ``chaz.error`` without it."""
+    log.error("unexpected error", exc_info=exc)
+    return _answer(ChazError("internal error (see the server's log)"))
 
 
 async def _backend_down(_: Request, exc: Exception) -> JSONResponse:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse
 
@@ -182,7 +182,9 @@ def stream_run(thread_id: str, c: Caller, payload: Payload = None) -> EventSourc
 def _events(c: Call, run: Started, modes: tuple[str, ...]) -> Iterator[dict[str, str]]:
     """The events of one streamed run, in the order LangGraph's clients expect."""
     yield _event("metadata", {"run_id": run.job.id, "thread_id": run.session.id})
-    entries = c.conversation(run.session.id)
+    # Up to the input: what the follow yields next starts right after it, so
+    # an entry committed since the write is neither lost nor sent twice.
+    entries = [e for e in c.conversation(run.session.id) if e.seq <= run.entry.seq]
     if "values" in modes:
         yield _event("values", mapping.values(entries))
     try:
@@ -212,12 +214,14 @@ def _event(name: str, data: object) -> dict[str, str]:
 def list_runs(
     thread_id: str,
     c: Caller,
+    request: Request,
     limit: int = Query(10, ge=1, le=MAX_RUNS),
     offset: int = Query(0, ge=0, le=100_000),
     status: str | None = Query(None),
 ) -> list[dict[str, Any]]:
     """The thread's runs, newest first; ``status`` keeps the runs of one status."""
     c.principal.require(Grant.HISTORY_READ, "read runs")
+    fields.refuse_unknown(request.query_params, ("limit", "offset", "status"))
     if status is not None and status not in mapping.JOB_STATES:
         raise ValidationError(
             "status must be one of " + ", ".join(mapping.JOB_STATES), field="status"
@@ -254,14 +258,16 @@ def get_run(thread_id: str, run_id: str, c: Caller) -> dict[str, Any]:
 @router.post("/threads/{thread_id}/runs/{run_id}/cancel", response_model=None)
 def cancel_run(
     thread_id: str,
-    c: Caller,
     run_id: str,
+    c: Caller,
+    request: Request,
     wait: bool = Query(False),
     action: str = Query("interrupt"),
 ) -> Response | dict[str, Any]:
     """Cancel a run (chaz's ``execution.cancel``: the turn stops, its entries
     stay; ``action=interrupt``). With ``wait``, answer when it has ended."""
     c.principal.require(Grant.RUNTIME_CONTROL, "cancel runs")
+    fields.refuse_unknown(request.query_params, ("wait", "action"))
     if action != "interrupt":
         raise Unsupported(
             f"action {action!r} is not supported by chaz (yet): use interrupt", field="action"

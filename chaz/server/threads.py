@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from chaz.access import branches
 from chaz.domain.principals import Grant
@@ -91,10 +91,12 @@ def search_threads(c: Caller, payload: Payload = None) -> list[dict[str, Any]]:
 def thread_state(
     thread_id: str,
     c: Caller,
+    request: Request,
     subgraphs: bool = Query(False),
 ) -> dict[str, Any]:
     """A thread's state: its conversation as ``values.messages``, at its last entry."""
     c.principal.require(Grant.HISTORY_READ, "read threads")
+    fields.refuse_unknown(request.query_params, ("subgraphs",))
     if subgraphs:
         fields.refuse_unknown({"subgraphs": True}, ())
     session = c.thread(thread_id)

@@ -254,6 +254,13 @@ def test_a_key_of_another_project_finds_nothing(served: Served) -> None:
         assert [t["thread_id"] for t in await other.threads.search()] == []
         assert len(await owner.runs.list(tid)) == 1  # the refused create wrote nothing
 
+        # A key without the grant is refused before anything is looked up.
+        _, reader_key = served.stack.client.keys.create("user:reader", "readers", "history.read")
+        reader = served.sdk(reader_key)
+        answer = await refused(reader.threads.create(graph_id=SAYER.id))
+        assert (answer.status_code, answer.json()["code"]) == (403, "auth.forbidden")
+        assert await reader.threads.search() == []
+
         bad_key = await refused(served.sdk("chz_nope_nope").threads.get(tid))
         assert (bad_key.status_code, bad_key.json()["code"]) == (401, "auth.unauthenticated")
         # No key at all: the operator only on the embedded default's loopback listener.
@@ -291,8 +298,14 @@ def test_unsupported_fields_are_refused_with_the_field_named(served: Served) -> 
             assert answer.status_code == 422, field
             body = answer.json()
             assert (body["code"], body["details"]["field"]) == ("request.unsupported", field)
+        # Query parameters too: runs.list(select=...) is not silently ignored.
+        answer = await refused(sdk.runs.list(tid, select=["run_id"]))
+        assert (answer.status_code, answer.json()["details"]["field"]) == (422, "select")
         assert await sdk.runs.list(tid) == []
         assert (await sdk.threads.get_state(tid))["values"] == {"messages": []}
+        # No such route: 404 with a stable code too.
+        answer = await refused(sdk.http.get("/no/such/route"))
+        assert (answer.status_code, answer.json()["code"]) == (404, "not_found")
 
         # A field chaz does implement, given a bad value, is request.invalid.
         answer = await refused(sdk.runs.create(tid, "no-such-assistant", input=said))

@@ -111,14 +111,17 @@ def start(c: Call, thread_id: str, given: dict[str, Any], streamed: bool) -> Sta
     return Started(session, done.entry, job, strategy)
 
 
-def follow(c: Call, run: Started, *, partial: bool) -> Iterator[Entry | Partial]:
-    """The session's entries after the run's input (and with ``partial`` the
-    run's partials), up to and including the run's reply or Error."""
+def follow(
+    c: Call, run: Started, *, partial: bool, with_input: bool = False
+) -> Iterator[Entry | Partial]:
+    """The session's entries after the run's input (``with_input``: from the
+    input on), and with ``partial`` the run's partials, up to and including
+    the run's reply or Error."""
     for item in watch(
         c.services.store,
         c.services.redis,
         run.session.id,
-        after=run.entry.seq,
+        after=run.entry.seq - 1 if with_input else run.entry.seq,
         timeout=FOLLOW_SECONDS,
         partial=partial,
         subscriber=c.services.subscriber,
@@ -181,6 +184,22 @@ def stream_run(thread_id: str, c: Caller, payload: Payload = None) -> EventSourc
 
 def _events(c: Call, run: Started, modes: tuple[str, ...]) -> Iterator[dict[str, str]]:
     """The events of one streamed run, in the order LangGraph's clients expect."""
+    items = follow(c, run, partial="messages-tuple" in modes, with_input=True)
+    try:
+        yield from _followed(c, run, modes, items)
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()  # unsubscribes
+
+
+def _followed(
+    c: Call, run: Started, modes: tuple[str, ...], items: Iterator[Entry | Partial]
+) -> Iterator[dict[str, str]]:
+    # The input, read through the watch: once it is here the watch has
+    # subscribed, so a client that acts on the metadata event (the run has
+    # begun) misses no partial published after it.
+    next(items)
     yield _event("metadata", {"run_id": run.job.id, "thread_id": run.session.id})
     # Up to the input: what the follow yields next starts right after it, so
     # an entry committed since the write is neither lost nor sent twice.
@@ -188,7 +207,7 @@ def _events(c: Call, run: Started, modes: tuple[str, ...]) -> Iterator[dict[str,
     if "values" in modes:
         yield _event("values", mapping.values(entries))
     try:
-        for item in follow(c, run, partial="messages-tuple" in modes):
+        for item in items:
             if isinstance(item, Partial):
                 meta = {"run_id": run.job.id, "thread_id": run.session.id, "step": item.step}
                 yield _event("messages", [mapping.chunk(item.job_id, item.step, item.text), meta])

@@ -9,11 +9,14 @@ gate the test opens (a scripted ``wait`` step), so nothing races the clock.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import socket
 import subprocess
 import uuid
 from collections.abc import Awaitable, Coroutine, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
@@ -23,7 +26,8 @@ from langgraph_sdk.client import LangGraphClient
 
 import chaz
 from chaz.domain.principals import ALL_GRANTS
-from tests.acceptance.test_cli import INTERRUPTIBLE_CLI, cli_env
+from chaz.settings import Settings
+from tests.acceptance.test_cli import INTERRUPTIBLE_CLI, cli_env, wait_for
 from tests.conftest import free_port
 from tests.support.stack import Stack
 
@@ -89,7 +93,7 @@ def served(module_stack: Stack) -> Iterator[Served]:
 
 
 def _answers(url: str, child: subprocess.Popen[bytes]) -> bool:
-    assert child.poll() is None, "chaz serve exited"
+    assert child.poll() is None, "the server's process exited"
     try:
         return httpx.get(f"{url}/ok", timeout=5).json() == {"ok": True}
     except httpx.HTTPError:
@@ -317,3 +321,50 @@ def test_unsupported_fields_are_refused_with_the_field_named(served: Served) -> 
         )
 
     run(scenario())
+
+
+@pytest.mark.slow  # boots a `chaz up` of its own: .ci/run's marked run takes it
+def test_chaz_up_http_serves_the_embedded_default_without_a_key(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    port = free_port()
+    log = tmp_path / "up.out"
+    with log.open("w") as out:
+        up = subprocess.Popen(
+            [*INTERRUPTIBLE_CLI, "up", "--concurrency", "2", "--http", str(port)],
+            env=cli_env(home=home),
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for(lambda: "Press Ctrl-C" in log.read_text() or up.poll() is not None, 120, "up")
+        assert up.poll() is None, log.read_text()
+        assert f"http://127.0.0.1:{port}" in log.read_text()
+        settings = Settings(_env_file=None, home=home, database_url=None, redis_url=None)
+        with chaz.Client(settings) as client:
+            client.agents.put(SAYER)
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _answers(url, up), WAIT, "chaz serve under chaz up")
+
+        async def scenario() -> None:
+            sdk = get_client(url=url, api_key=None)
+            tid = (await sdk.threads.create(graph_id=SAYER.id))["thread_id"]
+            values: Any = await sdk.runs.wait(tid, SAYER.id, input=ask("hi"))
+            assert [m["content"] for m in values["messages"]] == ["hi", "hello from chaz"]
+            assert values["messages"][0]["name"] == "user:you"  # the operator's person
+
+        run(scenario())
+        up.send_signal(signal.SIGINT)
+        assert up.wait(60) == 0, log.read_text()
+        assert "Traceback" not in log.read_text()
+        assert not _listening(port), "chaz serve outlived chaz up"
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait()
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0

@@ -41,6 +41,13 @@ def register(commands: Subcommands) -> None:
         help="do not run beat (the reconciler, retention, schedules)",
     )
     p.add_argument("--loglevel", default="INFO", help="worker log level (logs go to files)")
+    p.add_argument(
+        "--http",
+        type=port,
+        default=None,
+        metavar="PORT",
+        help="also run `chaz serve` on 127.0.0.1:PORT (docs/http.md)",
+    )
 
     p = commands.add(
         "worker",

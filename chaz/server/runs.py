@@ -112,28 +112,42 @@ def start(c: Call, thread_id: str, given: dict[str, Any], streamed: bool) -> Sta
 
 
 def follow(
-    c: Call, run: Started, *, partial: bool, with_input: bool = False
+    c: Call, session_id: str, job_id: str, *, after: int, partial: bool = False
 ) -> Iterator[Entry | Partial]:
-    """The session's entries after the run's input (``with_input``: from the
-    input on), and with ``partial`` the run's partials, up to and including
-    the run's reply or Error."""
+    """The session's entries after seq ``after``, and with ``partial`` the
+    job's partials, up to and including the job's reply or Error."""
     for item in watch(
         c.services.store,
         c.services.redis,
-        run.session.id,
-        after=run.entry.seq - 1 if with_input else run.entry.seq,
+        session_id,
+        after=after,
         timeout=FOLLOW_SECONDS,
         partial=partial,
         subscriber=c.services.subscriber,
     ):
         if isinstance(item, Partial):
-            if item.job_id == run.job.id:
+            if item.job_id == job_id:
                 yield item
             continue
         yield item
-        if item.job_id == run.job.id and _ends(item):
+        if item.job_id == job_id and _ends(item):
             return
-    raise Timeout(f"run {run.job.id} did not end within {FOLLOW_SECONDS:g}s", run_id=run.job.id)
+    raise Timeout(f"run {job_id} did not end within {FOLLOW_SECONDS:g}s", run_id=job_id)
+
+
+def ended(c: Call, session: Session, job: Job) -> Job:
+    """The job once it has ended. ``session`` was read before ``job``: a job
+    not ended then writes its reply or Error after ``session.last_seq``."""
+    if not job.status.terminal:
+        for _ in follow(c, session.id, job.id, after=session.last_seq):
+            pass
+    return wait_terminal(c.services, job.id, END_SECONDS)
+
+
+def finished(c: Call, session: Session, job: Job) -> dict[str, Any]:
+    """What a run that ended answers: the thread's values, or ``__error__``."""
+    error = outcome(job)
+    return {"__error__": error} if error else mapping.values(c.conversation(session.id))
 
 
 def _ends(entry: Entry) -> bool:
@@ -162,12 +176,10 @@ def create_run(thread_id: str, c: Caller, payload: Payload = None) -> JSONRespon
 def wait_run(thread_id: str, c: Caller, payload: Payload = None) -> JSONResponse:
     """Start a run and answer when it ends: the thread's values, or ``__error__``."""
     run = start(c, thread_id, fields.body(payload), streamed=False)
-    for _ in follow(c, run, partial=False):
+    for _ in follow(c, run.session.id, run.job.id, after=run.entry.seq):
         pass
     job = wait_terminal(c.services, run.job.id, END_SECONDS)
-    error = outcome(job)
-    body = {"__error__": error} if error else mapping.values(c.conversation(run.session.id))
-    return JSONResponse(body, headers=run.headers)
+    return JSONResponse(finished(c, run.session, job), headers=run.headers)
 
 
 @router.post("/threads/{thread_id}/runs/stream")
@@ -184,7 +196,8 @@ def stream_run(thread_id: str, c: Caller, payload: Payload = None) -> EventSourc
 
 def _events(c: Call, run: Started, modes: tuple[str, ...]) -> Iterator[dict[str, str]]:
     """The events of one streamed run, in the order LangGraph's clients expect."""
-    items = follow(c, run, partial="messages-tuple" in modes, with_input=True)
+    partial = "messages-tuple" in modes
+    items = follow(c, run.session.id, run.job.id, after=run.entry.seq - 1, partial=partial)
     try:
         yield from _followed(c, run, modes, items)
     finally:
@@ -274,6 +287,15 @@ def get_run(thread_id: str, run_id: str, c: Caller) -> dict[str, Any]:
     return mapping.run(job, session.agent_id)
 
 
+@router.get("/threads/{thread_id}/runs/{run_id}/join")
+def join_run(thread_id: str, run_id: str, c: Caller) -> dict[str, Any]:
+    """Answer when the run has ended (at once if it has): the thread's values,
+    or ``__error__`` for a failed run, as ``/runs/wait`` does."""
+    c.principal.require(Grant.HISTORY_READ, "read runs")
+    session, job = _run(c, thread_id, run_id)
+    return finished(c, session, ended(c, session, job))
+
+
 @router.post("/threads/{thread_id}/runs/{run_id}/cancel", response_model=None)
 def cancel_run(
     thread_id: str,
@@ -295,4 +317,4 @@ def cancel_run(
     cancel(c.services, job.id, principal=c.principal, reason="cancelled over HTTP")
     if not wait:
         return Response(status_code=202)
-    return mapping.run(wait_terminal(c.services, job.id, END_SECONDS), session.agent_id)
+    return mapping.run(ended(c, session, job), session.agent_id)

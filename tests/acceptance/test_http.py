@@ -44,6 +44,8 @@ HOLDER = chaz.AgentSpec(
     script=[{"steps": [{"wait": "hold-{session_id}"}, {"say": "done: {input}"}]}],
 )
 
+FAILER = chaz.AgentSpec(id="http-failer", script=[{"steps": [{"fail": "the model is down"}]}])
+
 T = TypeVar("T")
 
 
@@ -67,7 +69,7 @@ class Served:
 @pytest.fixture(scope="module")
 def served(module_stack: Stack) -> Iterator[Served]:
     module_stack.workers(1, concurrency=4)
-    for spec in (STREAMER, SAYER, HOLDER):
+    for spec in (STREAMER, SAYER, HOLDER, FAILER):
         module_stack.client.agents.put(spec)
     port = free_port()
     log = (module_stack.settings.home / "serve.log").open("w")
@@ -271,6 +273,31 @@ def test_a_key_of_another_project_finds_nothing(served: Served) -> None:
         else:
             answer = await refused(keyless.threads.get(tid))
             assert (answer.status_code, answer.json()["code"]) == (401, "auth.unauthenticated")
+
+    run(scenario())
+
+
+def test_a_failed_run_is_an_error_to_wait_and_to_stream(served: Served) -> None:
+    async def scenario() -> None:
+        key = served.key(project())
+        sdk = served.sdk(key)
+        tid = (await sdk.threads.create(graph_id=FAILER.id))["thread_id"]
+        with pytest.raises(Exception, match=r"^model\.error: "):
+            await sdk.runs.wait(tid, FAILER.id, input=ask("go"))
+        parts = [p async for p in sdk.runs.stream(tid, FAILER.id, input=ask("again"))]
+        assert [p.event for p in parts] == ["metadata", "values", "values", "error", "end"]
+        assert parts[3].data["error"] == "model.error"
+        assert parts[4].data == {"run_id": parts[0].data["run_id"], "status": "error"}
+        assert [r["status"] for r in await sdk.runs.list(tid)] == ["error", "error"]
+
+        # A body that is not JSON: request.invalid, and nothing written.
+        answer = httpx.post(
+            f"{served.url}/threads/{tid}/runs",
+            content=b"{not json",
+            headers={"x-api-key": key, "content-type": "application/json"},
+        )
+        assert (answer.status_code, answer.json()["code"]) == (422, "request.invalid")
+        assert len(await sdk.runs.list(tid)) == 2
 
     run(scenario())
 

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse
 
 from chaz.coord.partials import Partial
-from chaz.domain.entries import Entry, EntryType, KeyScope, is_agent_sender
+from chaz.domain.entries import Entry, EntryType, KeyScope, NewEntry, is_agent_sender
 from chaz.domain.jobs import Job, JobStatus, missing_job
 from chaz.domain.principals import DEFAULT_PERSON, Grant, grant_names
 from chaz.domain.sessions import Session
@@ -86,27 +86,33 @@ def start(c: Call, thread_id: str, given: dict[str, Any], streamed: bool) -> Sta
         )
     cap = c.services.settings.max_content_bytes
     content = check_content(EntryType.MESSAGE, fields.input_text(given.get("input")), max_bytes=cap)
-    if strategy == "reject" and c.busy(session.id):
-        raise SessionBusy(
-            f"thread {session.id} has a run in progress (multitask_strategy reject)",
-            field="multitask_strategy",
-            thread_id=session.id,
-        )
     principal = c.principal
-    done = admission.write(
-        c.services,
-        session.id,
-        EntryType.MESSAGE,
-        DEFAULT_PERSON if principal.operator else principal.name,
-        content,
-        key_scope=KeyScope.USER,
-        job_fields=JobFields(owner=principal.name, grants=grant_names(principal.grants)),
-        project=principal.project,
-    )
-    if done.entry.job_id is None:
+    sender = DEFAULT_PERSON if principal.operator else principal.name
+    if not c.services.store.admits(EntryType.MESSAGE, sender):
+        # The processing rule: a saved agent's own message starts no turn.
         raise ValidationError(
-            f"{principal.name} is an agent: its message admits no run", field="x-api-key"
+            f"{sender} is a saved agent: its message admits no run", field="x-api-key"
         )
+    draft = NewEntry(EntryType.MESSAGE, sender, content, None, None, KeyScope.USER)
+    job_fields = JobFields(owner=principal.name, grants=grant_names(principal.grants))
+    if strategy == "reject":
+        try:
+            done = admission.admit_unless_busy(
+                c.services, session.id, draft, job_fields=job_fields, project=principal.project
+            )
+        except SessionBusy as exc:
+            raise SessionBusy(
+                f"thread {session.id} has a run in progress (multitask_strategy reject)",
+                field="multitask_strategy",
+                thread_id=session.id,
+            ) from exc
+    else:
+        done = admission.admit(
+            c.services, session.id, draft, job_fields=job_fields, project=principal.project
+        )
+    if done.entry.job_id is None:
+        # Only in a room whose routing woke no agent: the message stays, as a post's would.
+        raise ValidationError("the message was written but woke no agent", field="input")
     job = c.services.store.get_job(done.entry.job_id)
     return Started(session, done.entry, job, strategy)
 

@@ -219,6 +219,24 @@ def test_reject_refuses_a_run_on_a_busy_thread_and_enqueue_queues_it(served: Ser
             "done: two",
         ]
 
+        # reject is decided under the session's lock: of runs sent at once to
+        # an idle thread, exactly one is admitted.
+        idle = (await sdk.threads.create(graph_id=HOLDER.id))["thread_id"]
+        tries = [
+            sdk.runs.create(idle, HOLDER.id, input=ask(f"r{i}"), multitask_strategy="reject")
+            for i in range(6)
+        ]
+        outcomes = await asyncio.gather(*tries, return_exceptions=True)
+        admitted = [o for o in outcomes if isinstance(o, dict)]
+        refusals = [o for o in outcomes if not isinstance(o, dict)]
+        assert len(admitted) == 1, outcomes
+        assert all(
+            isinstance(o, httpx.HTTPStatusError) and o.response.status_code == 409 for o in refusals
+        ), refusals
+        served.stack.open_gate(f"hold-{idle}")
+        await sdk.runs.join(idle, admitted[0]["run_id"])
+        assert len(await sdk.runs.list(idle)) == 1
+
     run(scenario())
 
 

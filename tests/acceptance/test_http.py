@@ -279,6 +279,21 @@ def test_a_key_of_another_project_finds_nothing(served: Served) -> None:
         assert (answer.status_code, answer.json()["code"]) == (403, "auth.forbidden")
         assert await reader.threads.search() == []
 
+        # A saved agent's key writes as that agent: under the processing rule
+        # its message admits nothing, so it cannot start a run.
+        agent_project = project()
+        _, agent_key = served.stack.client.keys.create(f"agent:{SAYER.id}", agent_project, None)
+        as_agent = served.sdk(agent_key)
+        own = (await as_agent.threads.create(graph_id=SAYER.id))["thread_id"]
+        answer = await refused(as_agent.runs.create(own, SAYER.id, input=said))
+        body = answer.json()
+        assert (answer.status_code, body["code"], body["details"]["field"]) == (
+            422,
+            "request.invalid",
+            "x-api-key",
+        )
+        assert (await as_agent.threads.get_state(own))["values"] == {"messages": []}
+
         bad_key = await refused(served.sdk("chz_nope_nope").threads.get(tid))
         assert (bad_key.status_code, bad_key.json()["code"]) == (401, "auth.unauthenticated")
         # No key at all: the operator only on the embedded default's loopback listener.

@@ -71,6 +71,13 @@ class ValidationError(ChazError):
         return cls(f"invalid {model}: {summary}", field=first, errors=problems)
 
 
+class Unsupported(ValidationError):
+    """A request field chaz does not implement (yet), given a value; nothing was
+    changed. ``details["field"]`` names it: refused, never silently ignored."""
+
+    code = "request.unsupported"
+
+
 class RequestTooLarge(ValidationError):
     """Content (or metadata) is larger than ``CHAZ_MAX_CONTENT_BYTES``; nothing was changed."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -21,7 +22,7 @@ from chaz.errors import AlreadyRunning, BackendUnavailable, Timeout
 from chaz.settings import Settings, mask_url
 
 if TYPE_CHECKING:
-    from chaz.stack import WorkerProcess
+    from chaz.stack import Watchdog, WorkerProcess
 
 
 #: The agent ``chaz demo`` registers: one built-in tool call, then a reply.
@@ -96,6 +97,7 @@ def cmd_up(ctx: Context) -> int:
     concurrency = args.concurrency or settings.worker_concurrency
     started_redis = False
     workers: list[WorkerProcess] = []
+    http: subprocess.Popen[bytes] | None = None
     home.mkdir(parents=True, exist_ok=True)
     with (
         _up_lock(home),
@@ -129,21 +131,21 @@ def cmd_up(ctx: Context) -> int:
                         watchdog.guard_group(worker.pid)
                 for w in workers:
                     w.wait_ready(client)
+                if args.http is not None:
+                    with interrupts.shield():
+                        http = _start_http(settings, args.http, watchdog)
             _up_banner(ctx, workers, concurrency)
             # Waiting in short sleeps keeps Ctrl-C responsive and notices a dead worker.
-            while all(w.alive() for w in workers):
+            while all(w.alive() for w in workers) and (http is None or http.poll() is None):
                 time.sleep(0.5)
-            dead = next(w for w in workers if not w.alive())
-            code = dead.proc.returncode if dead.proc is not None else None
-            raise BackendUnavailable(
-                f"worker {dead.name} exited (status {code}); see its log in {home}"
-            )
+            raise BackendUnavailable(f"{_dead(workers, http)}; see its log in {home}")
         except KeyboardInterrupt:
             # Ctrl-C / SIGTERM is how `up` is meant to end: a clean stop is success.
             out.note("stopping...")
             return EXIT_OK
         finally:
             with out.status("stopping workers..."), interrupts.shield():
+                _stop_http(http)
                 for w in workers:
                     if w.proc is not None and not w.alive():
                         # Its leader died, but its beat child may still run
@@ -157,6 +159,51 @@ def cmd_up(ctx: Context) -> int:
                 watchdog.release()
             if out.json_mode:
                 out.json({"status": "stopped"}, stream=True)
+
+
+def _start_http(settings: Settings, port: int, watchdog: Watchdog) -> subprocess.Popen[bytes]:
+    """``chaz serve`` on 127.0.0.1:``port`` as a child in a group of its own
+    (the watchdog stops it if ``chaz up`` dies), logging to ``http.log``."""
+    from chaz.plumbing.files import create_private
+    from chaz.stack import settings_env
+
+    home = settings.home.resolve()
+    log = create_private(home / "http.log")
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "chaz.cli", "serve", "--port", str(port)],
+            env={**os.environ, **settings_env(settings)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    watchdog.guard_group(proc.pid)
+    return proc
+
+
+def _dead(workers: Sequence[WorkerProcess], http: subprocess.Popen[bytes] | None) -> str:
+    """Which child of ``chaz up`` exited, and with what status."""
+    for w in workers:
+        if not w.alive():
+            code = w.proc.returncode if w.proc is not None else None
+            return f"worker {w.name} exited (status {code})"
+    return f"chaz serve exited (status {http.returncode if http is not None else None})"
+
+
+def _stop_http(proc: subprocess.Popen[bytes] | None) -> None:
+    """Stop ``chaz serve`` (SIGTERM: uvicorn's graceful stop), killing it if it lingers."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=STOP_HTTP_SECONDS)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+#: How long ``chaz up`` lets its ``chaz serve`` finish its requests on stop.
+STOP_HTTP_SECONDS = 5.0
 
 
 @contextmanager
@@ -201,6 +248,7 @@ def _up_banner(ctx: Context, workers: Sequence[WorkerProcess], concurrency: int)
         "workers": [{"name": w.name, "pid": w.pid, "log": str(w.log_file)} for w in workers],
         "concurrency": concurrency,
         "beat": not ctx.args.no_beat,
+        "http": None if ctx.args.http is None else f"http://127.0.0.1:{ctx.args.http}",
     }
     if out.json_mode:
         out.json(info, stream=True)
@@ -217,6 +265,7 @@ def _up_banner(ctx: Context, workers: Sequence[WorkerProcess], concurrency: int)
             ("database", info["database"]),
             ("redis", info["redis"]),
             ("logs", ", ".join(str(w.log_file) for w in workers)),
+            *([("http", f"{info['http']} (docs/http.md)")] if info["http"] else []),
         ],
     )
     env = "" if settings.database_url or settings.redis_url else f"CHAZ_HOME={home} "

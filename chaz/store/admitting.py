@@ -67,6 +67,16 @@ class Admitting:
         burst: int = self._row["room_burst"]
         return burst
 
+    def busy(self) -> bool:
+        """Whether a job of the session has not ended, read under the session's
+        lock: no other admission can add one before this transaction ends."""
+        stmt = (
+            select(JobRow.id)
+            .where(JobRow.session_id == self.session.id, unfinished(JobRow.status))
+            .limit(1)
+        )
+        return self._conn.execute(stmt).first() is not None
+
     def stored_limits(self) -> project_store.Stored:
         """The session's project's stored limits, read in this transaction
         (None: the project has no row)."""

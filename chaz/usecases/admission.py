@@ -26,7 +26,7 @@ from chaz.domain.entries import Entry, EntryType, KeyScope, NewEntry
 from chaz.domain.jobs import Job
 from chaz.domain.limits import resolve_limits
 from chaz.domain.sessions import missing_session
-from chaz.errors import ChazError
+from chaz.errors import ChazError, SessionBusy
 from chaz.plumbing.dispatch import Wake
 from chaz.services import Services
 from chaz.store.admitting import Admitting
@@ -175,16 +175,47 @@ def _admit_once(
     """One admission transaction, with its quota reserved inside it."""
 
     def insert(tx: Admitting) -> Appended:
-        if tx.session.members is None:
-            return tx.insert(draft, job_fields=job_fields)
-        # A room: the entry wakes the member the room's rule picks (docs/rooms.md).
-        return rooms.insert(
-            tx, draft, job_fields=job_fields, default_budget=services.settings.room_burst_budget
-        )
+        return _insert(services, tx, draft, job_fields)
 
     # A room's agent Message that woke nobody admitted no job: transact
     # refunds its reservation.
     return transact(services, session_id, insert, replay, project=project)
+
+
+def _insert(
+    services: Services, tx: Admitting, draft: NewEntry, job_fields: JobFields | None
+) -> Appended:
+    if tx.session.members is None:
+        return tx.insert(draft, job_fields=job_fields)
+    # A room: the entry wakes the member the room's rule picks (docs/rooms.md).
+    return rooms.insert(
+        tx, draft, job_fields=job_fields, default_budget=services.settings.room_burst_budget
+    )
+
+
+def admit_unless_busy(
+    services: Services,
+    session_id: str,
+    draft: NewEntry,
+    *,
+    job_fields: JobFields | None = None,
+    project: str | None = None,
+) -> Appended:
+    """:func:`admit`, unless a turn of the session runs or waits: then
+    ``session.busy`` and nothing is written. Checked under the session's
+    lock, so of two such admissions at once on an idle session exactly one
+    is admitted (an HTTP run's ``multitask_strategy: reject``, docs/http.md)."""
+    if draft.idempotency_key is not None:
+        raise ChazError("admit_unless_busy takes no idempotency key")
+
+    def insert(tx: Admitting) -> Appended:
+        if tx.busy():
+            raise SessionBusy(
+                f"session {tx.session.id} has a turn in progress", session_id=tx.session.id
+            )
+        return _insert(services, tx, draft, job_fields)
+
+    return announce(services, transact(services, session_id, insert, lambda: None, project=project))
 
 
 def transact(

@@ -1,4 +1,5 @@
-"""The arguments of ``chaz demo``, ``chaz up`` and ``chaz worker`` (processes that run chaz)."""
+"""The arguments of ``chaz demo``, ``chaz up``, ``chaz worker`` and ``chaz serve``
+(processes that run chaz)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ DEMO_MESSAGE = "Hello chaz, please count the words in this message."
 
 
 def register(commands: Subcommands) -> None:
-    """Add ``chaz demo``, ``chaz up`` and ``chaz worker`` to ``commands``."""
+    """Add ``chaz demo``, ``chaz up``, ``chaz worker`` and ``chaz serve`` to ``commands``."""
+    _serve(commands)
     p = commands.add(
         "demo",
         command("cmd_demo", "chaz.cli.processes"),
@@ -39,6 +41,13 @@ def register(commands: Subcommands) -> None:
         help="do not run beat (the reconciler, retention, schedules)",
     )
     p.add_argument("--loglevel", default="INFO", help="worker log level (logs go to files)")
+    p.add_argument(
+        "--http",
+        type=port,
+        default=None,
+        metavar="PORT",
+        help="also run `chaz serve` on 127.0.0.1:PORT (docs/http.md)",
+    )
 
     p = commands.add(
         "worker",
@@ -73,3 +82,26 @@ def register(commands: Subcommands) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="print the celery command instead of running it"
     )
+
+
+def _serve(commands: Subcommands) -> None:
+    p = commands.add(
+        "serve",
+        command("cmd_serve", "chaz.cli.serve"),
+        "serve LangGraph Platform's HTTP API over chaz in the foreground (docs/http.md)",
+    )
+    p.add_argument(
+        "--host",
+        type=ip_address,
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="the address to bind (default 127.0.0.1; 0.0.0.0 for every interface)",
+    )
+    p.add_argument(
+        "--port", type=port, default=DEFAULT_HTTP_PORT, metavar="PORT", help="default 2024"
+    )
+    p.add_argument("--loglevel", default="info", help="uvicorn's log level (default info)")
+
+
+#: ``chaz serve``'s port: the one LangGraph's own dev server and examples use.
+DEFAULT_HTTP_PORT = 2024

@@ -1,0 +1,125 @@
+"""The ASGI app of ``chaz serve``: LangGraph Platform's routes over chaz's use
+cases, authenticated by chaz's API keys (docs/http.md).
+
+Stateless: every request reads what it needs from the database and Redis, so
+any number of replicas may run behind a load balancer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import redis
+import sqlalchemy.exc
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from chaz.errors import BackendUnavailable, ChazError, NotFound, ValidationError
+from chaz.server import runs, threads
+from chaz.server.errors import body_of, status_of
+from chaz.server.state import Server
+from chaz.services import Services
+
+log = logging.getLogger(__name__)
+
+
+def create_app(services: Services, *, anonymous: bool = False) -> FastAPI:
+    """The app over ``services`` (closed when the app shuts down).
+
+    ``anonymous``: a request without an ``x-api-key`` acts as the operator;
+    only for the embedded default's loopback listener (docs/http.md#auth)."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            services.close()
+
+    app = FastAPI(
+        title="chaz",
+        version=_version(),
+        description="LangGraph Platform's API over chaz (docs/http.md).",
+        lifespan=lifespan,
+    )
+    app.state.chaz = Server(services, anonymous=anonymous)
+    app.include_router(threads.router)
+    app.include_router(runs.router)
+    app.add_api_route("/ok", ok, methods=["GET"])
+    app.add_api_route("/info", info, methods=["GET"])
+    app.add_exception_handler(ChazError, _chaz_error)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(redis.RedisError, _backend_down)
+    app.add_exception_handler(sqlalchemy.exc.OperationalError, _backend_down)
+    app.add_exception_handler(sqlalchemy.exc.InterfaceError, _backend_down)
+    app.add_exception_handler(sqlalchemy.exc.TimeoutError, _backend_down)
+    app.add_exception_handler(StarletteHTTPException, _routing_error)
+    app.add_exception_handler(Exception, _unexpected)
+    return app
+
+
+def ok() -> dict[str, bool]:
+    """Liveness: the process answers (no key needed)."""
+    return {"ok": True}
+
+
+def info() -> dict[str, Any]:
+    """What this server is and which optional families of routes it has."""
+    return {
+        "version": _version(),
+        "server": "chaz",
+        "flags": {"assistants": True, "crons": False, "langsmith": False},
+    }
+
+
+def _version() -> str:
+    try:
+        return version("chaz")
+    except PackageNotFoundError:  # a checkout that was never installed
+        return "0+unknown"
+
+
+def _answer(exc: ChazError) -> JSONResponse:
+    return JSONResponse(body_of(exc), status_code=status_of(exc))
+
+
+async def _chaz_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ChazError)
+    return _answer(exc)
+
+
+async def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's own checks (a body that is not JSON, a query that is not a
+    number) answered as ``request.invalid`` naming the field, like any other."""
+    assert isinstance(exc, RequestValidationError)
+    problems = exc.errors()
+    first = problems[0] if problems else {}
+    where = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
+    field = ".".join(where) or "body"
+    return _answer(ValidationError(f"{field}: {first.get('msg', 'invalid')}", field=field))
+
+
+async def _routing_error(_: Request, exc: Exception) -> JSONResponse:
+    """No such route, or not with that method: the status stays, and the body
+    has a stable code like every other error's."""
+    assert isinstance(exc, StarletteHTTPException)
+    error: ChazError = (
+        NotFound(str(exc.detail)) if exc.status_code == 404 else ValidationError(str(exc.detail))
+    )
+    return JSONResponse(body_of(error), status_code=exc.status_code, headers=exc.headers)
+
+
+async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+    """A bug: logged with its traceback, answered 500 ``chaz.error`` without it."""
+    log.error("unexpected error", exc_info=exc)
+    return _answer(ChazError("internal error (see the server's log)"))
+
+
+async def _backend_down(_: Request, exc: Exception) -> JSONResponse:
+    return _answer(BackendUnavailable(f"a backend is unavailable: {type(exc).__name__}"))

@@ -1,0 +1,326 @@
+"""Runs on a thread: the job a message admits (docs/http.md#runs).
+
+A run's input message is written to the thread's session under the
+processing rule (the write admits the turn, in the session's lane and queue),
+and its output is the reply. ``enqueue`` is what the lane does anyway;
+``reject`` refuses a run on a busy thread.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse
+from sse_starlette import EventSourceResponse
+
+from chaz.coord.partials import Partial
+from chaz.domain.entries import Entry, EntryType, KeyScope, NewEntry, is_agent_sender
+from chaz.domain.jobs import Job, JobStatus, missing_job
+from chaz.domain.principals import DEFAULT_PERSON, Grant, grant_names
+from chaz.domain.sessions import Session
+from chaz.domain.validation import check_content, check_ref
+from chaz.errors import SessionBusy, Timeout, Unsupported, ValidationError
+from chaz.server import fields, mapping
+from chaz.server.state import Call, Caller, Payload
+from chaz.store.types import JobFields
+from chaz.usecases import admission
+from chaz.usecases.control import cancel, wait_terminal
+from chaz.usecases.watch import watch
+
+router = APIRouter()
+
+#: The fields of a run's body chaz implements (the others are refused).
+RUN_FIELDS = ("assistant_id", "input", "multitask_strategy", "stream_mode")
+#: Values of other fields that mean what chaz does anyway.
+RUN_DEFAULTS: dict[str, tuple[object, ...]] = {"on_disconnect": ("continue",)}
+#: The multitask strategies chaz implements; interrupt and rollback are refused.
+STRATEGIES = ("enqueue", "reject")
+#: How long ``/runs/wait`` and ``/runs/stream`` follow a run before ``timeout``.
+FOLLOW_SECONDS = 3600.0
+#: How long a run's end may trail its reply or Error entry.
+END_SECONDS = 30.0
+#: The most runs one list returns.
+MAX_RUNS = 1000
+
+
+@dataclass
+class Started:
+    """A run just admitted: its session, the input entry and the job."""
+
+    session: Session
+    entry: Entry
+    job: Job
+    strategy: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Where the run is, as LangGraph's clients read it."""
+        return {"Content-Location": f"/threads/{self.session.id}/runs/{self.job.id}"}
+
+
+def start(c: Call, thread_id: str, given: dict[str, Any], streamed: bool) -> Started:
+    """Check a run's body and admit it: the input message written to the thread."""
+    c.principal.require(Grant.SESSION_WRITE, "start runs")
+    fields.refuse_unknown(given, RUN_FIELDS, defaults=RUN_DEFAULTS)
+    strategy = given.get("multitask_strategy") or "enqueue"
+    if strategy not in STRATEGIES:
+        raise Unsupported(
+            f"multitask_strategy {strategy!r} is not supported by chaz (yet): use "
+            + " or ".join(STRATEGIES),
+            field="multitask_strategy",
+        )
+    modes = fields.stream_modes(given.get("stream_mode"))
+    if not streamed and modes != ("values",):
+        raise Unsupported("stream_mode is for /runs/stream (no rejoin yet)", field="stream_mode")
+    session = c.thread(thread_id)
+    assistant = check_ref("assistant_id", given.get("assistant_id"))
+    if assistant != session.agent_id:
+        raise ValidationError(
+            f"thread {session.id} is a session of {session.agent_id!r}: runs on it use that "
+            "assistant",
+            field="assistant_id",
+        )
+    cap = c.services.settings.max_content_bytes
+    content = check_content(EntryType.MESSAGE, fields.input_text(given.get("input")), max_bytes=cap)
+    principal = c.principal
+    sender = DEFAULT_PERSON if principal.operator else principal.name
+    if not c.services.store.admits(EntryType.MESSAGE, sender):
+        # The processing rule: a saved agent's own message starts no turn.
+        raise ValidationError(
+            f"{sender} is a saved agent: its message admits no run", field="x-api-key"
+        )
+    draft = NewEntry(EntryType.MESSAGE, sender, content, None, None, KeyScope.USER)
+    job_fields = JobFields(owner=principal.name, grants=grant_names(principal.grants))
+    if strategy == "reject":
+        try:
+            done = admission.admit_unless_busy(
+                c.services, session.id, draft, job_fields=job_fields, project=principal.project
+            )
+        except SessionBusy as exc:
+            raise SessionBusy(
+                f"thread {session.id} has a run in progress (multitask_strategy reject)",
+                field="multitask_strategy",
+                thread_id=session.id,
+            ) from exc
+    else:
+        done = admission.admit(
+            c.services, session.id, draft, job_fields=job_fields, project=principal.project
+        )
+    if done.entry.job_id is None:
+        # Only in a room whose routing woke no agent: the message stays, as a post's would.
+        raise ValidationError("the message was written but woke no agent", field="input")
+    job = c.services.store.get_job(done.entry.job_id)
+    return Started(session, done.entry, job, strategy)
+
+
+def follow(
+    c: Call, session_id: str, job_id: str, *, after: int, partial: bool = False
+) -> Iterator[Entry | Partial]:
+    """The session's entries after seq ``after``, and with ``partial`` the
+    job's partials, up to and including the job's reply or Error."""
+    for item in watch(
+        c.services.store,
+        c.services.redis,
+        session_id,
+        after=after,
+        timeout=FOLLOW_SECONDS,
+        partial=partial,
+        subscriber=c.services.subscriber,
+    ):
+        if isinstance(item, Partial):
+            if item.job_id == job_id:
+                yield item
+            continue
+        yield item
+        if item.job_id == job_id and _ends(item):
+            return
+    raise Timeout(f"run {job_id} did not end within {FOLLOW_SECONDS:g}s", run_id=job_id)
+
+
+def ended(c: Call, session: Session, job: Job) -> Job:
+    """The job once it has ended. ``session`` was read before ``job``: a job
+    not ended then writes its reply or Error after ``session.last_seq``."""
+    if not job.status.terminal:
+        for _ in follow(c, session.id, job.id, after=session.last_seq):
+            pass
+    return wait_terminal(c.services, job.id, END_SECONDS)
+
+
+def finished(c: Call, session: Session, job: Job) -> dict[str, Any]:
+    """What a run that ended answers: the thread's values, or ``__error__``."""
+    error = outcome(job)
+    return {"__error__": error} if error else mapping.values(c.conversation(session.id))
+
+
+def _ends(entry: Entry) -> bool:
+    return entry.type is EntryType.ERROR or (
+        entry.type is EntryType.MESSAGE and is_agent_sender(entry.sender)
+    )
+
+
+def outcome(job: Job) -> dict[str, Any] | None:
+    """A failed run's ``__error__`` body (None for any other run)."""
+    if job.status is not JobStatus.FAILED:
+        return None
+    error = job.error or {}
+    return {"error": error.get("code", "chaz.error"), "message": error.get("message", "")}
+
+
+@router.post("/threads/{thread_id}/runs")
+def create_run(thread_id: str, c: Caller, payload: Payload = None) -> JSONResponse:
+    """Start a run in the background: the run, ``pending`` until a worker takes it."""
+    run = start(c, thread_id, fields.body(payload), streamed=False)
+    body = mapping.run(run.job, run.session.agent_id, run.strategy)
+    return JSONResponse(body, headers=run.headers)
+
+
+@router.post("/threads/{thread_id}/runs/wait")
+def wait_run(thread_id: str, c: Caller, payload: Payload = None) -> JSONResponse:
+    """Start a run and answer when it ends: the thread's values, or ``__error__``."""
+    run = start(c, thread_id, fields.body(payload), streamed=False)
+    for _ in follow(c, run.session.id, run.job.id, after=run.entry.seq):
+        pass
+    job = wait_terminal(c.services, run.job.id, END_SECONDS)
+    return JSONResponse(finished(c, run.session, job), headers=run.headers)
+
+
+@router.post("/threads/{thread_id}/runs/stream")
+def stream_run(thread_id: str, c: Caller, payload: Payload = None) -> EventSourceResponse:
+    """Start a run and stream it as server-sent events: ``metadata`` (the run's
+    id) first, then per mode ``values`` (the thread's values, before and after)
+    and ``messages`` (the reply's partials as message chunks), an ``error``
+    if it failed, and ``end``."""
+    given = fields.body(payload)
+    run = start(c, thread_id, given, streamed=True)
+    modes = fields.stream_modes(given.get("stream_mode"))
+    return EventSourceResponse(_events(c, run, modes), headers=run.headers)
+
+
+def _events(c: Call, run: Started, modes: tuple[str, ...]) -> Iterator[dict[str, str]]:
+    """The events of one streamed run, in the order LangGraph's clients expect."""
+    partial = "messages-tuple" in modes
+    items = follow(c, run.session.id, run.job.id, after=run.entry.seq - 1, partial=partial)
+    try:
+        yield from _followed(c, run, modes, items)
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()  # unsubscribes
+
+
+def _followed(
+    c: Call, run: Started, modes: tuple[str, ...], items: Iterator[Entry | Partial]
+) -> Iterator[dict[str, str]]:
+    # The input, read through the watch: once it is here the watch has
+    # subscribed, so a client that acts on the metadata event (the run has
+    # begun) misses no partial published after it.
+    next(items)
+    yield _event("metadata", {"run_id": run.job.id, "thread_id": run.session.id})
+    # Up to the input: what the follow yields next starts right after it, so
+    # an entry committed since the write is neither lost nor sent twice.
+    entries = [e for e in c.conversation(run.session.id) if e.seq <= run.entry.seq]
+    if "values" in modes:
+        yield _event("values", mapping.values(entries))
+    try:
+        for item in items:
+            if isinstance(item, Partial):
+                meta = {"run_id": run.job.id, "thread_id": run.session.id, "step": item.step}
+                yield _event("messages", [mapping.chunk(item.job_id, item.step, item.text), meta])
+            else:
+                entries.append(item)
+        job = wait_terminal(c.services, run.job.id, END_SECONDS)
+    except Timeout as exc:
+        yield _event("error", {"error": exc.code, "message": exc.message})
+        return
+    if "values" in modes:
+        yield _event("values", mapping.values(entries))
+    error = outcome(job)
+    if error:
+        yield _event("error", error)
+    yield _event("end", {"run_id": job.id, "status": mapping.RUN_STATUS[job.status]})
+
+
+def _event(name: str, data: object) -> dict[str, str]:
+    return {"event": name, "data": json.dumps(data, separators=(",", ":"))}
+
+
+@router.get("/threads/{thread_id}/runs")
+def list_runs(
+    thread_id: str,
+    c: Caller,
+    request: Request,
+    limit: int = Query(10, ge=1, le=MAX_RUNS),
+    offset: int = Query(0, ge=0, le=100_000),
+    status: str | None = Query(None),
+) -> list[dict[str, Any]]:
+    """The thread's runs, newest first; ``status`` keeps the runs of one status."""
+    c.principal.require(Grant.HISTORY_READ, "read runs")
+    fields.refuse_unknown(request.query_params, ("limit", "offset", "status"))
+    if status is not None and status not in mapping.JOB_STATES:
+        raise ValidationError(
+            "status must be one of " + ", ".join(mapping.JOB_STATES), field="status"
+        )
+    session = c.thread(thread_id)
+    jobs = c.services.store.list_jobs(
+        session_id=session.id,
+        statuses=None if status is None else mapping.JOB_STATES[status],
+        limit=offset + limit,
+        newest_first=True,
+        project=c.principal.project,
+    )[offset:]
+    return [mapping.run(j, session.agent_id) for j in jobs]
+
+
+def _run(c: Call, thread_id: str, run_id: str) -> tuple[Session, Job]:
+    """The thread and its run, in the principal's project; a run of another
+    thread is answered exactly like a missing one."""
+    session = c.thread(thread_id)
+    job = c.services.store.get_job(check_ref("run_id", run_id), project=c.principal.project)
+    if job.session_id != session.id:
+        raise missing_job(run_id)
+    return session, job
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}")
+def get_run(thread_id: str, run_id: str, c: Caller) -> dict[str, Any]:
+    """One run of the thread."""
+    c.principal.require(Grant.HISTORY_READ, "read runs")
+    session, job = _run(c, thread_id, run_id)
+    return mapping.run(job, session.agent_id)
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}/join")
+def join_run(thread_id: str, run_id: str, c: Caller) -> dict[str, Any]:
+    """Answer when the run has ended (at once if it has): the thread's values,
+    or ``__error__`` for a failed run, as ``/runs/wait`` does."""
+    c.principal.require(Grant.HISTORY_READ, "read runs")
+    session, job = _run(c, thread_id, run_id)
+    return finished(c, session, ended(c, session, job))
+
+
+@router.post("/threads/{thread_id}/runs/{run_id}/cancel", response_model=None)
+def cancel_run(
+    thread_id: str,
+    run_id: str,
+    c: Caller,
+    request: Request,
+    wait: bool = Query(False),
+    action: str = Query("interrupt"),
+) -> Response | dict[str, Any]:
+    """Cancel a run (chaz's ``execution.cancel``: the turn stops, its entries
+    stay; ``action=interrupt``). With ``wait``, answer when it has ended."""
+    c.principal.require(Grant.RUNTIME_CONTROL, "cancel runs")
+    fields.refuse_unknown(request.query_params, ("wait", "action"))
+    if action != "interrupt":
+        raise Unsupported(
+            f"action {action!r} is not supported by chaz (yet): use interrupt", field="action"
+        )
+    session, job = _run(c, thread_id, run_id)
+    cancel(c.services, job.id, principal=c.principal, reason="cancelled over HTTP")
+    if not wait:
+        return Response(status_code=202)
+    return mapping.run(ended(c, session, job), session.agent_id)

@@ -1,0 +1,93 @@
+"""What every route of the HTTP server shares: the services, and who a request
+acts as (docs/http.md#auth)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Body, Depends, Request
+
+from chaz.domain.entries import Entry, EntryType
+from chaz.domain.jobs import ACTIVE
+from chaz.domain.principals import ALL_GRANTS, DEFAULT_PRINCIPAL, DEFAULT_PROJECT, Principal
+from chaz.domain.sessions import Session, missing_session
+from chaz.domain.validation import check_ref
+from chaz.errors import Unauthenticated
+from chaz.services import Services
+
+#: The header that carries an API key (LangGraph's clients send theirs there).
+KEY_HEADER = "x-api-key"
+
+
+@dataclass
+class Server:
+    """One app's services and its rule for requests without a key.
+
+    ``anonymous``: a request without a key acts as the operator (only on the
+    embedded default's loopback listener, which ``chaz serve`` decides)."""
+
+    services: Services
+    anonymous: bool = False
+
+    def principal(self, key: str | None) -> Principal:
+        """Who a request with ``key`` (the header's value, or None) acts as."""
+        if key is None:
+            if not self.anonymous:
+                raise Unauthenticated(f"an API key is required in the {KEY_HEADER} header")
+            settings = self.services.settings
+            return Principal(
+                name=DEFAULT_PRINCIPAL,
+                project=settings.project or DEFAULT_PROJECT,
+                grants=ALL_GRANTS,
+                operator=True,
+            )
+        return self.services.store.keys.authenticate(key)
+
+
+@dataclass
+class Call:
+    """One request: the server's services and the principal it acts as."""
+
+    services: Services
+    principal: Principal
+
+    def thread(self, thread_id: str) -> Session:
+        """The live session a thread id names, in the principal's project.
+
+        Only an id (not a name) names a thread, and an archived session is a
+        deleted thread: each is answered exactly like a missing one."""
+        session = self.services.store.get_session(
+            check_ref("thread_id", thread_id), project=self.principal.project
+        )
+        if session.id != thread_id or session.archived_at is not None:
+            raise missing_session(thread_id)
+        return session
+
+    def busy(self, session_id: str) -> bool:
+        """Whether a turn of the session runs or waits (its thread is ``busy``)."""
+        return bool(self.services.store.list_jobs(session_id=session_id, statuses=ACTIVE, limit=1))
+
+    def conversation(self, session_id: str) -> list[Entry]:
+        """The session's Messages and Directives, in seq order."""
+        return self.services.store.entries(
+            session_id, types=(EntryType.MESSAGE, EntryType.DIRECTIVE)
+        )
+
+
+def server_of(request: Request) -> Server:
+    """The :class:`Server` of the app that took ``request``."""
+    server: Server = request.app.state.chaz
+    return server
+
+
+def call(request: Request) -> Call:
+    """The :class:`Call` of a request: its key authenticated (a dependency)."""
+    server = server_of(request)
+    return Call(server.services, server.principal(request.headers.get(KEY_HEADER)))
+
+
+#: A route's caller: the request's key authenticated.
+Caller = Annotated[Call, Depends(call)]
+#: A route's JSON body, checked by :mod:`chaz.server.fields` (None when empty).
+Payload = Annotated[Any, Body()]

@@ -8,14 +8,25 @@ same code at real servers.
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class ModelPrice(BaseModel):
+    """What one model's tokens cost, in any currency unit, per million tokens
+    (``CHAZ_MODEL_PRICES``, docs/runtime.md#budgets)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input_per_million: float = Field(ge=0, allow_inf_nan=False)
+    output_per_million: float = Field(ge=0, allow_inf_nan=False)
 
 
 class Settings(BaseSettings):
@@ -101,6 +112,12 @@ class Settings(BaseSettings):
         "`retry_after` (null or -1: unlimited; 0 is refused).",
     )
     max_turn_steps: int = Field(32, gt=0, description="Model steps one turn may take.")
+    model_prices: Annotated[dict[str, ModelPrice], NoDecode] = Field(
+        default_factory=dict,
+        description='JSON `{"MODEL": {"input_per_million": X, "output_per_million": Y}}`: '
+        "what a job's tokens cost, by the agent's `model` (as written, else the name after "
+        "`openai:`); a model not listed costs 0.",
+    )
     max_context_entries: int = Field(
         200, gt=0, description="Newest context entries (after the latest Summary) a turn reads."
     )
@@ -173,6 +190,18 @@ class Settings(BaseSettings):
     project: str | None = Field(
         None, description="The project an operator's Client acts in (null: default)."
     )
+
+    @field_validator("model_prices", mode="before")
+    @classmethod
+    def _a_json_table(cls, value: Any) -> Any:
+        # Decoded here rather than by pydantic-settings, so bad JSON is a
+        # validation error (config.invalid) like any other bad setting.
+        if isinstance(value, str):
+            try:
+                return json.loads(value) if value.strip() else {}
+            except ValueError:
+                raise ValueError("must be a JSON object of model prices") from None
+        return value
 
     @field_validator("project_turns_per_minute")
     @classmethod

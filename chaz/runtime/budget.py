@@ -8,6 +8,12 @@ the worker's cancel watcher every tenth of a second while the turn blocks
 (:meth:`chaz.runtime.cancel.CancelToken.poll`). A crossed deadline stops the
 turn as a cancel does, with ``budget.runtime`` or ``budget.idle`` instead of
 ``job.cancelled``. See docs/runtime.md#per-turn-budgets.
+
+The cumulative budgets (docs/runtime.md#budgets) reach a turn as an
+:class:`~chaz.domain.budgets.Allowance`: the most its job's usage may total,
+read from its scopes' rows when it started. A step past it ends the turn
+``budget.tokens`` or ``budget.cost``; a turn whose allowance is spent before
+its first step ends at once (:meth:`Budget.check_start`).
 """
 
 from __future__ import annotations
@@ -17,14 +23,17 @@ import time
 from collections.abc import Callable
 
 from chaz.domain.agents import Limits
+from chaz.domain.budgets import Allowance, cost_of
 from chaz.domain.jobs import Usage
 from chaz.errors import (
     BudgetExceeded,
+    CostBudgetExceeded,
     IdleBudgetExceeded,
     RuntimeBudgetExceeded,
     TokenBudgetExceeded,
 )
 from chaz.runtime.backends.base import TokenCount
+from chaz.settings import ModelPrice
 
 
 class Budget:
@@ -32,7 +41,9 @@ class Budget:
 
     ``carried`` is what the turn's earlier attempts recorded (its job's
     usage): a resumed turn keeps counting from there. Idle time starts at
-    this attempt's start. Thread-safe: the watcher checks it from its thread.
+    this attempt's start. ``price`` prices the tokens (None: they cost 0);
+    ``allowance`` bounds the job's whole usage by its cumulative budgets.
+    Thread-safe: the watcher checks it from its thread.
     """
 
     def __init__(
@@ -40,9 +51,14 @@ class Budget:
         limits: Limits | None = None,
         carried: Usage | None = None,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        price: ModelPrice | None = None,
+        allowance: Allowance | None = None,
     ) -> None:
         self._limits = limits or Limits()
         self._carried = carried or Usage()
+        self._price = price
+        self._allowance = allowance or Allowance()
         self._clock = clock
         self._lock = threading.Lock()
         self._began = self._last_active = clock()
@@ -64,6 +80,32 @@ class Budget:
                 f"the turn spent {total} tokens, past its limit of {limit}",
                 tokens=total,
                 limit=limit,
+            )
+        self._check_allowance(over=lambda spent, bound: spent > bound)
+
+    def check_start(self) -> None:
+        """Before the first step: end the turn at once if its cumulative
+        allowance is spent already (``budget.tokens`` / ``budget.cost``)."""
+        self._check_allowance(over=lambda spent, bound: spent >= bound)
+
+    def _check_allowance(self, over: Callable[[float, float], bool]) -> None:
+        allowed = self._allowance
+        used = self.usage()
+        if allowed.tokens is not None and over(used.tokens, allowed.tokens):
+            raise TokenBudgetExceeded(
+                f"the turn's job used {used.tokens} tokens; its {allowed.tokens_scope} "
+                f"budget left it {allowed.tokens}",
+                tokens=used.tokens,
+                limit=allowed.tokens,
+                scope=allowed.tokens_scope,
+            )
+        if allowed.cost is not None and over(used.cost, allowed.cost):
+            raise CostBudgetExceeded(
+                f"the turn's job cost {used.cost:g}; its {allowed.cost_scope} budget "
+                f"left it {allowed.cost:g}",
+                cost=used.cost,
+                limit=allowed.cost,
+                scope=allowed.cost_scope,
             )
 
     def active(self) -> None:
@@ -97,4 +139,7 @@ class Budget:
                 runtime_seconds=round(
                     self._carried.runtime_seconds + self._clock() - self._began, 3
                 ),
+                cost=cost_of(self._price, self._input, self._output),
+                reserved_tokens=self._carried.reserved_tokens,
+                reserved_cost=self._carried.reserved_cost,
             )

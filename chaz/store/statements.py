@@ -179,6 +179,7 @@ START = (
         attempts=bindparam("v_attempts"),
         lease_token=bindparam("v_lease_token"),
         started_at=bindparam("v_started_at"),
+        usage=bindparam("v_usage"),
     )
 )
 

@@ -11,10 +11,15 @@ wall-time bound.
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+import pytest
 
 import chaz
 from chaz.domain.entries import EntryType
+from chaz.settings import ModelPrice
+from tests.acceptance.test_cli import chaz_cli, cli_env, ok
 from tests.support.stack import Stack
 
 #: What the turn would sleep for without its budget.
@@ -91,3 +96,102 @@ def test_a_turn_running_past_its_budget_is_cut(stack: Stack) -> None:
         stack, "runner", [*steps, {"say": "too late"}], max_runtime_seconds=2, max_idle_seconds=5
     )
     _ended_by(stack, job, "budget.runtime")
+
+
+# -- cumulative budgets, cost and a child's reservation (docs/runtime.md#budgets)
+
+#: What the fleet's workers price the scripted model at, per million tokens.
+PRICES = {"scripted": {"input_per_million": 1000.0, "output_per_million": 4000.0}}
+
+
+@pytest.fixture(scope="module")
+def fleet(module_stack: Stack) -> Stack:
+    """One worker of two turn threads that prices the scripted model."""
+    prices = {model: ModelPrice(**price) for model, price in PRICES.items()}
+    priced = module_stack.settings.model_copy(update={"model_prices": prices})
+    module_stack.settings = priced
+    module_stack.workers(1, concurrency=2, settings=priced)
+    return module_stack
+
+
+def _agent(client: chaz.Client, agent: str, steps: list[dict[str, Any]], **limits: Any) -> None:
+    client.agents.put(
+        chaz.AgentSpec(
+            id=agent,
+            tools=["echo", "spawn_agent"],
+            script=[{"steps": steps}],
+            limits=chaz.Limits(**limits),
+        )
+    )
+
+
+def _post(client: chaz.Client, session_id: str) -> chaz.Job:
+    posted = client.sessions.post(session_id, "go", sender="user:alice")
+    return client.jobs.wait(posted.job_id or "", timeout=WAIT)
+
+
+def test_a_session_past_its_cumulative_budget_ends_its_turns_and_costs_are_priced(
+    tenant: Stack,
+) -> None:
+    client = tenant.client
+    steps = [{"say": "ok", "usage": {"input": 50, "output": 30}}]
+    _agent(client, "saver", steps, max_tokens_per_session=100)
+    s = client.sessions.create("saver")
+    first = _post(client, s.id)
+    assert first.status is chaz.JobStatus.SUCCEEDED, tenant.logs()
+    # 50 input and 30 output tokens at 1000 and 4000 per million.
+    assert first.usage is not None and first.usage.cost == pytest.approx(0.17)
+    # 80 spent, 20 left: this turn's 80 crosses it, its answer unsaid.
+    second = _post(client, s.id)
+    _ended_by_in(tenant, second, "budget.tokens")
+    # Nothing left: the next turn ends before its first step.
+    third = _post(client, s.id)
+    assert third.status is chaz.JobStatus.FAILED and third.error is not None
+    assert third.error["code"] == "budget.tokens"
+    assert third.usage is not None and third.usage.tokens == 0
+    total = client.jobs.totals(session_id=s.id)
+    assert (total.tokens, total.jobs) == (160, 3)
+    assert total.cost == pytest.approx(0.34)
+    assert client.jobs.totals() == total  # the tenant's project holds this session only
+    # The CLI reads the same sums.
+    env = cli_env(settings=tenant.settings, CHAZ_PROJECT=client.jobs._project)
+    shown = json.loads(ok(chaz_cli("--json", "jobs", "usage", "--session", s.id, env=env)))
+    assert (shown["tokens"], shown["jobs"]) == (160, 3)
+    both = chaz_cli("jobs", "usage", "--session", s.id, "--tree", s.tree_id, env=env)
+    assert both.returncode == 2
+
+
+def test_a_child_whose_caller_has_100_tokens_left_cannot_spend_500(tenant: Stack) -> None:
+    client = tenant.client
+    _agent(client, "big-child", [{"say": "spent", "usage": {"input": 400, "output": 100}}])
+    parent_steps: list[dict[str, Any]] = [
+        # 200 of the turn's 300 spent before it spawns: 100 left to hand on.
+        {
+            "call": "spawn_agent",
+            "args": {"agent_id": "big-child", "task": "t"},
+            "usage": {"input": 150, "output": 50},
+        },
+        {"say": "parent got: {last_result}"},
+    ]
+    _agent(client, "thrifty", parent_steps, max_tokens_per_turn=300)
+    s = client.sessions.create("thrifty")
+    parent = _post(client, s.id)
+    assert parent.status is chaz.JobStatus.SUCCEEDED, tenant.logs()
+    [child] = [j for j in client.jobs.list() if j.parent_job_id == parent.id]
+    assert child.status is chaz.JobStatus.FAILED and child.error is not None
+    assert child.error["code"] == "budget.tokens", child.error
+    assert child.usage is not None and child.usage.reserved_tokens == 100
+    # The tree's totals hold both turns, the child's 500 as it reported them.
+    tree = client.jobs.totals(tree_id=s.tree_id)
+    assert (tree.tokens, tree.jobs) == (700, 2)
+
+
+def _ended_by_in(stack: Stack, job: chaz.Job, code: str) -> None:
+    """As :func:`_ended_by`, in a session that may hold earlier turns' replies."""
+    assert job.status is chaz.JobStatus.FAILED, stack.logs()
+    assert job.error is not None and job.error["code"] == code
+    entries = stack.client.sessions.entries(job.session_id)
+    replies = [e for e in entries if e.type is EntryType.MESSAGE and e.sender.startswith("agent:")]
+    assert not [e for e in replies if e.job_id == job.id]
+    [error] = [e for e in entries if e.type is EntryType.ERROR and e.job_id == job.id]
+    assert error.metadata["code"] == code

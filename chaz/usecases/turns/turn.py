@@ -19,7 +19,7 @@ from chaz import metrics
 from chaz.coord.feed import Feed
 from chaz.coord.lanes import Lease
 from chaz.coord.partials import PartialPublisher
-from chaz.domain import rooms
+from chaz.domain import budgets, rooms
 from chaz.domain.entries import EntryType, NewEntry, agent_sender
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.principals import Principal, parse_grants, turn_grants
@@ -79,7 +79,13 @@ class Turn:
         #: Its per-turn budgets and usage (docs/runtime.md#per-turn-budgets),
         #: counted on from what earlier attempts recorded. The token polls its
         #: deadlines, so a crossed one stops the turn the way a cancel does.
-        self.budget = Budget(setup.agent.limits.narrowed(setup.session.limits), job.usage)
+        limits = setup.agent.limits.narrowed(setup.session.limits)
+        self.budget = Budget(
+            limits,
+            job.usage,
+            price=budgets.price_of(services.settings.model_prices, setup.agent.model),
+            allowance=setup.budget.allowance(limits) if setup.budget is not None else None,
+        )
         self.cancel.limit(self.budget.overrun)
         #: Set while the turn runs (see ``TurnRunner._think``).
         self.heartbeat: Lease | None = None
@@ -149,6 +155,8 @@ class Turn:
         """Run the ReAct loop (from the checkpoint, on a resumed attempt): the answer."""
         svc, job = self.services, self.job
         session, spec = self.setup.session, self.setup.agent
+        # A cumulative budget spent before the turn began ends it at once.
+        self.budget.check_start()
         context = build_context(
             spec.system_prompt, self.setup.history, self.agent_id, notes=self._room_notes()
         )

@@ -233,7 +233,7 @@ class Turn:
             self.fail(JobStatus.CANCELLED, Cancelled("the job was cancelled"))
             return
         self.suspended = True
-        metrics.turn_ended("suspended", self.began)
+        self._ended("suspended")
         self.feed.hold(entry)
 
     def hand_back(self) -> None:
@@ -250,7 +250,7 @@ class Turn:
         cp.handbacks += 1
         store.hand_back(self.fence, cp.to_json(), self.budget.usage())
         self.handed_back = True
-        metrics.turn_ended("handed_back", self.began)
+        self._ended("handed_back")
         log.warning("handed back job %s (the worker is shutting down)", self.job.id)
 
     # -- rooms (docs/rooms.md) ------------------------------------------------
@@ -317,7 +317,7 @@ class Turn:
                 done = self.services.store.end_turn(
                     self.fence, finish, job.session_id, draft, completion=completion.ended
                 )
-                metrics.turn_ended(JobStatus.SUCCEEDED.value, self.began)
+                self._ended(JobStatus.SUCCEEDED.value)
                 self.feed.hold(done.entry if done is not None and done.created else None)
                 return
             # A room: the reply may wake the member it mentions, in the same transaction.
@@ -332,9 +332,16 @@ class Turn:
             self.fail(JobStatus.CANCELLED, Cancelled("the job was cancelled"))
             return
         assert ended is not None, "a reply with an entry returns it"
-        metrics.turn_ended(JobStatus.SUCCEEDED.value, self.began)
+        self._ended(JobStatus.SUCCEEDED.value)
         self.feed.publish(*ended.notices)
         self.feed.hold(ended.entry if ended.created else None)
+
+    def _ended(self, outcome: str) -> None:
+        """Count the attempt's end and the usage it added to its job's
+        (what earlier attempts recorded was counted by them)."""
+        metrics.turn_ended(outcome, self.began)
+        now, before = self.budget.usage(), self.job.usage
+        metrics.usage_recorded(self.job.project, now, before)
 
     def fail(self, status: JobStatus, exc: ChazError, *, code: str | None = None) -> None:
         """End the job in ``status`` with an Error entry, held in the feed if this wrote it."""
@@ -355,7 +362,7 @@ class Turn:
             ),
             completion=completion.ended,
         )
-        metrics.turn_ended(status.value, self.began)
+        self._ended(status.value)
         self.feed.hold(done.entry if done is not None and done.created else None)
 
 

@@ -85,6 +85,27 @@ class Quotas:
         self._refund = scripts.register(client, "refund")
         self._job_ended = scripts.register(client, "job_ended")
         self._seed_project = scripts.register(client, "seed_project")
+        self._rate_peek = scripts.register(client, "rate_peek")
+
+    def peek_rate(self, project: str, limits: ProjectLimits) -> None:
+        """Raise :class:`ProjectRateExceeded` (with ``retry_after``) if the
+        project's bucket would refuse an admission now; spends nothing.
+
+        Asked before an admission's database transaction, so a project
+        driven past its rate is refused without taking the database's write
+        lock (on SQLite, one for the whole install) or a session row's lock:
+        another project's admissions never queue behind its refusals. The
+        admission script checks again inside the transaction, and is the
+        only one that spends: a peek that passes promises nothing.
+        """
+        if limits.turns_per_minute is None:
+            return
+        answer = self._rate_peek(keys=[keys.project_rate(project)], args=[limits.turns_per_minute])
+        refusal = _refusal(
+            answer, Reservation("", project, ""), EffectiveLimits(None, None, None), limits
+        )
+        if refusal is not None:
+            raise refusal
 
     def reserve(
         self,

@@ -9,12 +9,16 @@ workers on a fresh stack.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 
 import chaz
@@ -163,6 +167,56 @@ def test_past_its_rate_a_project_is_refused_with_retry_after_and_nothing_is_writ
     assert 0 < exc.details["retry_after"] <= 20
     assert exc.to_dict()["details"]["retry_after"] == exc.details["retry_after"]
     assert (rows(client, ids), counters(client, project, ids)) == before
+
+
+@contextlib.contextmanager
+def _write_locked(mstack: Stack, session_id: str) -> Iterator[None]:
+    """Hold what an admission's transaction must take first: on SQLite the
+    database's write lock, on PostgreSQL the session row's lock."""
+    url = mstack.settings.effective_database_url()
+    conn: Any
+    if url.startswith("sqlite"):
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+    else:
+        conn = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"))
+        conn.execute("SELECT id FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
+    try:
+        yield
+    finally:
+        conn.rollback()
+        conn.close()
+
+
+def test_a_refusal_by_the_rate_takes_no_write_lock(
+    mstack: Stack, client: chaz.Client, project: str
+) -> None:
+    # A project past its rate is refused before its admission's transaction:
+    # its refusals never queue on (and never hold) the lock that every other
+    # admission needs (on SQLite, one lock for the whole install).
+    set_rate(client, project, 1)
+    s = session_in(client, "bot", project)
+    client.sessions.post(s.id, "the burst")
+    outcome: list[BaseException | chaz.Entry] = []
+
+    def post() -> None:
+        try:
+            outcome.append(client.sessions.post(s.id, "one too many"))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    with _write_locked(mstack, s.id):
+        poster = threading.Thread(target=post)
+        poster.start()
+        # Without the check before the transaction the post would wait on
+        # the lock held here, for as long as it is held.
+        poster.join(timeout=30)
+        answered_while_locked = not poster.is_alive()
+    poster.join()
+    assert answered_while_locked, outcome
+    [refused] = outcome
+    assert isinstance(refused, ProjectRateExceeded), refused
+    assert 0 < refused.details["retry_after"] <= 60 and refused.details["limit"] == 1
 
 
 def test_fifty_concurrent_admissions_against_a_rate_admit_exactly_its_burst(

@@ -25,6 +25,7 @@
 --          counters and the project's counter incremented, the job added
 --          to the project's live set scored by the Redis clock, every TTL
 --          reset, and with a rate one token spent)
+-- uses: bucket
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 0 then
   return 'rebuild'
 end
@@ -49,16 +50,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 local tokens, per_ms
 if rate >= 0 then
-  per_ms = rate / 60000
-  local b = redis.call('HMGET', KEYS[5], 'tokens', 'at')
-  if b[1] then
-    -- A clock that stepped back (a failover) refills nothing, never drains.
-    tokens = math.min(rate, tonumber(b[1]) + math.max(0, now - tonumber(b[2])) * per_ms)
-  else
-    -- No bucket: full. The key expires only once it has refilled (below),
-    -- and a flush costs at most one extra minute's burst (docs/coordination.md).
-    tokens = rate
-  end
+  tokens, per_ms = bucket(KEYS[5], rate, now)
   if tokens < 1 then
     return {'project_rate', math.ceil((1 - tokens) / per_ms)}
   end

@@ -111,6 +111,15 @@ class Settings(BaseSettings):
         "its row in `projects` says otherwise; beyond it, `quota.project_rate` with "
         "`retry_after` (null or -1: unlimited; 0 is refused).",
     )
+    project_tokens_per_minute: int | None = Field(
+        None,
+        ge=-1,
+        le=2**31 - 1,
+        description="Model tokens one project's turns may report per minute, unless its row "
+        "in `projects` says otherwise: a bucket of as many, debited as turns report usage; "
+        "while it is in debt, admissions are `quota.project_rate` with `retry_after` (null "
+        "or -1: unlimited; 0 is refused).",
+    )
     max_turn_steps: int = Field(32, gt=0, description="Model steps one turn may take.")
     model_prices: Annotated[dict[str, ModelPrice], NoDecode] = Field(
         default_factory=dict,
@@ -203,7 +212,7 @@ class Settings(BaseSettings):
                 raise ValueError("must be a JSON object of model prices") from None
         return value
 
-    @field_validator("project_turns_per_minute")
+    @field_validator("project_turns_per_minute", "project_tokens_per_minute")
     @classmethod
     def _a_rate_refills(cls, value: int | None) -> int | None:
         # A bucket of zero never refills: no retry_after could be promised.

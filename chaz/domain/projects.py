@@ -3,8 +3,10 @@
 A project bounds three things across all of its sessions: its *live* turns
 (admitted and not yet finished: queued, running, stopping or waiting for
 approval), its *cumulative* turns (ever admitted; the allowance never
-refills) and its *rate* (turns admitted per minute, a token bucket whose
-burst is one minute's worth). Each limit is stored per project in the
+refills), its *rate* (turns admitted per minute, a token bucket whose
+burst is one minute's worth) and its *token rate* (model tokens per minute,
+a bucket debited as turns report usage, refusing admissions while in
+debt). Each limit is stored per project in the
 ``projects`` table, where NULL means the install's default
 (``CHAZ_PROJECT_MAX_LIVE``, ``CHAZ_PROJECT_MAX_JOBS``,
 ``CHAZ_PROJECT_TURNS_PER_MINUTE``, each unlimited unless set) and ``-1``
@@ -41,6 +43,9 @@ class ProjectLimits:
     max_jobs: int | None
     #: Turns admitted per minute, with a burst of as many.
     turns_per_minute: int | None = None
+    #: Model tokens per minute: a bucket debited as turns report usage,
+    #: refusing admissions while it is in debt.
+    tokens_per_minute: int | None = None
 
 
 class Project(BaseModel):
@@ -53,10 +58,12 @@ class Project(BaseModel):
     max_live: int | None = None
     max_jobs: int | None = None
     turns_per_minute: int | None = None
+    tokens_per_minute: int | None = None
     #: In force (stored value, else the default); None: no limit.
     effective_max_live: int | None = None
     effective_max_jobs: int | None = None
     effective_turns_per_minute: int | None = None
+    effective_tokens_per_minute: int | None = None
     #: Unfinished jobs and jobs ever admitted, from the database.
     live: int = 0
     jobs: int = 0
@@ -100,14 +107,31 @@ def _in_force(stored: int | None, default: int | None) -> int | None:
     return None if value is None or value < 0 else value
 
 
+def check_token_rate(field: str, value: object) -> int | None:
+    """A stored token rate: None (the default), -1 (no limit) or
+    1..:data:`MAX_LIMIT`; anything else is ``request.invalid`` naming ``field``
+    (zero is refused for the reason :func:`check_rate` gives)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(f"{field} must be an integer, -1 (no limit) or null", field=field)
+    if value != NO_LIMIT and not 1 <= value <= MAX_LIMIT:
+        raise ValidationError(
+            f"{field} must be -1 (no limit) or between 1 and {MAX_LIMIT}", field=field
+        )
+    return value
+
+
 def resolve_project_limits(
-    settings: Settings, stored: tuple[int | None, int | None, int | None] | None
+    settings: Settings,
+    stored: tuple[int | None, int | None, int | None, int | None] | None,
 ) -> ProjectLimits:
     """The limits in force for a project whose stored ``(max_live, max_jobs,
-    turns_per_minute)`` are given (None: the project has no row)."""
-    live, jobs, rate = stored if stored is not None else (None, None, None)
+    turns_per_minute, tokens_per_minute)`` are given (None: the project has no row)."""
+    live, jobs, rate, tokens = stored if stored is not None else (None, None, None, None)
     return ProjectLimits(
         _in_force(live, settings.project_max_live),
         _in_force(jobs, settings.project_max_jobs),
         _in_force(rate, settings.project_turns_per_minute),
+        _in_force(tokens, settings.project_tokens_per_minute),
     )

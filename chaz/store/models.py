@@ -432,6 +432,9 @@ class ProjectRow(Base):
     max_jobs: Mapped[int | None] = mapped_column(Integer)
     #: Turns admitted per minute (a token bucket in Redis); NULL: the default.
     turns_per_minute: Mapped[int | None] = mapped_column(Integer)
+    #: Model tokens per minute (a token bucket in Redis, debited as turns
+    #: report usage); NULL: the default.
+    tokens_per_minute: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 
 import chaz
+import chaz.errors
+from chaz.coord import keys
 from chaz.domain.entries import EntryType
 from chaz.settings import ModelPrice
 from tests.acceptance.test_cli import chaz_cli, cli_env, ok
@@ -195,3 +197,28 @@ def _ended_by_in(stack: Stack, job: chaz.Job, code: str) -> None:
     assert not [e for e in replies if e.job_id == job.id]
     [error] = [e for e in entries if e.type is EntryType.ERROR and e.job_id == job.id]
     assert error.metadata["code"] == code
+
+
+def test_a_project_past_its_tokens_per_minute_is_refused_with_retry_after(tenant: Stack) -> None:
+    client = tenant.client
+    project = client.jobs._project
+    client.projects.set_limits(project, tokens_per_minute=100)
+    _agent(client, "gulper", [{"say": "ok", "usage": {"input": 400, "output": 100}}])
+    s = client.sessions.create("gulper")
+    # Tokens are known only once the turn has spent them: it runs to its reply.
+    first = _post(client, s.id)
+    assert first.status is chaz.JobStatus.SUCCEEDED, tenant.logs()
+    bucket = keys.project_tokens(project)
+    redis = client.services.redis
+
+    def in_debt() -> bool:
+        held = redis.hget(bucket, "tokens")
+        return held is not None and float(held) < 0
+
+    tenant.wait_for(in_debt, WAIT, "the turn's tokens debited from its project's bucket")
+    with pytest.raises(chaz.errors.ProjectRateExceeded) as info:
+        client.sessions.post(s.id, "again", sender="user:alice")
+    assert info.value.code == "quota.project_rate"
+    # 400 tokens of debt at 100 a minute: about four minutes.
+    assert 200 < info.value.details["retry_after"] <= 240
+    assert len(client.jobs.list(session_id=s.id)) == 1

@@ -330,9 +330,9 @@ def test_limits_default_to_the_settings_and_minus_one_is_none() -> None:
     settings = Settings(_env_file=None, project_max_live=3, project_max_jobs=-1)
     limits = resolve_project_limits(settings, None)
     assert (limits.max_live, limits.max_jobs) == (3, None)
-    limits = resolve_project_limits(settings, (-1, 7, None))
+    limits = resolve_project_limits(settings, (-1, 7, None, None))
     assert (limits.max_live, limits.max_jobs) == (None, 7)
-    limits = resolve_project_limits(settings, (None, None, None))
+    limits = resolve_project_limits(settings, (None, None, None, None))
     assert (limits.max_live, limits.max_jobs) == (3, None)
 
 
@@ -355,17 +355,17 @@ def test_an_admission_reads_the_limits_once_per_cache_period(
 ) -> None:
     reads: list[str] = []
 
-    def read() -> tuple[int | None, int | None, int | None]:
+    def read() -> tuple[int | None, int | None, int | None, int | None]:
         reads.append(project)
-        return (3, None, None)
+        return (3, None, None, None)
 
     store = client.services.store.projects
-    assert store.stored(project, read) == (3, None, None)
-    assert store.stored(project, read) == (3, None, None)
+    assert store.stored(project, read) == (3, None, None, None)
+    assert store.stored(project, read) == (3, None, None, None)
     assert reads == [project]  # the second came from the cache
     # Setting the limits drops this process's entry: the next admission reads them.
     client.projects.set_limits(project, max_live=7)
-    assert store.stored(project, read) == (3, None, None)
+    assert store.stored(project, read) == (3, None, None, None)
     assert reads == [project, project]
     s = session_in(client, "bot", project)
     client.sessions.post(s.id, "admitted under the cached limit")
@@ -544,10 +544,10 @@ def test_reserve_answers_in_order_and_counts_nothing_when_it_refuses(
     ended = scripts.register(r, "job_ended")
     sid = f"s-{project}"
     ks = [keys.queued(sid), keys.cumulative(sid), keys.project_live(project)]
-    ks += [keys.project_jobs(project), keys.project_rate(project)]
+    ks += [keys.project_jobs(project), keys.project_rate(project), keys.project_tokens(project)]
 
     def run(max_q: int, max_c: int, max_live: int, max_pj: int, job: str = "j1") -> str:
-        return str(reserve(keys=ks, args=[max_q, max_c, 60_000, max_live, max_pj, job, -1]))
+        return str(reserve(keys=ks, args=[max_q, max_c, 60_000, max_live, max_pj, job, -1, -1]))
 
     assert run(-1, -1, -1, -1) == "rebuild"
     r.set(ks[0], 1)

@@ -30,3 +30,9 @@ def register(commands: Subcommands) -> None:
         metavar="N",
         help=f"turns admitted per minute (a one-minute burst): {limit_help}",
     )
+    p.add_argument(
+        "--tokens-per-minute",
+        dest="tokens_per_minute",
+        metavar="N",
+        help=f"model tokens per minute (admissions wait while in debt): {limit_help}",
+    )

@@ -15,6 +15,8 @@ import secrets
 import socket
 from typing import Any
 
+import redis
+
 from chaz import metrics
 from chaz.coord.feed import Feed
 from chaz.coord.lanes import Lease
@@ -337,11 +339,21 @@ class Turn:
         self.feed.hold(ended.entry if ended.created else None)
 
     def _ended(self, outcome: str) -> None:
-        """Count the attempt's end and the usage it added to its job's
-        (what earlier attempts recorded was counted by them)."""
+        """Count the attempt's end and the usage it added to its job's (what
+        earlier attempts recorded was counted by them), and debit the tokens
+        it added from its project's token bucket."""
         metrics.turn_ended(outcome, self.began)
         now, before = self.budget.usage(), self.job.usage
         metrics.usage_recorded(self.job.project, now, before)
+        added = now.tokens - (before.tokens if before is not None else 0)
+        if added > 0:
+            # The project's tokens-per-minute bucket (docs/security.md#project-quotas):
+            # best effort, as the Redis side of a turn's end is; a lost debit
+            # lets the project's next admissions through, it loses no work.
+            try:
+                self.services.quotas.debit_tokens(self.job.project, added)
+            except redis.RedisError:
+                log.warning("could not debit %d tokens of project %s", added, self.job.project)
 
     def fail(self, status: JobStatus, exc: ChazError, *, code: str | None = None) -> None:
         """End the job in ``status`` with an Error entry, held in the feed if this wrote it."""

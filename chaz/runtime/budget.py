@@ -85,7 +85,14 @@ class Budget:
 
     def check_start(self) -> None:
         """Before the first step: end the turn at once if its cumulative
-        allowance is spent already (``budget.tokens`` / ``budget.cost``)."""
+        allowance is spent already (``budget.tokens`` / ``budget.cost``).
+
+        Only for a job that has spent nothing itself: a resumed attempt (after
+        an approval, a hand-back, a lost worker) that used its allowance up
+        to the bound has crossed nothing, and is stopped by its next step's
+        tokens if it spends any."""
+        if self._carried.tokens > 0:
+            return
         self._check_allowance(over=lambda spent, bound: spent >= bound)
 
     def _check_allowance(self, over: Callable[[float, float], bool]) -> None:

@@ -107,6 +107,13 @@ def test_a_spent_allowance_ends_the_turn_before_its_first_step() -> None:
     Budget(allowance=Allowance(tokens=1, tokens_scope="session")).check_start()
     carried = Usage(reserved_tokens=100)
     assert Budget(carried=carried).usage().reserved_tokens == 100
+    # A resumed job that used its allowance to the bound has crossed nothing.
+    resumed = Budget(
+        carried=Usage(input_tokens=50), allowance=Allowance(tokens=50, tokens_scope="tree")
+    )
+    resumed.check_start()
+    with pytest.raises(TokenBudgetExceeded):
+        resumed.spent(TokenCount(output=1))
 
 
 def test_cumulative_limits_are_positive_and_narrow() -> None:

@@ -43,7 +43,10 @@ class Budget:
     usage): a resumed turn keeps counting from there. Idle time starts at
     this attempt's start. ``price`` prices the tokens (None: they cost 0);
     ``allowance`` bounds the job's whole usage by its cumulative budgets.
-    Thread-safe: the watcher checks it from its thread.
+    ``children`` gives what the turn's spawned children hold (tokens, cost:
+    their reservations while they run, what they used once ended), charged
+    to the turn's token bounds beside its own use; asked only when a bound
+    is set. Thread-safe: the watcher checks it from its thread.
     """
 
     def __init__(
@@ -54,11 +57,13 @@ class Budget:
         *,
         price: ModelPrice | None = None,
         allowance: Allowance | None = None,
+        children: Callable[[], tuple[int, float]] | None = None,
     ) -> None:
         self._limits = limits or Limits()
         self._carried = carried or Usage()
         self._price = price
         self._allowance = allowance or Allowance()
+        self._children = children
         self._clock = clock
         self._lock = threading.Lock()
         self._began = self._last_active = clock()
@@ -75,13 +80,23 @@ class Budget:
                 self._output += count.output
             total = self._input + self._output
         limit = self._limits.max_tokens_per_turn
-        if limit is not None and total > limit:
+        held = self._held()
+        if limit is not None and total + held[0] > limit:
             raise TokenBudgetExceeded(
-                f"the turn spent {total} tokens, past its limit of {limit}",
+                f"the turn spent {total} tokens and its children hold {held[0]}, past "
+                f"its limit of {limit}",
                 tokens=total,
+                children=held[0],
                 limit=limit,
             )
-        self._check_allowance(over=lambda spent, bound: spent > bound)
+        self._check_allowance(over=lambda spent, bound: spent > bound, held=held)
+
+    def _held(self) -> tuple[int, float]:
+        """What the turn's children hold, if any bound needs it."""
+        bounded = self._limits.max_tokens_per_turn is not None or self._allowance.bounded
+        if self._children is None or not bounded:
+            return 0, 0.0
+        return self._children()
 
     def check_start(self) -> None:
         """Before the first step: end the turn at once if its cumulative
@@ -95,22 +110,25 @@ class Budget:
             return
         self._check_allowance(over=lambda spent, bound: spent >= bound)
 
-    def _check_allowance(self, over: Callable[[float, float], bool]) -> None:
+    def _check_allowance(
+        self, over: Callable[[float, float], bool], held: tuple[int, float] = (0, 0.0)
+    ) -> None:
         allowed = self._allowance
         used = self.usage()
-        if allowed.tokens is not None and over(used.tokens, allowed.tokens):
+        tokens, cost = used.tokens + held[0], used.cost + held[1]
+        if allowed.tokens is not None and over(tokens, allowed.tokens):
             raise TokenBudgetExceeded(
-                f"the turn's job used {used.tokens} tokens; its {allowed.tokens_scope} "
-                f"budget left it {allowed.tokens}",
-                tokens=used.tokens,
+                f"the turn's job and its children used {tokens} tokens; its "
+                f"{allowed.tokens_scope} budget left it {allowed.tokens}",
+                tokens=tokens,
                 limit=allowed.tokens,
                 scope=allowed.tokens_scope,
             )
-        if allowed.cost is not None and over(used.cost, allowed.cost):
+        if allowed.cost is not None and over(cost, allowed.cost):
             raise CostBudgetExceeded(
-                f"the turn's job cost {used.cost:g}; its {allowed.cost_scope} budget "
-                f"left it {allowed.cost:g}",
-                cost=used.cost,
+                f"the turn's job and its children cost {cost:g}; its {allowed.cost_scope} "
+                f"budget left it {allowed.cost:g}",
+                cost=round(cost, 9),
                 limit=allowed.cost,
                 scope=allowed.cost_scope,
             )

@@ -120,6 +120,12 @@ class Jobs:
         with self.db.read() as conn:
             return budget_rows.totals(conn, where)
 
+    def children_charged(self, job_id: str) -> tuple[int, float]:
+        """What the jobs spawned by ``job_id`` hold against its budget (tokens,
+        cost): a live one its reservation or more, an ended one what it used."""
+        with self.db.read() as conn:
+            return budget_rows.charged(conn, st.JOBS.c.parent_job_id == job_id, but="")
+
     def count_created(self, job_id: str) -> int:
         """How many sessions ``job_id``'s turn created (its fan-out, docs/contracts.md#topology)."""
         stmt = (

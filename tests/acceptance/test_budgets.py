@@ -178,14 +178,43 @@ def test_a_child_whose_caller_has_100_tokens_left_cannot_spend_500(tenant: Stack
     _agent(client, "thrifty", parent_steps, max_tokens_per_turn=300)
     s = client.sessions.create("thrifty")
     parent = _post(client, s.id)
-    assert parent.status is chaz.JobStatus.SUCCEEDED, tenant.logs()
     [child] = [j for j in client.jobs.list() if j.parent_job_id == parent.id]
-    assert child.status is chaz.JobStatus.FAILED and child.error is not None
+    assert child.status is chaz.JobStatus.FAILED and child.error is not None, tenant.logs()
     assert child.error["code"] == "budget.tokens", child.error
     assert child.usage is not None and child.usage.reserved_tokens == 100
+    # What the child spent is its caller's: the step that crossed still
+    # spent its 500, so the caller is past its 300 too, and its next step
+    # ends it without a reply.
+    _ended_by_in(tenant, parent, "budget.tokens")
+    assert parent.error is not None and parent.error["details"]["children"] == 500
     # The tree's totals hold both turns, the child's 500 as it reported them.
     tree = client.jobs.totals(tree_id=s.tree_id)
     assert (tree.tokens, tree.jobs) == (700, 2)
+
+
+def test_a_childs_spend_is_charged_to_its_caller_while_it_runs_and_after(
+    tenant: Stack,
+) -> None:
+    client = tenant.client
+    _agent(client, "small-child", [{"say": "spent", "usage": {"input": 100, "output": 50}}])
+    parent_steps: list[dict[str, Any]] = [
+        {
+            "call": "spawn_agent",
+            "args": {"agent_id": "small-child", "task": "t"},
+            "usage": {"input": 80, "output": 20},
+        },
+        # 100 own + 150 the child used + these 100 = 350, past 300: without
+        # the child's share the turn would have spent 200 and replied.
+        {"say": "never said", "usage": {"input": 90, "output": 10}},
+    ]
+    _agent(client, "sharer", parent_steps, max_tokens_per_turn=300)
+    s = client.sessions.create("sharer")
+    parent = _post(client, s.id)
+    [child] = [j for j in client.jobs.list() if j.parent_job_id == parent.id]
+    assert child.status is chaz.JobStatus.SUCCEEDED, tenant.logs()
+    assert child.usage is not None and child.usage.reserved_tokens == 200
+    _ended_by_in(tenant, parent, "budget.tokens")
+    assert parent.usage is not None and parent.usage.tokens == 200  # its own, not the child's
 
 
 def _ended_by_in(stack: Stack, job: chaz.Job, code: str) -> None:

@@ -101,6 +101,21 @@ def test_a_budget_past_its_allowance_ends_tokens_or_cost() -> None:
     assert over.value.code == "budget.cost" and priced.usage().cost == 1.000008
 
 
+def test_what_children_hold_is_charged_to_the_callers_bounds() -> None:
+    held = [(0, 0.0)]
+    budget = Budget(Limits(max_tokens_per_turn=100), children=lambda: held[0])
+    budget.spent(TokenCount(input=60))
+    held[0] = (40, 0.0)
+    budget.spent(None)  # 60 + 40: at the limit, not past
+    held[0] = (41, 0.0)
+    with pytest.raises(TokenBudgetExceeded) as crossed:
+        budget.spent(None)
+    assert crossed.value.details["children"] == 41
+    assert budget.usage().tokens == 60  # its own usage stays its own
+    # Without a bound the children are not even asked.
+    Budget(children=lambda: (_ for _ in ()).throw(AssertionError)).spent(TokenCount(input=5))
+
+
 def test_a_spent_allowance_ends_the_turn_before_its_first_step() -> None:
     with pytest.raises(TokenBudgetExceeded):
         Budget(allowance=Allowance(tokens=0, tokens_scope="session")).check_start()

@@ -87,6 +87,8 @@ class Turn:
             job.usage,
             price=budgets.price_of(services.settings.model_prices, setup.agent.model),
             allowance=setup.budget.allowance(limits) if setup.budget is not None else None,
+            # Its children spend from its budget (docs/runtime.md#budgets).
+            children=lambda: services.store.children_charged(job.id),
         )
         self.cancel.limit(self.budget.overrun)
         #: Set while the turn runs (see ``TurnRunner._think``).

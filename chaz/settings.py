@@ -120,6 +120,21 @@ class Settings(BaseSettings):
         "while it is in debt, admissions are `quota.project_rate` with `retry_after` (null "
         "or -1: unlimited; 0 is refused).",
     )
+    project_max_tokens: int | None = Field(
+        None,
+        ge=-1,
+        description="Model tokens one project's turns may use in all, unless its row in "
+        "`projects` says otherwise; past it a turn ends `budget.tokens` (null or -1: "
+        "unlimited).",
+    )
+    project_max_cost: float | None = Field(
+        None,
+        ge=-1,
+        allow_inf_nan=False,
+        description="Cost (CHAZ_MODEL_PRICES) one project's turns may use in all, unless its "
+        "row in `projects` says otherwise; past it a turn ends `budget.cost` (null or -1: "
+        "unlimited).",
+    )
     max_turn_steps: int = Field(32, gt=0, description="Model steps one turn may take.")
     model_prices: Annotated[dict[str, ModelPrice], NoDecode] = Field(
         default_factory=dict,

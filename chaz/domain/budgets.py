@@ -173,6 +173,19 @@ def allowance(limits: Limits, spent: Spent, caller: Allowance | None = None) -> 
     )
 
 
+def project_bound(
+    found: Allowance | None,
+    max_tokens: int | None,
+    max_cost: float | None,
+    spent: tuple[int, float],
+) -> Allowance:
+    """``found`` narrowed by the project's cumulative limits less what its
+    other jobs hold (``spent``)."""
+    return (found or Allowance()).narrowed(
+        _fewer(max_tokens, spent[0]), _less(max_cost, spent[1]), "project"
+    )
+
+
 def caller_remaining(
     limits: Limits, used: Usage | None, children: tuple[int, float], spent: Spent
 ) -> Allowance:

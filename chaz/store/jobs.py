@@ -120,6 +120,12 @@ class Jobs:
         with self.db.read() as conn:
             return budget_rows.totals(conn, where)
 
+    def project_charged(self, project: str, but: str) -> tuple[int, float]:
+        """What the project's jobs (job ``but`` left out) hold against its
+        cumulative budgets (tokens, cost), as :meth:`children_charged` counts."""
+        with self.db.read() as conn:
+            return budget_rows.charged(conn, budget_rows.in_project(project), but=but)
+
     def children_charged(self, job_id: str) -> tuple[int, float]:
         """What the jobs spawned by ``job_id`` hold against its budget (tokens,
         cost): a live one its reservation or more, an ended one what it used."""

@@ -31,9 +31,9 @@ if TYPE_CHECKING:
 #: How long a process trusts the limits it read for a project.
 CACHE_SECONDS = 5.0
 
-#: A project's stored ``(max_live, max_jobs, turns_per_minute, tokens_per_minute)``;
-#: None: it has no row.
-Stored = tuple[int | None, int | None, int | None, int | None] | None
+#: A project's stored ``(max_live, max_jobs, turns_per_minute, tokens_per_minute,
+#: max_tokens, max_cost)``; None: it has no row.
+Stored = tuple[int | None, int | None, int | None, int | None, int | None, float | None] | None
 
 _ACTIVE = [s.value for s in ACTIVE]
 
@@ -46,9 +46,11 @@ def read_stored(conn: Connection, project: str) -> Stored:
             ProjectRow.max_jobs,
             ProjectRow.turns_per_minute,
             ProjectRow.tokens_per_minute,
+            ProjectRow.max_tokens,
+            ProjectRow.max_cost,
         ).where(ProjectRow.id == project)
     ).first()
-    return None if row is None else (row[0], row[1], row[2], row[3])
+    return None if row is None else (row[0], row[1], row[2], row[3], row[4], row[5])
 
 
 def read_counts(conn: Connection, project: str) -> tuple[list[str], int]:
@@ -113,6 +115,8 @@ class ProjectStore:
         max_jobs: int | None,
         turns_per_minute: int | None = None,
         tokens_per_minute: int | None = None,
+        max_tokens: int | None = None,
+        max_cost: float | None = None,
     ) -> dict[str, Any]:
         """Set every limit of a project (None: the default), creating its row."""
         now = utcnow()
@@ -121,6 +125,8 @@ class ProjectStore:
             "max_jobs": max_jobs,
             "turns_per_minute": turns_per_minute,
             "tokens_per_minute": tokens_per_minute,
+            "max_tokens": max_tokens,
+            "max_cost": max_cost,
             "updated_at": now,
         }
         with self._db.write() as conn:
@@ -165,6 +171,8 @@ def _view(project: str, row: Any, live: int, total: int) -> dict[str, Any]:
         "max_jobs": row["max_jobs"] if row is not None else None,
         "turns_per_minute": row["turns_per_minute"] if row is not None else None,
         "tokens_per_minute": row["tokens_per_minute"] if row is not None else None,
+        "max_tokens": row["max_tokens"] if row is not None else None,
+        "max_cost": row["max_cost"] if row is not None else None,
         "live": live,
         "jobs": total,
         "created_at": as_utc(row["created_at"]) if row is not None else None,

@@ -251,3 +251,23 @@ def test_a_project_past_its_tokens_per_minute_is_refused_with_retry_after(tenant
     # 400 tokens of debt at 100 a minute: about four minutes.
     assert 200 < info.value.details["retry_after"] <= 240
     assert len(client.jobs.list(session_id=s.id)) == 1
+
+
+def test_a_project_past_its_cumulative_budget_ends_its_turns(tenant: Stack) -> None:
+    client = tenant.client
+    project = client.jobs._project
+    # At 1000 and 4000 per million a turn of 60 + 20 tokens costs 0.14.
+    shown = client.projects.set_limits(project, max_tokens=1000, max_cost=0.2)
+    assert (shown.effective_max_tokens, shown.effective_max_cost) == (1000, 0.2)
+    _agent(client, "spendthrift", [{"say": "ok", "usage": {"input": 60, "output": 20}}])
+    # Three sessions: only the project's limit binds them together.
+    first = _post(client, client.sessions.create("spendthrift").id)
+    assert first.status is chaz.JobStatus.SUCCEEDED, tenant.logs()
+    second = _post(client, client.sessions.create("spendthrift").id)
+    _ended_by_in(tenant, second, "budget.cost")
+    assert second.error is not None and second.error["details"]["scope"] == "project"
+    # 0.28 spent of 0.2: the next turn ends before its first step.
+    third = _post(client, client.sessions.create("spendthrift").id)
+    assert third.error is not None and third.error["code"] == "budget.cost", third.error
+    assert third.usage is not None and third.usage.tokens == 0
+    assert client.jobs.totals().cost == pytest.approx(0.28)

@@ -330,9 +330,9 @@ def test_limits_default_to_the_settings_and_minus_one_is_none() -> None:
     settings = Settings(_env_file=None, project_max_live=3, project_max_jobs=-1)
     limits = resolve_project_limits(settings, None)
     assert (limits.max_live, limits.max_jobs) == (3, None)
-    limits = resolve_project_limits(settings, (-1, 7, None, None))
+    limits = resolve_project_limits(settings, (-1, 7, None, None, None, None))
     assert (limits.max_live, limits.max_jobs) == (None, 7)
-    limits = resolve_project_limits(settings, (None, None, None, None))
+    limits = resolve_project_limits(settings, (None, None, None, None, None, None))
     assert (limits.max_live, limits.max_jobs) == (3, None)
 
 
@@ -355,17 +355,17 @@ def test_an_admission_reads_the_limits_once_per_cache_period(
 ) -> None:
     reads: list[str] = []
 
-    def read() -> tuple[int | None, int | None, int | None, int | None]:
+    def read() -> tuple[int | None, int | None, int | None, int | None, int | None, float | None]:
         reads.append(project)
-        return (3, None, None, None)
+        return (3, None, None, None, None, None)
 
     store = client.services.store.projects
-    assert store.stored(project, read) == (3, None, None, None)
-    assert store.stored(project, read) == (3, None, None, None)
+    assert store.stored(project, read) == (3, None, None, None, None, None)
+    assert store.stored(project, read) == (3, None, None, None, None, None)
     assert reads == [project]  # the second came from the cache
     # Setting the limits drops this process's entry: the next admission reads them.
     client.projects.set_limits(project, max_live=7)
-    assert store.stored(project, read) == (3, None, None, None)
+    assert store.stored(project, read) == (3, None, None, None, None, None)
     assert reads == [project, project]
     s = session_in(client, "bot", project)
     client.sessions.post(s.id, "admitted under the cached limit")

@@ -136,3 +136,23 @@ def test_cumulative_limits_are_positive_and_narrow() -> None:
         Limits.parse({"max_cost_per_tree": 0})
     merged = Limits(max_cost_per_tree=2.5).narrowed(Limits(max_cost_per_tree=1.5))
     assert merged.max_cost_per_tree == 1.5
+
+
+def test_a_projects_budgets_bound_its_jobs_and_are_checked_as_stored() -> None:
+    from chaz.domain.projects import check_cost_budget, check_token_budget
+
+    found = budgets.project_bound(None, 1000, 2.0, (900, 0.5))
+    assert (found.tokens, found.tokens_scope, found.cost) == (100, "project", 1.5)
+    assert (
+        budgets.project_bound(
+            Allowance(tokens=50, tokens_scope="tree"), 1000, None, (0, 0.0)
+        ).tokens
+        == 50
+    )
+    assert check_token_budget("max_tokens", -1) == -1 and check_cost_budget("max_cost", 2) == 2.0
+    for bad_tokens in (-2, 1.5, "1", True, 2**63):
+        with pytest.raises(ValidationError):
+            check_token_budget("max_tokens", bad_tokens)
+    for bad_cost in (-0.5, float("nan"), float("inf"), "1", True):
+        with pytest.raises(ValidationError):
+            check_cost_budget("max_cost", bad_cost)

@@ -22,6 +22,8 @@ from chaz.coord.feed import Feed
 from chaz.coord.lanes import Lease
 from chaz.coord.partials import PartialPublisher
 from chaz.domain import budgets, rooms
+from chaz.domain.agents import Limits
+from chaz.domain.budgets import Allowance
 from chaz.domain.entries import EntryType, NewEntry, agent_sender
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.principals import Principal, parse_grants, turn_grants
@@ -37,7 +39,7 @@ from chaz.runtime.loop import Checkpoint, LoopPorts, Suspend, run_loop
 from chaz.runtime.registry import Delegation, ToolContext, ToolRegistry
 from chaz.services import Services
 from chaz.store.types import Fence, Finish, TurnSetup
-from chaz.usecases import admission, completion
+from chaz.usecases import admission, completion, projects
 from chaz.usecases.turns.approval import ApprovalGate
 
 log = logging.getLogger(__name__)
@@ -86,7 +88,7 @@ class Turn:
             limits,
             job.usage,
             price=budgets.price_of(services.settings.model_prices, setup.agent.model),
-            allowance=setup.budget.allowance(limits) if setup.budget is not None else None,
+            allowance=_allowance(services, setup, limits),
             # Its children spend from its budget (docs/runtime.md#budgets).
             children=lambda: services.store.children_charged(job.id),
         )
@@ -378,6 +380,18 @@ class Turn:
         )
         self._ended(status.value)
         self.feed.hold(done.entry if done is not None and done.created else None)
+
+
+def _allowance(services: Services, setup: TurnSetup, limits: Limits) -> Allowance | None:
+    """The most the job may use in all (docs/runtime.md#budgets): its session's,
+    tree's and caller's bounds as its setup read them, and its project's,
+    read now and only when the project sets a cumulative budget."""
+    found = setup.budget.allowance(limits) if setup.budget is not None else None
+    project = projects.limits_for(services, setup.job.project)
+    if project.max_tokens is None and project.max_cost is None:
+        return found
+    spent = services.store.project_charged(setup.job.project, but=setup.job.id)
+    return budgets.project_bound(found, project.max_tokens, project.max_cost, spent)
 
 
 class _StopCheck:

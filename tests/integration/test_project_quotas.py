@@ -530,6 +530,17 @@ def test_the_cli_sets_and_lists_project_limits(mstack: Stack, project: str) -> N
     bad = _cli(mstack.settings, "projects", "set", project, "--max-live", "lots")
     assert bad.returncode != 0
     assert "max-live" in bad.stderr + bad.stdout
+    # The token rate and the cumulative budgets, kept by a later option too.
+    args = ["--tokens-per-minute", "5000", "--max-tokens", "90000", "--max-cost", "2.5"]
+    done = _cli(mstack.settings, "projects", "set", project, *args)
+    assert done.returncode == 0 and "5000 tokens a minute" in done.stdout, done.stderr
+    done = _cli(mstack.settings, "projects", "set", project, "--max-live", "4")
+    assert done.returncode == 0, done.stderr
+    shown = mstack.client.projects.get(project)
+    assert (shown.tokens_per_minute, shown.max_tokens, shown.max_cost) == (5000, 90000, 2.5)
+    assert "TOKENS/MIN" in _cli(mstack.settings, "projects", "ls").stdout
+    bad = _cli(mstack.settings, "projects", "set", project, "--max-cost", "lots")
+    assert bad.returncode != 0 and "max-cost" in bad.stderr + bad.stdout
 
 
 # -- the scripts themselves ------------------------------------------------------------

@@ -60,7 +60,10 @@ class Jobs(Acting):
         if session_id is not None and tree_id is not None:
             raise ValidationError("give session_id or tree_id, not both", field="tree_id")
         sid = None if session_id is None else self._session(check_ref("session", session_id)).id
-        tid = None if tree_id is None else check_ref("tree", tree_id)
+        tid = None if tree_id is None else check_ref("tree_id", tree_id)
+        if tid == "":
+            # An empty id is a bad filter, not no filter (as in ``list``).
+            raise ValidationError("tree_id must not be empty", field="tree_id")
         # Filtered by the project too: another project's tree sums to nothing.
         return self._svc.store.usage_totals(self._project, session_id=sid, tree_id=tid)
 

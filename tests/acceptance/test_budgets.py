@@ -155,6 +155,10 @@ def test_a_session_past_its_cumulative_budget_ends_its_turns_and_costs_are_price
     assert (total.tokens, total.jobs) == (160, 3)
     assert total.cost == pytest.approx(0.34)
     assert client.jobs.totals() == total  # the tenant's project holds this session only
+    for bad in ({"tree_id": ""}, {"session_id": s.id, "tree_id": s.tree_id}):
+        with pytest.raises(chaz.errors.ValidationError) as refused:
+            client.jobs.totals(**bad)
+        assert refused.value.field == "tree_id"
     # The CLI reads the same sums.
     env = cli_env(settings=tenant.settings, CHAZ_PROJECT=client.jobs._project)
     shown = json.loads(ok(chaz_cli("--json", "jobs", "usage", "--session", s.id, env=env)))

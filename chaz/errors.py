@@ -353,9 +353,17 @@ class BudgetExceeded(ChazError):
 
 
 class TokenBudgetExceeded(BudgetExceeded):
-    """The turn's model steps spent more tokens than ``max_tokens_per_turn``."""
+    """The turn's model steps spent more tokens than ``max_tokens_per_turn``, or
+    than what its session, its tree or its caller had left."""
 
     code = "budget.tokens"
+
+
+class CostBudgetExceeded(BudgetExceeded):
+    """The turn's tokens, priced by ``CHAZ_MODEL_PRICES``, passed a cumulative
+    cost budget (its session's, its tree's or its caller's)."""
+
+    code = "budget.cost"
 
 
 class RuntimeBudgetExceeded(BudgetExceeded):

@@ -25,6 +25,8 @@ from datetime import datetime
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client import multiprocess as _multiprocess
 
+from chaz.domain.jobs import Usage
+
 log = logging.getLogger(__name__)
 
 #: Where operators scrape a worker (the k8s manifests' and the docs' example).
@@ -72,6 +74,17 @@ BROKER_MESSAGES_SET_ASIDE = Counter(
     "chaz:deadletter (chaz.coord.poison), by queue.",
     ["queue"],
 )
+TOKENS = Counter(
+    "chaz_tokens",
+    "Tokens the turns this worker ran reported, by project and kind (input, "
+    "output); a resumed attempt counts only what it added (docs/runtime.md#budgets).",
+    ["project", "kind"],
+)
+COST = Counter(
+    "chaz_cost",
+    "What those tokens cost by CHAZ_MODEL_PRICES, by project.",
+    ["project"],
+)
 RECONCILER_PASSES = Counter("chaz_reconciler_passes", "Reconciler passes this worker completed.")
 RECONCILER_REPAIRS = Counter(
     "chaz_reconciler_repairs",
@@ -97,6 +110,20 @@ def turn_ended(outcome: str, began: float) -> None:
     """Count a turn's end with its ``outcome``, and its duration since ``began``."""
     TURNS_ENDED.labels(outcome).inc()
     TURN_SECONDS.labels(outcome).observe(time.monotonic() - began)
+
+
+def usage_recorded(project: str, now: Usage, before: Usage | None) -> None:
+    """Count what an attempt added to its job's usage (``before``: what the
+    job carried when the attempt started)."""
+    was = before or Usage()
+    added_in = now.input_tokens - was.input_tokens
+    added_out = now.output_tokens - was.output_tokens
+    if added_in > 0:
+        TOKENS.labels(project, "input").inc(added_in)
+    if added_out > 0:
+        TOKENS.labels(project, "output").inc(added_out)
+    if now.cost > was.cost:
+        COST.labels(project).inc(now.cost - was.cost)
 
 
 def reconciled(repairs: Mapping[str, int]) -> None:

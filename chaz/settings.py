@@ -8,14 +8,25 @@ same code at real servers.
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class ModelPrice(BaseModel):
+    """What one model's tokens cost, in any currency unit, per million tokens
+    (``CHAZ_MODEL_PRICES``, docs/runtime.md#budgets)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input_per_million: float = Field(ge=0, allow_inf_nan=False)
+    output_per_million: float = Field(ge=0, allow_inf_nan=False)
 
 
 class Settings(BaseSettings):
@@ -100,7 +111,37 @@ class Settings(BaseSettings):
         "its row in `projects` says otherwise; beyond it, `quota.project_rate` with "
         "`retry_after` (null or -1: unlimited; 0 is refused).",
     )
+    project_tokens_per_minute: int | None = Field(
+        None,
+        ge=-1,
+        le=2**31 - 1,
+        description="Model tokens one project's turns may report per minute, unless its row "
+        "in `projects` says otherwise: a bucket of as many, debited as turns report usage; "
+        "while it is in debt, admissions are `quota.project_rate` with `retry_after` (null "
+        "or -1: unlimited; 0 is refused).",
+    )
+    project_max_tokens: int | None = Field(
+        None,
+        ge=-1,
+        description="Model tokens one project's turns may use in all, unless its row in "
+        "`projects` says otherwise; past it a turn ends `budget.tokens` (null or -1: "
+        "unlimited).",
+    )
+    project_max_cost: float | None = Field(
+        None,
+        ge=-1,
+        allow_inf_nan=False,
+        description="Cost (CHAZ_MODEL_PRICES) one project's turns may use in all, unless its "
+        "row in `projects` says otherwise; past it a turn ends `budget.cost` (null or -1: "
+        "unlimited).",
+    )
     max_turn_steps: int = Field(32, gt=0, description="Model steps one turn may take.")
+    model_prices: Annotated[dict[str, ModelPrice], NoDecode] = Field(
+        default_factory=dict,
+        description='JSON `{"MODEL": {"input_per_million": X, "output_per_million": Y}}`: '
+        "what a job's tokens cost, by the agent's `model` (as written, else the name after "
+        "`openai:`); a model not listed costs 0.",
+    )
     max_context_entries: int = Field(
         200, gt=0, description="Newest context entries (after the latest Summary) a turn reads."
     )
@@ -174,7 +215,19 @@ class Settings(BaseSettings):
         None, description="The project an operator's Client acts in (null: default)."
     )
 
-    @field_validator("project_turns_per_minute")
+    @field_validator("model_prices", mode="before")
+    @classmethod
+    def _a_json_table(cls, value: Any) -> Any:
+        # Decoded here rather than by pydantic-settings, so bad JSON is a
+        # validation error (config.invalid) like any other bad setting.
+        if isinstance(value, str):
+            try:
+                return json.loads(value) if value.strip() else {}
+            except ValueError:
+                raise ValueError("must be a JSON object of model prices") from None
+        return value
+
+    @field_validator("project_turns_per_minute", "project_tokens_per_minute")
     @classmethod
     def _a_rate_refills(cls, value: int | None) -> int | None:
         # A bucket of zero never refills: no retry_after could be promised.

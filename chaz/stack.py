@@ -8,6 +8,7 @@ server over a Unix socket in ``CHAZ_HOME``.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -48,6 +49,9 @@ def settings_env(settings: Settings) -> dict[str, str]:
             continue
         if isinstance(value, Path):
             value = value.resolve()
+        if isinstance(value, dict):
+            # A table setting (CHAZ_MODEL_PRICES) is read back as JSON.
+            value = json.dumps(settings.model_dump(mode="json", include={name})[name])
         env[f"CHAZ_{name.upper()}"] = str(value)
     return env
 

@@ -54,6 +54,32 @@ def cmd_jobs_show(ctx: Context) -> int:
     return EXIT_OK
 
 
+def cmd_jobs_usage(ctx: Context) -> int:
+    """What jobs used, summed: the project's, one session's or one tree's."""
+    args = ctx.args
+    totals = ctx.client.jobs.totals(session_id=args.session, tree_id=args.tree)
+    pairs = [
+        ("input_tokens", totals.input_tokens),
+        ("output_tokens", totals.output_tokens),
+        ("tokens", totals.tokens),
+        ("cost", totals.cost),
+        ("runtime_seconds", totals.runtime_seconds),
+        ("jobs", totals.jobs),
+    ]
+    if ctx.out.json_mode:
+        ctx.out.json(dict(pairs))
+    else:
+        scope = (
+            f"session {args.session}"
+            if args.session
+            else f"tree {args.tree}"
+            if args.tree
+            else "project"
+        )
+        ctx.out.fields(f"usage of {scope}", pairs)
+    return EXIT_OK
+
+
 def cmd_jobs_output(ctx: Context) -> int:
     """A job's result: the text alone on stdout, what it is on stderr (or all as JSON)."""
     args = ctx.args

@@ -59,15 +59,31 @@ class Projects(Acting):
         max_live: int | None = None,
         max_jobs: int | None = None,
         turns_per_minute: int | None = None,
+        tokens_per_minute: int | None = None,
+        max_tokens: int | None = None,
+        max_cost: float | None = None,
     ) -> Project:
         """Set every limit of ``project``: a number, ``-1`` for no limit, None for
         the default (``CHAZ_PROJECT_MAX_LIVE`` / ``CHAZ_PROJECT_MAX_JOBS`` /
         ``CHAZ_PROJECT_TURNS_PER_MINUTE``); a limit left out is set to its
         default. ``turns_per_minute`` is a token bucket with a one-minute burst:
         past it an admission is ``quota.project_rate`` with ``retry_after``.
-        Needs an operator's client."""
+        ``tokens_per_minute`` (default ``CHAZ_PROJECT_TOKENS_PER_MINUTE``) is a
+        bucket of model tokens debited as turns report usage: while it is in
+        debt, admissions are ``quota.project_rate`` too. ``max_tokens`` and
+        ``max_cost`` (defaults ``CHAZ_PROJECT_MAX_TOKENS`` / ``_MAX_COST``) bound
+        what the project's turns use in all: past them a turn ends
+        ``budget.tokens`` / ``budget.cost``. Needs an operator's client."""
         return project_cases.set_limits(
-            self._svc, project, max_live, max_jobs, turns_per_minute, principal=self._principal
+            self._svc,
+            project,
+            max_live,
+            max_jobs,
+            turns_per_minute,
+            tokens_per_minute,
+            max_tokens,
+            max_cost,
+            principal=self._principal,
         )
 
     def list(self) -> builtins.list[Project]:

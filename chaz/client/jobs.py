@@ -6,9 +6,11 @@ import builtins
 from typing import Any
 
 from chaz.client.base import Acting, translating
+from chaz.domain.budgets import Totals
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.principals import Grant
 from chaz.domain.validation import check_choice, check_limit, check_ref, check_seconds
+from chaz.errors import ValidationError
 from chaz.usecases.control import cancel, job_output, wait_terminal
 
 
@@ -49,6 +51,21 @@ class Jobs(Acting):
             newest_first=newest_first,
             project=self._project,
         )
+
+    def totals(self, session_id: str | None = None, tree_id: str | None = None) -> Totals:
+        """What jobs used, summed (docs/runtime.md#budgets): one session's, one
+        tree's (its root session and every session below it), or with neither
+        the whole project's. A live job counts what it used so far."""
+        self._may(Grant.HISTORY_READ, "read jobs")
+        if session_id is not None and tree_id is not None:
+            raise ValidationError("give session_id or tree_id, not both", field="tree_id")
+        sid = None if session_id is None else self._session(check_ref("session", session_id)).id
+        tid = None if tree_id is None else check_ref("tree_id", tree_id)
+        if tid == "":
+            # An empty id is a bad filter, not no filter (as in ``list``).
+            raise ValidationError("tree_id must not be empty", field="tree_id")
+        # Filtered by the project too: another project's tree sums to nothing.
+        return self._svc.store.usage_totals(self._project, session_id=sid, tree_id=tid)
 
     def wait(self, execution_id: str, timeout: float = 60.0) -> Job:
         """Block until the job is terminal; :class:`chaz.errors.Timeout` otherwise."""

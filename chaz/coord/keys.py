@@ -137,6 +137,11 @@ def project_rate(project: str) -> str:
     return f"{PREFIX}:prate:{project}"
 
 
+def project_tokens(project: str) -> str:
+    """The token bucket of a project's model tokens per minute (missing: no debt)."""
+    return f"{PREFIX}:ptok:{project}"
+
+
 def reconciled() -> str:
     """When a reconciler pass last completed; its TTL makes a stale pass a missing key."""
     return f"{PREFIX}:reconciled"

@@ -85,6 +85,46 @@ class Quotas:
         self._refund = scripts.register(client, "refund")
         self._job_ended = scripts.register(client, "job_ended")
         self._seed_project = scripts.register(client, "seed_project")
+        self._rate_peek = scripts.register(client, "rate_peek")
+        self._debit_tokens = scripts.register(client, "debit_tokens")
+
+    def debit_tokens(self, project: str, tokens: int) -> float | None:
+        """Charge ``tokens`` a turn reported to the project's token bucket
+        (docs/coordination.md#tokens-per-minute); it may go into debt. Returns
+        what the bucket holds after (None: the project has no token rate)."""
+        if tokens <= 0:
+            return None
+        left = self._debit_tokens(
+            keys=[keys.project_tokens(project)], args=[tokens, COUNTER_TTL_MS]
+        )
+        return None if left is None else float(left)
+
+    def peek_rate(self, project: str, limits: ProjectLimits) -> None:
+        """Raise :class:`ProjectRateExceeded` (with ``retry_after``) if the
+        project's turn bucket would refuse an admission now, or its token
+        bucket is in debt; spends nothing.
+
+        Asked before an admission's database transaction, so a project
+        driven past its rate is refused without taking the database's write
+        lock (on SQLite, one for the whole install) or a session row's lock:
+        another project's admissions never queue behind its refusals. The
+        admission script checks again inside the transaction, and is the
+        only one that spends: a peek that passes promises nothing.
+        """
+        if limits.turns_per_minute is None and limits.tokens_per_minute is None:
+            return
+        answer = self._rate_peek(
+            keys=[keys.project_rate(project), keys.project_tokens(project)],
+            args=[
+                scripts.limit_arg(limits.turns_per_minute),
+                scripts.limit_arg(limits.tokens_per_minute),
+            ],
+        )
+        refusal = _refusal(
+            answer, Reservation("", project, ""), EffectiveLimits(None, None, None), limits
+        )
+        if refusal is not None:
+            raise refusal
 
     def reserve(
         self,
@@ -111,6 +151,7 @@ class Quotas:
             keys.project_live(at.project),
             keys.project_jobs(at.project),
             keys.project_rate(at.project),
+            keys.project_tokens(at.project),
         ]
         args: list[str | int | float] = [
             scripts.limit_arg(limits.max_queued_per_session),
@@ -120,6 +161,7 @@ class Quotas:
             scripts.limit_arg(project.max_jobs),
             at.job_id,
             scripts.limit_arg(project.turns_per_minute),
+            scripts.limit_arg(project.tokens_per_minute),
         ]
         answer = self._reserve(keys=ks, args=args)
         # At most one rebuild of each kind: a second 'rebuild' would mean the
@@ -266,6 +308,16 @@ def _refusal(
             f"project {at.project} has used all {project.max_jobs} turns it may ever admit",
             project=at.project,
             limit=project.max_jobs,
+        )
+    if isinstance(answer, list) and answer[0] == "project_tokens":
+        retry_after = int(answer[1]) / 1000
+        return ProjectRateExceeded(
+            f"project {at.project} is past its {project.tokens_per_minute} model tokens "
+            f"a minute; try again in {retry_after:g} s",
+            project=at.project,
+            limit=project.tokens_per_minute,
+            retry_after=retry_after,
+            rate="tokens_per_minute",
         )
     if isinstance(answer, list) and answer[0] == "project_rate":
         retry_after = int(answer[1]) / 1000

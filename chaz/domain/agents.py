@@ -33,7 +33,10 @@ class Limits(CheckedModel):
     Resource limits (``max_queued_per_session``, ``max_jobs_per_session``,
     ``max_live_per_tree``, ``max_turn_steps``) and the per-turn budgets
     (``max_tokens_per_turn``, ``max_runtime_seconds``, ``max_idle_seconds``,
-    docs/runtime.md#per-turn-budgets) are positive when set. Topology
+    docs/runtime.md#per-turn-budgets) and the cumulative ones
+    (``max_tokens_per_session``, ``max_cost_per_session``,
+    ``max_tokens_per_tree``, ``max_cost_per_tree``, docs/runtime.md#budgets)
+    are positive when set. Topology
     limits (``max_call_depth``, ``max_spawn_fanout``, ``max_messages``) follow
     docs/contracts.md#topology: ``0`` disables that check. ``Limits(...)`` and :meth:`parse` raise
     :class:`chaz.errors.ValidationError` (``request.invalid``) naming the field.
@@ -65,6 +68,29 @@ class Limits(CheckedModel):
         gt=0,
         description="Seconds a turn may go without model output or a tool result (budget.idle).",
     )
+    max_tokens_per_session: int | None = Field(
+        None,
+        gt=0,
+        description="Tokens the session's turns may spend in all (budget.tokens).",
+    )
+    max_cost_per_session: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Cost (CHAZ_MODEL_PRICES) the session's turns may spend in all (budget.cost).",
+    )
+    max_tokens_per_tree: int | None = Field(
+        None,
+        gt=0,
+        description="Tokens the turns of the session's tree (its root and every session "
+        "below) may spend in all (budget.tokens).",
+    )
+    max_cost_per_tree: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Cost the turns of the session's tree may spend in all (budget.cost).",
+    )
     max_context_chars: int | None = Field(
         None,
         gt=0,
@@ -87,7 +113,7 @@ class Limits(CheckedModel):
         return TOPOLOGY_DEFAULTS[name] if value is None else value
 
 
-def _tighter(name: str, a: int | None, b: int | None) -> int | None:
+def _tighter(name: str, a: float | None, b: float | None) -> float | None:
     if a is None:
         return b
     if b is None:

@@ -91,6 +91,12 @@ class Usage(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
     runtime_seconds: float = 0.0
+    #: What the tokens cost by ``CHAZ_MODEL_PRICES`` (0: the model has no price).
+    cost: float = 0.0
+    #: A spawned turn's reservation from its caller's remaining budget, taken
+    #: at its first start (None: no reservation, docs/runtime.md#budgets).
+    reserved_tokens: int | None = None
+    reserved_cost: float | None = None
 
     @property
     def tokens(self) -> int:

@@ -8,6 +8,12 @@ the worker's cancel watcher every tenth of a second while the turn blocks
 (:meth:`chaz.runtime.cancel.CancelToken.poll`). A crossed deadline stops the
 turn as a cancel does, with ``budget.runtime`` or ``budget.idle`` instead of
 ``job.cancelled``. See docs/runtime.md#per-turn-budgets.
+
+The cumulative budgets (docs/runtime.md#budgets) reach a turn as an
+:class:`~chaz.domain.budgets.Allowance`: the most its job's usage may total,
+read from its scopes' rows when it started. A step past it ends the turn
+``budget.tokens`` or ``budget.cost``; a turn whose allowance is spent before
+its first step ends at once (:meth:`Budget.check_start`).
 """
 
 from __future__ import annotations
@@ -17,14 +23,17 @@ import time
 from collections.abc import Callable
 
 from chaz.domain.agents import Limits
+from chaz.domain.budgets import Allowance, cost_of
 from chaz.domain.jobs import Usage
 from chaz.errors import (
     BudgetExceeded,
+    CostBudgetExceeded,
     IdleBudgetExceeded,
     RuntimeBudgetExceeded,
     TokenBudgetExceeded,
 )
 from chaz.runtime.backends.base import TokenCount
+from chaz.settings import ModelPrice
 
 
 class Budget:
@@ -32,7 +41,12 @@ class Budget:
 
     ``carried`` is what the turn's earlier attempts recorded (its job's
     usage): a resumed turn keeps counting from there. Idle time starts at
-    this attempt's start. Thread-safe: the watcher checks it from its thread.
+    this attempt's start. ``price`` prices the tokens (None: they cost 0);
+    ``allowance`` bounds the job's whole usage by its cumulative budgets.
+    ``children`` gives what the turn's spawned children hold (tokens, cost:
+    their reservations while they run, what they used once ended), charged
+    to the turn's token bounds beside its own use; asked only when a bound
+    is set. Thread-safe: the watcher checks it from its thread.
     """
 
     def __init__(
@@ -40,9 +54,16 @@ class Budget:
         limits: Limits | None = None,
         carried: Usage | None = None,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        price: ModelPrice | None = None,
+        allowance: Allowance | None = None,
+        children: Callable[[], tuple[int, float]] | None = None,
     ) -> None:
         self._limits = limits or Limits()
         self._carried = carried or Usage()
+        self._price = price
+        self._allowance = allowance or Allowance()
+        self._children = children
         self._clock = clock
         self._lock = threading.Lock()
         self._began = self._last_active = clock()
@@ -59,11 +80,57 @@ class Budget:
                 self._output += count.output
             total = self._input + self._output
         limit = self._limits.max_tokens_per_turn
-        if limit is not None and total > limit:
+        held = self._held()
+        if limit is not None and total + held[0] > limit:
             raise TokenBudgetExceeded(
-                f"the turn spent {total} tokens, past its limit of {limit}",
+                f"the turn spent {total} tokens and its children hold {held[0]}, past "
+                f"its limit of {limit}",
                 tokens=total,
+                children=held[0],
                 limit=limit,
+            )
+        self._check_allowance(over=lambda spent, bound: spent > bound, held=held)
+
+    def _held(self) -> tuple[int, float]:
+        """What the turn's children hold, if any bound needs it."""
+        bounded = self._limits.max_tokens_per_turn is not None or self._allowance.bounded
+        if self._children is None or not bounded:
+            return 0, 0.0
+        return self._children()
+
+    def check_start(self) -> None:
+        """Before the first step: end the turn at once if its cumulative
+        allowance is spent already (``budget.tokens`` / ``budget.cost``).
+
+        Only for a job that has spent nothing itself: a resumed attempt (after
+        an approval, a hand-back, a lost worker) that used its allowance up
+        to the bound has crossed nothing, and is stopped by its next step's
+        tokens if it spends any."""
+        if self._carried.tokens > 0:
+            return
+        self._check_allowance(over=lambda spent, bound: spent >= bound)
+
+    def _check_allowance(
+        self, over: Callable[[float, float], bool], held: tuple[int, float] = (0, 0.0)
+    ) -> None:
+        allowed = self._allowance
+        used = self.usage()
+        tokens, cost = used.tokens + held[0], used.cost + held[1]
+        if allowed.tokens is not None and over(tokens, allowed.tokens):
+            raise TokenBudgetExceeded(
+                f"the turn's job and its children used {tokens} tokens; its "
+                f"{allowed.tokens_scope} budget left it {allowed.tokens}",
+                tokens=tokens,
+                limit=allowed.tokens,
+                scope=allowed.tokens_scope,
+            )
+        if allowed.cost is not None and over(cost, allowed.cost):
+            raise CostBudgetExceeded(
+                f"the turn's job and its children cost {cost:g}; its {allowed.cost_scope} "
+                f"budget left it {allowed.cost:g}",
+                cost=round(cost, 9),
+                limit=allowed.cost,
+                scope=allowed.cost_scope,
             )
 
     def active(self) -> None:
@@ -97,4 +164,7 @@ class Budget:
                 runtime_seconds=round(
                     self._carried.runtime_seconds + self._clock() - self._began, 3
                 ),
+                cost=cost_of(self._price, self._input, self._output),
+                reserved_tokens=self._carried.reserved_tokens,
+                reserved_cost=self._carried.reserved_cost,
             )

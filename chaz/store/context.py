@@ -18,6 +18,7 @@ from chaz.errors import SessionArchived, SessionNotFound
 from chaz.store import entries
 from chaz.store import statements as st
 from chaz.store.agents import SpecCache
+from chaz.store.budgets import read_budget
 from chaz.store.db import Database
 from chaz.store.models import SessionRow
 from chaz.store.rows import as_entry, as_job, as_said, as_session
@@ -137,7 +138,9 @@ def read_setup(
             job.input,
         )
         history.append(trigger)
-    return TurnSetup(job, as_session(row), agent, history, trigger)
+    session = as_session(row)
+    budget = read_budget(conn, specs, job, agent.limits.narrowed(session.limits))
+    return TurnSetup(job, session, agent, history, trigger, budget)
 
 
 def _context(

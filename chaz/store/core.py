@@ -72,18 +72,25 @@ class TurnStart:
         self.setup = setup
 
     def start(
-        self, token: str, *, ack_sender: str, ack_metadata: dict[str, Any] | None = None
+        self,
+        token: str,
+        *,
+        ack_sender: str,
+        ack_metadata: dict[str, Any] | None = None,
+        usage: Usage | None = None,
     ) -> tuple[Job, Entry | None]:
         """Start the setup's job under ``token`` and write its Ack, as
-        :meth:`Writes.start_turn` does with ``seen`` the job as the setup read it."""
+        :meth:`Writes.start_turn` does with ``seen`` the job as the setup read it.
+        ``usage``: the job's usage to write with the start (a spawned turn's
+        reservation, docs/runtime.md#budgets); None keeps it as it is."""
         assert self.setup is not None, "no job to start"
         job = self.setup.job
         if self._conn is None:
             with self._db.write(durable=False) as conn:
-                return _start_turn(conn, job.id, token, ack_sender, ack_metadata, job)
+                return _start_turn(conn, job.id, token, ack_sender, ack_metadata, job, usage)
         # Not durable, as start_turn's own transaction (see Database.write).
         self._conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
-        return _start_turn(self._conn, job.id, token, ack_sender, ack_metadata, job)
+        return _start_turn(self._conn, job.id, token, ack_sender, ack_metadata, job, usage)
 
 
 class Writes:
@@ -320,12 +327,13 @@ def _start_turn(
     ack_sender: str | None,
     ack_metadata: dict[str, Any] | None,
     seen: Job | None,
+    usage: Usage | None = None,
 ) -> tuple[Job, Entry | None]:
     """:meth:`Writes.start_turn` in the open write transaction ``conn``."""
-    row = _started(conn, seen, token) if seen is not None else None
+    row = _started(conn, seen, token, usage) if seen is not None else None
     if row is None:
         row = lock_job(conn, job_id)
-        values = _start_values(row, token)
+        values = _start_values(row, token, usage)
         counted = conn.execute(
             st.START,
             {"jid": job_id, "seen_version": row["version"], **_start_params(values)},
@@ -347,16 +355,18 @@ def _start_turn(
     return as_job(row), ack
 
 
-def _start_values(row: dict[str, Any], token: str) -> dict[str, Any]:
+def _start_values(row: dict[str, Any], token: str, usage: Usage | None) -> dict[str, Any]:
     """The columns a turn's start sets: queued becomes running; a running (or
     stopping) job whose worker died is taken over as it is, for a resume.
-    (``starts`` and ``attempts`` the statement counts from the row itself.)"""
+    Its usage is kept unless ``usage`` replaces it. (``starts`` and
+    ``attempts`` the statement counts from the row itself.)"""
     status = JobStatus(row["status"])
     values: dict[str, Any] = {
         "status": row["status"],
         "started_at": row["started_at"],
         "lease_token": token,
         "version": row["version"] + 1,
+        "usage": usage.model_dump() if usage is not None else row.get("usage"),
     }
     if status is JobStatus.QUEUED:
         check_transition(status, JobStatus.RUNNING)
@@ -370,11 +380,11 @@ def _start_params(values: dict[str, Any]) -> dict[str, Any]:
     return {f"v_{k}": v for k, v in values.items()}
 
 
-def _started(conn: Connection, seen: Job, token: str) -> dict[str, Any] | None:
+def _started(conn: Connection, seen: Job, token: str, usage: Usage | None) -> dict[str, Any] | None:
     """Start the job as ``seen``, if it has not changed since; None if it has."""
     row = seen.model_dump()
     row["status"] = seen.status.value
-    values = _start_values(row, token)
+    values = _start_values(row, token, usage)
     counted = conn.execute(
         st.START, {"jid": seen.id, "seen_version": seen.version, **_start_params(values)}
     ).first()

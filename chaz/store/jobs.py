@@ -13,9 +13,11 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 
 from chaz.domain import events as ev
+from chaz.domain.budgets import Totals
 from chaz.domain.jobs import ACTIVE, Job, JobStatus, check_transition, missing_job
 from chaz.errors import VersionConflict
 from chaz.ids import utcnow
+from chaz.store import budgets as budget_rows
 from chaz.store import statements as st
 from chaz.store.db import Database
 from chaz.store.ending import Completion, job_ended
@@ -104,6 +106,31 @@ class Jobs:
             stmt = stmt.where(JobRow.project == project)
         with self.db.read() as conn:
             return [as_job(r) for r in conn.execute(stmt).mappings()]
+
+    def usage_totals(
+        self, project: str, *, session_id: str | None = None, tree_id: str | None = None
+    ) -> Totals:
+        """What the project's jobs used (docs/runtime.md#budgets): of one
+        session, of one tree, or (neither given) of the whole project."""
+        where = budget_rows.in_project(project)
+        if session_id is not None:
+            where = where & budget_rows.in_session(session_id)
+        if tree_id is not None:
+            where = where & budget_rows.in_tree(tree_id)
+        with self.db.read() as conn:
+            return budget_rows.totals(conn, where)
+
+    def project_charged(self, project: str, but: str) -> tuple[int, float]:
+        """What the project's jobs (job ``but`` left out) hold against its
+        cumulative budgets (tokens, cost), as :meth:`children_charged` counts."""
+        with self.db.read() as conn:
+            return budget_rows.charged(conn, budget_rows.in_project(project), but=but)
+
+    def children_charged(self, job_id: str) -> tuple[int, float]:
+        """What the jobs spawned by ``job_id`` hold against its budget (tokens,
+        cost): a live one its reservation or more, an ended one what it used."""
+        with self.db.read() as conn:
+            return budget_rows.charged(conn, st.JOBS.c.parent_job_id == job_id, but="")
 
     def count_created(self, job_id: str) -> int:
         """How many sessions ``job_id``'s turn created (its fan-out, docs/contracts.md#topology)."""

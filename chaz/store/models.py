@@ -10,6 +10,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -435,6 +436,12 @@ class ProjectRow(Base):
     max_jobs: Mapped[int | None] = mapped_column(Integer)
     #: Turns admitted per minute (a token bucket in Redis); NULL: the default.
     turns_per_minute: Mapped[int | None] = mapped_column(Integer)
+    #: Model tokens per minute (a token bucket in Redis, debited as turns
+    #: report usage); NULL: the default.
+    tokens_per_minute: Mapped[int | None] = mapped_column(Integer)
+    #: Model tokens and cost its turns may use in all; NULL: the default.
+    max_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    max_cost: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 

@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 #: How long a process trusts the limits it read for a project.
 CACHE_SECONDS = 5.0
 
-#: A project's stored ``(max_live, max_jobs, turns_per_minute)``; None: it has no row.
-Stored = tuple[int | None, int | None, int | None] | None
+#: A project's stored ``(max_live, max_jobs, turns_per_minute, tokens_per_minute,
+#: max_tokens, max_cost)``; None: it has no row.
+Stored = tuple[int | None, int | None, int | None, int | None, int | None, float | None] | None
 
 _ACTIVE = [s.value for s in ACTIVE]
 
@@ -40,11 +41,16 @@ _ACTIVE = [s.value for s in ACTIVE]
 def read_stored(conn: Connection, project: str) -> Stored:
     """The project's stored limits, read on ``conn``; None: no row."""
     row = conn.execute(
-        select(ProjectRow.max_live, ProjectRow.max_jobs, ProjectRow.turns_per_minute).where(
-            ProjectRow.id == project
-        )
+        select(
+            ProjectRow.max_live,
+            ProjectRow.max_jobs,
+            ProjectRow.turns_per_minute,
+            ProjectRow.tokens_per_minute,
+            ProjectRow.max_tokens,
+            ProjectRow.max_cost,
+        ).where(ProjectRow.id == project)
     ).first()
-    return None if row is None else (row[0], row[1], row[2])
+    return None if row is None else (row[0], row[1], row[2], row[3], row[4], row[5])
 
 
 def read_counts(conn: Connection, project: str) -> tuple[list[str], int]:
@@ -93,8 +99,8 @@ class ProjectStore:
 
     def get(self, project: str) -> dict[str, Any]:
         """The project's row and use: ``id``, ``max_live``, ``max_jobs``,
-        ``turns_per_minute`` (as stored), ``live`` and ``jobs`` (counted), ``created_at``,
-        ``updated_at`` (None without a row)."""
+        ``turns_per_minute``, ``tokens_per_minute`` (as stored), ``live`` and
+        ``jobs`` (counted), ``created_at``, ``updated_at`` (None without a row)."""
         with self._db.read() as conn:
             row = (
                 conn.execute(select(ProjectRow).where(ProjectRow.id == project)).mappings().first()
@@ -108,6 +114,9 @@ class ProjectStore:
         max_live: int | None,
         max_jobs: int | None,
         turns_per_minute: int | None = None,
+        tokens_per_minute: int | None = None,
+        max_tokens: int | None = None,
+        max_cost: float | None = None,
     ) -> dict[str, Any]:
         """Set every limit of a project (None: the default), creating its row."""
         now = utcnow()
@@ -115,6 +124,9 @@ class ProjectStore:
             "max_live": max_live,
             "max_jobs": max_jobs,
             "turns_per_minute": turns_per_minute,
+            "tokens_per_minute": tokens_per_minute,
+            "max_tokens": max_tokens,
+            "max_cost": max_cost,
             "updated_at": now,
         }
         with self._db.write() as conn:
@@ -158,6 +170,9 @@ def _view(project: str, row: Any, live: int, total: int) -> dict[str, Any]:
         "max_live": row["max_live"] if row is not None else None,
         "max_jobs": row["max_jobs"] if row is not None else None,
         "turns_per_minute": row["turns_per_minute"] if row is not None else None,
+        "tokens_per_minute": row["tokens_per_minute"] if row is not None else None,
+        "max_tokens": row["max_tokens"] if row is not None else None,
+        "max_cost": row["max_cost"] if row is not None else None,
         "live": live,
         "jobs": total,
         "created_at": as_utc(row["created_at"]) if row is not None else None,

@@ -192,6 +192,7 @@ START = (
         attempts=JOBS.c.attempts + case((_RESUMES_SAFELY, 0), else_=1),
         lease_token=bindparam("v_lease_token"),
         started_at=bindparam("v_started_at"),
+        usage=bindparam("v_usage"),
     )
     .returning(JOBS.c.starts, JOBS.c.attempts)
 )

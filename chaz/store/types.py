@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chaz.domain.agents import AgentSpec, Limits
+from chaz.domain.budgets import BudgetRead
 from chaz.domain.entries import Entry, Said
 from chaz.domain.jobs import Job, JobStatus, Usage
 from chaz.domain.principals import DEFAULT_PRINCIPAL, DEFAULT_PROJECT
@@ -106,6 +107,9 @@ class TurnSetup:
     agent: AgentSpec
     history: list[Said]
     trigger: Said | None
+    #: The sums its cumulative budgets need (None: nothing bounds it,
+    #: docs/runtime.md#budgets).
+    budget: BudgetRead | None = None
 
 
 class KeyTaken(Exception):

@@ -241,6 +241,15 @@ def transact(
     the admission is answered as if the session did not exist.
     """
     reserved: Reservation | None = None
+    if project is not None:
+        try:
+            # The caller's project is known before any lock: a project past
+            # its rate is refused here, holding no write lock
+            # (docs/coordination.md#a-projects-rate-the-token-bucket).
+            services.quotas.peek_rate(project, projects.limits_for(services, project))
+        except ChazError as exc:
+            refusals.count(services.redis, exc.code)
+            raise
     try:
         with services.store.admitting(session_id, create=create, entry=entry) as tx:
             # The session row is locked: its limits cannot change under the

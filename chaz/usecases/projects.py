@@ -19,8 +19,11 @@ from chaz.domain.principals import LOCAL, Principal, check_project
 from chaz.domain.projects import (
     Project,
     ProjectLimits,
+    check_cost_budget,
     check_limit,
     check_rate,
+    check_token_budget,
+    check_token_rate,
     resolve_project_limits,
 )
 from chaz.errors import Forbidden
@@ -51,6 +54,9 @@ def set_limits(
     max_live: int | None = None,
     max_jobs: int | None = None,
     turns_per_minute: int | None = None,
+    tokens_per_minute: int | None = None,
+    max_tokens: int | None = None,
+    max_cost: float | None = None,
     *,
     principal: Principal = LOCAL,
 ) -> Project:
@@ -59,7 +65,9 @@ def set_limits(
     Needs an operator.
 
     ``turns_per_minute`` is a token bucket whose burst is one minute's worth
-    (at least 1; docs/security.md#project-quotas).
+    (at least 1; docs/security.md#project-quotas); ``tokens_per_minute`` a
+    bucket of model tokens, debited as turns report usage; ``max_tokens`` and
+    ``max_cost`` what the project's turns may use in all (docs/runtime.md#budgets).
 
     Admissions in this process see the change at once, other processes
     within :data:`chaz.store.projects.CACHE_SECONDS`. Lowering a limit below
@@ -71,7 +79,12 @@ def set_limits(
     max_live = check_limit("max_live", max_live)
     max_jobs = check_limit("max_jobs", max_jobs)
     turns_per_minute = check_rate("turns_per_minute", turns_per_minute)
-    stored = services.store.projects.put(project, max_live, max_jobs, turns_per_minute)
+    tokens_per_minute = check_token_rate("tokens_per_minute", tokens_per_minute)
+    max_tokens = check_token_budget("max_tokens", max_tokens)
+    max_cost = check_cost_budget("max_cost", max_cost)
+    stored = services.store.projects.put(
+        project, max_live, max_jobs, turns_per_minute, tokens_per_minute, max_tokens, max_cost
+    )
     return _project(services, stored)
 
 
@@ -96,11 +109,22 @@ def _check_read(principal: Principal, project: str) -> None:
 
 def _project(services: Services, view: dict[str, Any]) -> Project:
     limits = resolve_project_limits(
-        services.settings, (view["max_live"], view["max_jobs"], view["turns_per_minute"])
+        services.settings,
+        (
+            view["max_live"],
+            view["max_jobs"],
+            view["turns_per_minute"],
+            view["tokens_per_minute"],
+            view["max_tokens"],
+            view["max_cost"],
+        ),
     )
     return Project(
         **view,
         effective_max_live=limits.max_live,
         effective_max_jobs=limits.max_jobs,
         effective_turns_per_minute=limits.turns_per_minute,
+        effective_tokens_per_minute=limits.tokens_per_minute,
+        effective_max_tokens=limits.max_tokens,
+        effective_max_cost=limits.max_cost,
     )

@@ -11,10 +11,17 @@ wall-time bound.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import pytest
+
 import chaz
+import chaz.errors
+from chaz.coord import keys
 from chaz.domain.entries import EntryType
+from chaz.settings import ModelPrice
+from tests.acceptance.test_cli import chaz_cli, cli_env, ok
 from tests.support.stack import Stack
 
 #: What the turn would sleep for without its budget.
@@ -91,3 +98,180 @@ def test_a_turn_running_past_its_budget_is_cut(stack: Stack) -> None:
         stack, "runner", [*steps, {"say": "too late"}], max_runtime_seconds=2, max_idle_seconds=5
     )
     _ended_by(stack, job, "budget.runtime")
+
+
+# -- cumulative budgets, cost and a child's reservation (docs/runtime.md#budgets)
+
+#: What the fleet's workers price the scripted model at, per million tokens.
+PRICES = {"scripted": {"input_per_million": 1000.0, "output_per_million": 4000.0}}
+
+
+@pytest.fixture(scope="module")
+def fleet(module_stack: Stack) -> Stack:
+    """One worker of two turn threads that prices the scripted model."""
+    prices = {model: ModelPrice(**price) for model, price in PRICES.items()}
+    priced = module_stack.settings.model_copy(update={"model_prices": prices})
+    module_stack.settings = priced
+    module_stack.workers(1, concurrency=2, settings=priced)
+    return module_stack
+
+
+def _agent(client: chaz.Client, agent: str, steps: list[dict[str, Any]], **limits: Any) -> None:
+    client.agents.put(
+        chaz.AgentSpec(
+            id=agent,
+            tools=["echo", "spawn_agent"],
+            script=[{"steps": steps}],
+            limits=chaz.Limits(**limits),
+        )
+    )
+
+
+def _post(client: chaz.Client, session_id: str) -> chaz.Job:
+    posted = client.sessions.post(session_id, "go", sender="user:alice")
+    return client.jobs.wait(posted.job_id or "", timeout=WAIT)
+
+
+def test_a_session_past_its_cumulative_budget_ends_its_turns_and_costs_are_priced(
+    tenant: Stack,
+) -> None:
+    client = tenant.client
+    steps = [{"say": "ok", "usage": {"input": 50, "output": 30}}]
+    _agent(client, "saver", steps, max_tokens_per_session=100)
+    s = client.sessions.create("saver")
+    first = _post(client, s.id)
+    assert first.status is chaz.JobStatus.SUCCEEDED, tenant.logs()
+    # 50 input and 30 output tokens at 1000 and 4000 per million.
+    assert first.usage is not None and first.usage.cost == pytest.approx(0.17)
+    # 80 spent, 20 left: this turn's 80 crosses it, its answer unsaid.
+    second = _post(client, s.id)
+    _ended_by_in(tenant, second, "budget.tokens")
+    # Nothing left: the next turn ends before its first step.
+    third = _post(client, s.id)
+    assert third.status is chaz.JobStatus.FAILED and third.error is not None
+    assert third.error["code"] == "budget.tokens"
+    assert third.usage is not None and third.usage.tokens == 0
+    total = client.jobs.totals(session_id=s.id)
+    assert (total.tokens, total.jobs) == (160, 3)
+    assert total.cost == pytest.approx(0.34)
+    assert client.jobs.totals() == total  # the tenant's project holds this session only
+    for bad in ({"tree_id": ""}, {"session_id": s.id, "tree_id": s.tree_id}):
+        with pytest.raises(chaz.errors.ValidationError) as refused:
+            client.jobs.totals(**bad)
+        assert refused.value.field == "tree_id"
+    # The CLI reads the same sums.
+    env = cli_env(settings=tenant.settings, CHAZ_PROJECT=client.jobs._project)
+    shown = json.loads(ok(chaz_cli("--json", "jobs", "usage", "--session", s.id, env=env)))
+    assert (shown["tokens"], shown["jobs"]) == (160, 3)
+    both = chaz_cli("jobs", "usage", "--session", s.id, "--tree", s.tree_id, env=env)
+    assert both.returncode == 2
+
+
+def test_a_child_whose_caller_has_100_tokens_left_cannot_spend_500(tenant: Stack) -> None:
+    client = tenant.client
+    _agent(client, "big-child", [{"say": "spent", "usage": {"input": 400, "output": 100}}])
+    parent_steps: list[dict[str, Any]] = [
+        # 200 of the turn's 300 spent before it spawns: 100 left to hand on.
+        {
+            "call": "spawn_agent",
+            "args": {"agent_id": "big-child", "task": "t"},
+            "usage": {"input": 150, "output": 50},
+        },
+        {"say": "parent got: {last_result}"},
+    ]
+    _agent(client, "thrifty", parent_steps, max_tokens_per_turn=300)
+    s = client.sessions.create("thrifty")
+    parent = _post(client, s.id)
+    [child] = [j for j in client.jobs.list() if j.parent_job_id == parent.id]
+    assert child.status is chaz.JobStatus.FAILED and child.error is not None, tenant.logs()
+    assert child.error["code"] == "budget.tokens", child.error
+    assert child.usage is not None and child.usage.reserved_tokens == 100
+    # What the child spent is its caller's: the step that crossed still
+    # spent its 500, so the caller is past its 300 too, and its next step
+    # ends it without a reply.
+    _ended_by_in(tenant, parent, "budget.tokens")
+    assert parent.error is not None and parent.error["details"]["children"] == 500
+    # The tree's totals hold both turns, the child's 500 as it reported them.
+    tree = client.jobs.totals(tree_id=s.tree_id)
+    assert (tree.tokens, tree.jobs) == (700, 2)
+
+
+def test_a_childs_spend_is_charged_to_its_caller_while_it_runs_and_after(
+    tenant: Stack,
+) -> None:
+    client = tenant.client
+    _agent(client, "small-child", [{"say": "spent", "usage": {"input": 100, "output": 50}}])
+    parent_steps: list[dict[str, Any]] = [
+        {
+            "call": "spawn_agent",
+            "args": {"agent_id": "small-child", "task": "t"},
+            "usage": {"input": 80, "output": 20},
+        },
+        # 100 own + 150 the child used + these 100 = 350, past 300: without
+        # the child's share the turn would have spent 200 and replied.
+        {"say": "never said", "usage": {"input": 90, "output": 10}},
+    ]
+    _agent(client, "sharer", parent_steps, max_tokens_per_turn=300)
+    s = client.sessions.create("sharer")
+    parent = _post(client, s.id)
+    [child] = [j for j in client.jobs.list() if j.parent_job_id == parent.id]
+    assert child.status is chaz.JobStatus.SUCCEEDED, tenant.logs()
+    assert child.usage is not None and child.usage.reserved_tokens == 200
+    _ended_by_in(tenant, parent, "budget.tokens")
+    assert parent.usage is not None and parent.usage.tokens == 200  # its own, not the child's
+
+
+def _ended_by_in(stack: Stack, job: chaz.Job, code: str) -> None:
+    """As :func:`_ended_by`, in a session that may hold earlier turns' replies."""
+    assert job.status is chaz.JobStatus.FAILED, stack.logs()
+    assert job.error is not None and job.error["code"] == code
+    entries = stack.client.sessions.entries(job.session_id)
+    replies = [e for e in entries if e.type is EntryType.MESSAGE and e.sender.startswith("agent:")]
+    assert not [e for e in replies if e.job_id == job.id]
+    [error] = [e for e in entries if e.type is EntryType.ERROR and e.job_id == job.id]
+    assert error.metadata["code"] == code
+
+
+def test_a_project_past_its_tokens_per_minute_is_refused_with_retry_after(tenant: Stack) -> None:
+    client = tenant.client
+    project = client.jobs._project
+    client.projects.set_limits(project, tokens_per_minute=100)
+    _agent(client, "gulper", [{"say": "ok", "usage": {"input": 400, "output": 100}}])
+    s = client.sessions.create("gulper")
+    # Tokens are known only once the turn has spent them: it runs to its reply.
+    first = _post(client, s.id)
+    assert first.status is chaz.JobStatus.SUCCEEDED, tenant.logs()
+    bucket = keys.project_tokens(project)
+    redis = client.services.redis
+
+    def in_debt() -> bool:
+        held = redis.hget(bucket, "tokens")
+        return held is not None and float(held) < 0
+
+    tenant.wait_for(in_debt, WAIT, "the turn's tokens debited from its project's bucket")
+    with pytest.raises(chaz.errors.ProjectRateExceeded) as info:
+        client.sessions.post(s.id, "again", sender="user:alice")
+    assert info.value.code == "quota.project_rate"
+    # 400 tokens of debt at 100 a minute: about four minutes.
+    assert 200 < info.value.details["retry_after"] <= 240
+    assert len(client.jobs.list(session_id=s.id)) == 1
+
+
+def test_a_project_past_its_cumulative_budget_ends_its_turns(tenant: Stack) -> None:
+    client = tenant.client
+    project = client.jobs._project
+    # At 1000 and 4000 per million a turn of 60 + 20 tokens costs 0.14.
+    shown = client.projects.set_limits(project, max_tokens=1000, max_cost=0.2)
+    assert (shown.effective_max_tokens, shown.effective_max_cost) == (1000, 0.2)
+    _agent(client, "spendthrift", [{"say": "ok", "usage": {"input": 60, "output": 20}}])
+    # Three sessions: only the project's limit binds them together.
+    first = _post(client, client.sessions.create("spendthrift").id)
+    assert first.status is chaz.JobStatus.SUCCEEDED, tenant.logs()
+    second = _post(client, client.sessions.create("spendthrift").id)
+    _ended_by_in(tenant, second, "budget.cost")
+    assert second.error is not None and second.error["details"]["scope"] == "project"
+    # 0.28 spent of 0.2: the next turn ends before its first step.
+    third = _post(client, client.sessions.create("spendthrift").id)
+    assert third.error is not None and third.error["code"] == "budget.cost", third.error
+    assert third.usage is not None and third.usage.tokens == 0
+    assert client.jobs.totals().cost == pytest.approx(0.28)

@@ -27,7 +27,9 @@ from tests.conftest import free_port
 from tests.support.metrics import Sample, scrape
 from tests.support.stack import Stack
 
-ECHO = chaz.AgentSpec(id="echo", script=[{"steps": [{"echo": True}]}])
+ECHO = chaz.AgentSpec(
+    id="echo", script=[{"steps": [{"echo": True, "usage": {"input": 7, "output": 3}}]}]
+)
 #: How long a worker may take to run a few turns on a loaded machine.
 WAIT = 60
 
@@ -100,6 +102,12 @@ def test_a_workers_endpoint_shows_its_turns(fleet: tuple[Stack, int]) -> None:
     assert got[("chaz_turn_duration_seconds_sum", succeeded)] > 0
     assert got[("chaz_dispatch_latency_seconds_count", ())] >= len(posted)
     assert got[("chaz_dispatch_latency_seconds_bucket", (("le", "+Inf"),))] >= len(posted)
+    # Tokens by project and kind, as the steps reported them (the scripted
+    # model has no price here: its cost counter never moves).
+    project = client.jobs.get(posted[0].job_id or "").project
+    tokens = "chaz_tokens_total"
+    assert got[(tokens, (("kind", "input"), ("project", project)))] >= 7 * len(posted)
+    assert got[(tokens, (("kind", "output"), ("project", project)))] >= 3 * len(posted)
 
     # The worker drains the first test's backlog too; then nothing waits.
     def drained() -> bool:

@@ -133,6 +133,21 @@ def test_a_streamed_answer_is_published_as_it_arrives_and_answered_whole(
         run.close()
 
 
+def test_a_streamed_step_reports_the_usage_chunk_it_asks_for(
+    srv: FakeOpenAI, client: redis.Redis
+) -> None:
+    srv.push_stream(["a", "b"], usage=(120, 7))
+    run = _Run(srv, client)
+    try:
+        run.start()
+        answer = run.result()
+        assert isinstance(answer, ModelResponse) and answer.text == "ab"
+        assert srv.requests[0]["stream_options"] == {"include_usage": True}
+        assert answer.usage is not None and (answer.usage.input, answer.usage.output) == (120, 7)
+    finally:
+        run.close()
+
+
 def test_a_streamed_tool_call_is_assembled(srv: FakeOpenAI, client: redis.Redis) -> None:
     srv.push_tool_call("clock", {"tz": "UTC"}, id="call_1")
     run = _Run(srv, client)

@@ -311,9 +311,9 @@ def test_limits_default_to_the_settings_and_minus_one_is_none() -> None:
     settings = Settings(_env_file=None, project_max_live=3, project_max_jobs=-1)
     limits = resolve_project_limits(settings, None)
     assert (limits.max_live, limits.max_jobs) == (3, None)
-    limits = resolve_project_limits(settings, (-1, 7, None))
+    limits = resolve_project_limits(settings, (-1, 7, None, None, None, None))
     assert (limits.max_live, limits.max_jobs) == (None, 7)
-    limits = resolve_project_limits(settings, (None, None, None))
+    limits = resolve_project_limits(settings, (None, None, None, None, None, None))
     assert (limits.max_live, limits.max_jobs) == (3, None)
 
 
@@ -336,17 +336,17 @@ def test_an_admission_reads_the_limits_once_per_cache_period(
 ) -> None:
     reads: list[str] = []
 
-    def read() -> tuple[int | None, int | None, int | None]:
+    def read() -> tuple[int | None, int | None, int | None, int | None, int | None, float | None]:
         reads.append(project)
-        return (3, None, None)
+        return (3, None, None, None, None, None)
 
     store = client.services.store.projects
-    assert store.stored(project, read) == (3, None, None)
-    assert store.stored(project, read) == (3, None, None)
+    assert store.stored(project, read) == (3, None, None, None, None, None)
+    assert store.stored(project, read) == (3, None, None, None, None, None)
     assert reads == [project]  # the second came from the cache
     # Setting the limits drops this process's entry: the next admission reads them.
     client.projects.set_limits(project, max_live=7)
-    assert store.stored(project, read) == (3, None, None)
+    assert store.stored(project, read) == (3, None, None, None, None, None)
     assert reads == [project, project]
     s = session_in(client, "bot", project)
     client.sessions.post(s.id, "admitted under the cached limit")
@@ -511,6 +511,17 @@ def test_the_cli_sets_and_lists_project_limits(mstack: Stack, project: str) -> N
     bad = _cli(mstack.settings, "projects", "set", project, "--max-live", "lots")
     assert bad.returncode != 0
     assert "max-live" in bad.stderr + bad.stdout
+    # The token rate and the cumulative budgets, kept by a later option too.
+    args = ["--tokens-per-minute", "5000", "--max-tokens", "90000", "--max-cost", "2.5"]
+    done = _cli(mstack.settings, "projects", "set", project, *args)
+    assert done.returncode == 0 and "5000 tokens a minute" in done.stdout, done.stderr
+    done = _cli(mstack.settings, "projects", "set", project, "--max-live", "4")
+    assert done.returncode == 0, done.stderr
+    shown = mstack.client.projects.get(project)
+    assert (shown.tokens_per_minute, shown.max_tokens, shown.max_cost) == (5000, 90000, 2.5)
+    assert "TOKENS/MIN" in _cli(mstack.settings, "projects", "ls").stdout
+    bad = _cli(mstack.settings, "projects", "set", project, "--max-cost", "lots")
+    assert bad.returncode != 0 and "max-cost" in bad.stderr + bad.stdout
 
 
 # -- the scripts themselves ------------------------------------------------------------
@@ -525,10 +536,10 @@ def test_reserve_answers_in_order_and_counts_nothing_when_it_refuses(
     ended = scripts.register(r, "job_ended")
     sid = f"s-{project}"
     ks = [keys.queued(sid), keys.cumulative(sid), keys.project_live(project)]
-    ks += [keys.project_jobs(project), keys.project_rate(project)]
+    ks += [keys.project_jobs(project), keys.project_rate(project), keys.project_tokens(project)]
 
     def run(max_q: int, max_c: int, max_live: int, max_pj: int, job: str = "j1") -> str:
-        return str(reserve(keys=ks, args=[max_q, max_c, 60_000, max_live, max_pj, job, -1]))
+        return str(reserve(keys=ks, args=[max_q, max_c, 60_000, max_live, max_pj, job, -1, -1]))
 
     assert run(-1, -1, -1, -1) == "rebuild"
     r.set(ks[0], 1)

@@ -9,11 +9,16 @@ workers on a fresh stack.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 
 import chaz
@@ -147,6 +152,56 @@ def test_past_its_rate_a_project_is_refused_with_retry_after_and_nothing_is_writ
     assert (rows(client, ids), counters(client, project, ids)) == before
 
 
+@contextlib.contextmanager
+def _write_locked(mstack: Stack, session_id: str) -> Iterator[None]:
+    """Hold what an admission's transaction must take first: on SQLite the
+    database's write lock, on PostgreSQL the session row's lock."""
+    url = mstack.settings.effective_database_url()
+    conn: Any
+    if url.startswith("sqlite"):
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+    else:
+        conn = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"))
+        conn.execute("SELECT id FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
+    try:
+        yield
+    finally:
+        conn.rollback()
+        conn.close()
+
+
+def test_a_refusal_by_the_rate_takes_no_write_lock(
+    mstack: Stack, client: chaz.Client, project: str
+) -> None:
+    # A project past its rate is refused before its admission's transaction:
+    # its refusals never queue on (and never hold) the lock that every other
+    # admission needs (on SQLite, one lock for the whole install).
+    set_rate(client, project, 1)
+    s = session_in(client, "bot", project)
+    client.sessions.post(s.id, "the burst")
+    outcome: list[BaseException | chaz.Entry] = []
+
+    def post() -> None:
+        try:
+            outcome.append(client.sessions.post(s.id, "one too many"))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    with _write_locked(mstack, s.id):
+        poster = threading.Thread(target=post)
+        poster.start()
+        # Without the check before the transaction the post would wait on
+        # the lock held here, for as long as it is held.
+        poster.join(timeout=30)
+        answered_while_locked = not poster.is_alive()
+    poster.join()
+    assert answered_while_locked, outcome
+    [refused] = outcome
+    assert isinstance(refused, ProjectRateExceeded), refused
+    assert 0 < refused.details["retry_after"] <= 60 and refused.details["limit"] == 1
+
+
 def test_fifty_concurrent_admissions_against_a_rate_admit_exactly_its_burst(
     client: chaz.Client, project: str
 ) -> None:
@@ -209,14 +264,14 @@ def test_the_bucket_refills_on_the_redis_clock_and_expires_once_full(
     reserve = scripts.register(r, "reserve")
     sid = f"s-{project}"
     ks = [keys.queued(sid), keys.cumulative(sid), keys.project_live(project)]
-    ks += [keys.project_jobs(project), keys.project_rate(project)]
+    ks += [keys.project_jobs(project), keys.project_rate(project), keys.project_tokens(project)]
     r.set(ks[0], 0)
     r.set(ks[1], 0)
     r.zadd(ks[2], {"_": 0})
     r.set(ks[3], 0)
 
     def run(rate: int, job: str) -> Any:
-        return reserve(keys=ks, args=[-1, -1, 60_000, -1, -1, job, rate])
+        return reserve(keys=ks, args=[-1, -1, 60_000, -1, -1, job, rate, -1])
 
     assert run(60, "j1") == "ok"  # a missing bucket is full: 59 left
     assert 0 < r.pttl(ks[4]) <= 1_001 + 1  # full again in one second (one token a second)
@@ -358,3 +413,57 @@ def test_a_delivery_refused_by_the_rate_waits_in_the_inbox_instead_of_failing(
         "the message to be admitted and answered",
     )
     assert not [e for e in client.sessions.entries(sender.id) if e.type is EntryType.NOTICE]
+
+
+# -- tokens per minute: a bucket of model tokens, debited as turns report usage ------
+
+
+def test_a_project_in_token_debt_is_refused_until_the_refill_pays_it(
+    mstack: Stack, client: chaz.Client, project: str
+) -> None:
+    shown = client.projects.set_limits(project, tokens_per_minute=600)
+    assert (shown.tokens_per_minute, shown.effective_tokens_per_minute) == (600, 600)
+    s = session_in(client, "bot", project)
+    client.sessions.post(s.id, "first")  # the admission writes the bucket, full
+    quotas = client.services.quotas
+    # What the first turn reported: 1,500 tokens, 900 past the bucket.
+    left = quotas.debit_tokens(project, 1500)
+    assert left is not None and -900 <= left < -899
+    ids = [s.id]
+    before = (rows(client, ids), counters(client, project, ids))
+    with pytest.raises(ProjectRateExceeded) as info:
+        client.sessions.post(s.id, "in debt")
+    exc = info.value
+    assert exc.code == "quota.project_rate" and exc.details["rate"] == "tokens_per_minute"
+    assert exc.details["limit"] == 600
+    # 900 tokens at 10 a second: about 90 s to pay back, never nothing.
+    assert 85 < exc.details["retry_after"] <= 90
+    assert (rows(client, ids), counters(client, project, ids)) == before
+    # Refused the same inside the transaction (a turn's admission does not peek).
+    with pytest.raises(ProjectRateExceeded):
+        admission.admit(
+            client.services, s.id, chaz.domain.entries.NewEntry(EntryType.MESSAGE, "user:a", "x")
+        )
+    # Paid back (the bucket rewritten as if 90 s had passed): admitted again.
+    r = client.services.redis
+    r.hset(keys.project_tokens(project), mapping={"tokens": 0})
+    client.sessions.post(s.id, "paid")
+
+
+def test_a_project_without_a_token_rate_keeps_no_token_bucket(
+    client: chaz.Client, project: str
+) -> None:
+    s = session_in(client, "bot", project)
+    client.sessions.post(s.id, "hi")
+    assert client.services.quotas.debit_tokens(project, 10_000) is None
+    assert not client.services.redis.exists(keys.project_tokens(project))
+    client.sessions.post(s.id, "again")
+
+
+def test_a_bad_token_rate_is_request_invalid_naming_its_field(
+    client: chaz.Client, project: str
+) -> None:
+    for bad in (0, -2, "10", 2**31):
+        with pytest.raises(ValidationError) as info:
+            client.projects.set_limits(project, tokens_per_minute=bad)  # type: ignore[arg-type]
+        assert info.value.field == "tokens_per_minute"

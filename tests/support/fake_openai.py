@@ -65,6 +65,9 @@ class CannedResponse:
     pause: float = 0.0
     #: A stream's chunks are sent once this is set (its headers at once).
     hold: threading.Event | None = None
+    #: Prompt and completion tokens the answer reports (a stream's only when
+    #: the request asks ``stream_options.include_usage``, as OpenAI does).
+    usage: tuple[int, int] = (1, 1)
 
 
 @dataclass(frozen=True)
@@ -180,9 +183,11 @@ class FakeOpenAI:
         pause: float = 0.0,
         delay: float = 0.0,
         hold: threading.Event | None = None,
+        usage: tuple[int, int] = (1, 1),
     ) -> None:
         """Queue a streamed answer: ``chunks`` as content deltas, ``pause`` seconds
-        apart, sent once ``hold`` is set (the request must ask for ``stream``)."""
+        apart, sent once ``hold`` is set (the request must ask for ``stream``),
+        then ``usage`` in a chunk of its own if the request asks for it."""
         self.push(
             CannedResponse(
                 message={"role": "assistant", "content": "".join(chunks), "refusal": None},
@@ -190,6 +195,7 @@ class FakeOpenAI:
                 pause=pause,
                 delay=delay,
                 hold=hold,
+                usage=usage,
             )
         )
 
@@ -335,6 +341,18 @@ class FakeOpenAI:
         }
         return f"data: {json.dumps(chunk)}\n\n".encode()
 
+    def _usage_chunk(self, request_body: Any, usage: tuple[int, int]) -> bytes:
+        """The last chunk ``include_usage`` asks for: no choices, the step's tokens."""
+        chunk = json.loads(self._chunk(request_body, {}, None)[len(b"data: ") :])
+        prompt, completion = usage
+        chunk["choices"] = []
+        chunk["usage"] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+        return f"data: {json.dumps(chunk)}\n\n".encode()
+
     def _stream_events(self, canned: CannedResponse, request_body: Any) -> list[bytes]:
         """The events of a streamed answer, after the first (the role)."""
         message = canned.message or {}
@@ -346,6 +364,9 @@ class FakeOpenAI:
             delta = {"tool_calls": [dict(call, index=i)]}
             events.append(self._chunk(request_body, delta, None))
         events.append(self._chunk(request_body, {}, canned.finish_reason))
+        options = request_body.get("stream_options") if isinstance(request_body, dict) else None
+        if isinstance(options, dict) and options.get("include_usage"):
+            events.append(self._usage_chunk(request_body, canned.usage))
         events.append(b"data: [DONE]\n\n")
         return events
 
@@ -364,7 +385,11 @@ class FakeOpenAI:
                     "logprobs": None,
                 }
             ],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            "usage": {
+                "prompt_tokens": canned.usage[0],
+                "completion_tokens": canned.usage[1],
+                "total_tokens": sum(canned.usage),
+            },
             "system_fingerprint": None,
         }
 

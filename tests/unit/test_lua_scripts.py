@@ -26,7 +26,14 @@ def _header(text: str) -> str:
 
 def test_there_are_scripts_and_helpers() -> None:
     assert "reserve" in SCRIPTS and "turn_ended" in SCRIPTS and "lane_acquire" in SCRIPTS
-    assert set(HELPERS) == {"decr_positive", "lease_is", "watch_lease", "hand_off"}
+    assert set(HELPERS) == {
+        "decr_positive",
+        "lease_is",
+        "watch_lease",
+        "hand_off",
+        "bucket",
+        "token_debt",
+    }
 
 
 @pytest.mark.parametrize("name", FILES)

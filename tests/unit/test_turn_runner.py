@@ -28,7 +28,9 @@ SID = "s1"
 
 
 def _job(job_id: str, status: JobStatus = JobStatus.QUEUED) -> Any:
-    return SimpleNamespace(id=job_id, status=status, delivery_id=None, member_agent_id=None)
+    return SimpleNamespace(
+        id=job_id, status=status, delivery_id=None, member_agent_id=None, usage=None
+    )
 
 
 class _Store:
@@ -46,7 +48,7 @@ class _Store:
         setup = None
         if head is not None:
             setup = SimpleNamespace(
-                job=head, session=session, agent=SimpleNamespace(limits=Limits())
+                job=head, session=session, agent=SimpleNamespace(limits=Limits()), budget=None
             )
         yield SimpleNamespace(setup=setup, start=lambda token, **_: (head, None))
 

@@ -29,6 +29,14 @@ def register(commands: Subcommands) -> None:
     p = jobs_sub.add("show", command("cmd_jobs_show", "chaz.cli.jobs"), "one job")
     p.add_argument("job", metavar="ID", help="the job (execution) id")
     p = jobs_sub.add(
+        "usage",
+        command("cmd_jobs_usage", "chaz.cli.jobs"),
+        "tokens, cost and time used: the project's, a session's or a tree's",
+    )
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--session", help="only this session's jobs (id or name)")
+    which.add_argument("--tree", metavar="TREE_ID", help="only the jobs of this session tree")
+    p = jobs_sub.add(
         "output", command("cmd_jobs_output", "chaz.cli.jobs"), "a job's result (capped, or --full)"
     )
     p.add_argument("job", metavar="ID", help="the job (execution) id")

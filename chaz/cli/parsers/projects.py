@@ -30,3 +30,21 @@ def register(commands: Subcommands) -> None:
         metavar="N",
         help=f"turns admitted per minute (a one-minute burst): {limit_help}",
     )
+    p.add_argument(
+        "--tokens-per-minute",
+        dest="tokens_per_minute",
+        metavar="N",
+        help=f"model tokens per minute (admissions wait while in debt): {limit_help}",
+    )
+    p.add_argument(
+        "--max-tokens",
+        dest="max_tokens",
+        metavar="N",
+        help=f"model tokens the project's turns may use in all: {limit_help}",
+    )
+    p.add_argument(
+        "--max-cost",
+        dest="max_cost",
+        metavar="X",
+        help=f"cost (CHAZ_MODEL_PRICES) the project's turns may use in all: {limit_help}",
+    )

@@ -17,14 +17,18 @@
 -- ARGV[6]  the id the admitted job will take
 -- ARGV[7]  the project's turns per minute (-1: no limit): the bucket's
 --          size and its refill per minute
+-- KEYS[6]  chaz:ptok:{project}   the project's model-token bucket (hash: tokens, at, cap)
+-- ARGV[8]  the project's tokens per minute (-1: no limit)
 -- Returns: 'rebuild' (a session counter is missing), 'rebuild_project'
 --          (a project key is missing; nothing counted in either case),
 --          'jobs_exhausted', 'project_jobs', 'queue_full', 'project_live'
 --          (nothing counted), {'project_rate', ms until a token is back}
---          (nothing counted, nothing spent), or 'ok' (both session
+--          (nothing counted, nothing spent), {'project_tokens', ms until
+--          its token debt is paid} (nothing counted), or 'ok' (both session
 --          counters and the project's counter incremented, the job added
 --          to the project's live set scored by the Redis clock, every TTL
 --          reset, and with a rate one token spent)
+-- uses: bucket token_debt
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 0 then
   return 'rebuild'
 end
@@ -49,19 +53,21 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 local tokens, per_ms
 if rate >= 0 then
-  per_ms = rate / 60000
-  local b = redis.call('HMGET', KEYS[5], 'tokens', 'at')
-  if b[1] then
-    -- A clock that stepped back (a failover) refills nothing, never drains.
-    tokens = math.min(rate, tonumber(b[1]) + math.max(0, now - tonumber(b[2])) * per_ms)
-  else
-    -- No bucket: full. The key expires only once it has refilled (below),
-    -- and a flush costs at most one extra minute's burst (docs/coordination.md).
-    tokens = rate
-  end
+  tokens, per_ms = bucket(KEYS[5], rate, now)
   if tokens < 1 then
     return {'project_rate', math.ceil((1 - tokens) / per_ms)}
   end
+end
+local token_rate = tonumber(ARGV[8])
+if token_rate >= 0 then
+  local held, refill = token_debt(KEYS[6], now)
+  if held ~= nil and held < 0 then
+    return {'project_tokens', math.ceil(-held / refill)}
+  end
+  -- The bucket's size as set now; a new bucket starts full.
+  if held == nil then held = token_rate end
+  redis.call('HSET', KEYS[6], 'tokens', math.min(held, token_rate), 'at', now, 'cap', token_rate)
+  redis.call('PEXPIRE', KEYS[6], ARGV[3])
 end
 redis.call('INCR', KEYS[1])
 redis.call('INCR', KEYS[2])

@@ -254,12 +254,16 @@ class OpenAIBackend:
             tools=[_tool_param(t) for t in tools] if tools else openai.omit,
             extra_body=self.options or None,
             stream=True,
+            # The step's tokens come in a last chunk with no choices, sent
+            # only when asked for: without it a streamed step counts nothing.
+            stream_options={"include_usage": True},
         )
         text: list[str] = []
         refusal: list[str] = []
         calls: dict[int, dict[str, str]] = {}
+        counted: list[TokenCount] = []
         try:
-            for delta in _deltas(stream):
+            for delta in _deltas(stream, counted):
                 if self.cancel is not None and self.cancel.is_set():
                     # The turn has gone on without us: publish nothing more.
                     break
@@ -284,7 +288,9 @@ class OpenAIBackend:
         answer = "".join(text) if text else None
         if answer is None and not tool_calls and refusal:
             answer = "".join(refusal)
-        return ModelResponse(text=answer, tool_calls=tool_calls)
+        return ModelResponse(
+            text=answer, tool_calls=tool_calls, usage=counted[-1] if counted else None
+        )
 
     def _cut(self) -> None:
         if self._wire is not None:
@@ -358,9 +364,13 @@ def _usage(completion: Any) -> TokenCount | None:
     return TokenCount(input=max(prompt, 0), output=max(completed, 0))
 
 
-def _deltas(stream: Iterable[Any]) -> Iterator[Any]:
-    """The ``delta`` of each chunk's first choice (usage-only chunks have none)."""
+def _deltas(stream: Iterable[Any], counted: list[TokenCount]) -> Iterator[Any]:
+    """The ``delta`` of each chunk's first choice; a chunk's ``usage`` (the
+    last one's, asked for by ``include_usage``) is appended to ``counted``."""
     for chunk in stream:
+        used = _usage(chunk)
+        if used is not None:
+            counted.append(used)
         choices = getattr(chunk, "choices", None)
         if choices:
             delta = getattr(choices[0], "delta", None)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from chaz import metrics
 from chaz.coord.feed import Feed
+from chaz.domain import budgets
 from chaz.domain.deliveries import INTERRUPTED as DELIVERY_INTERRUPTED
 from chaz.domain.entries import agent_sender
 from chaz.domain.jobs import Job, JobStatus
@@ -283,6 +284,12 @@ class TurnRunner:
                 ack_sender=agent_sender(setup.job.member_agent_id or setup.session.agent_id),
                 # Which process runs the turn: for operators (and the crash tests).
                 ack_metadata={"host": socket.gethostname(), "pid": os.getpid()},
+                # A spawned turn's reservation from its caller's budget.
+                usage=budgets.reserve(
+                    setup.budget,
+                    setup.agent.limits.narrowed(setup.session.limits),
+                    setup.job.usage,
+                ),
             )
         except IllegalTransition:
             # Cancelled (or finished) since the head was read: nothing to run.

@@ -15,11 +15,15 @@ import secrets
 import socket
 from typing import Any
 
+import redis
+
 from chaz import metrics
 from chaz.coord.feed import Feed
 from chaz.coord.lanes import Lease
 from chaz.coord.partials import PartialPublisher
-from chaz.domain import rooms
+from chaz.domain import budgets, rooms
+from chaz.domain.agents import Limits
+from chaz.domain.budgets import Allowance
 from chaz.domain.entries import EntryType, NewEntry, agent_sender
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.principals import Principal, parse_grants, turn_grants
@@ -35,7 +39,7 @@ from chaz.runtime.loop import Checkpoint, LoopPorts, Suspend, run_loop
 from chaz.runtime.registry import Delegation, ToolContext, ToolRegistry
 from chaz.services import Services
 from chaz.store.types import Fence, Finish, TurnSetup
-from chaz.usecases import admission, completion
+from chaz.usecases import admission, completion, projects
 from chaz.usecases.turns.approval import ApprovalGate
 
 log = logging.getLogger(__name__)
@@ -79,7 +83,15 @@ class Turn:
         #: Its per-turn budgets and usage (docs/runtime.md#per-turn-budgets),
         #: counted on from what earlier attempts recorded. The token polls its
         #: deadlines, so a crossed one stops the turn the way a cancel does.
-        self.budget = Budget(setup.agent.limits.narrowed(setup.session.limits), job.usage)
+        limits = setup.agent.limits.narrowed(setup.session.limits)
+        self.budget = Budget(
+            limits,
+            job.usage,
+            price=budgets.price_of(services.settings.model_prices, setup.agent.model),
+            allowance=_allowance(services, setup, limits),
+            # Its children spend from its budget (docs/runtime.md#budgets).
+            children=lambda: services.store.children_charged(job.id),
+        )
         self.cancel.limit(self.budget.overrun)
         #: Set while the turn runs (see ``TurnRunner._think``).
         self.heartbeat: Lease | None = None
@@ -149,6 +161,8 @@ class Turn:
         """Run the ReAct loop (from the checkpoint, on a resumed attempt): the answer."""
         svc, job = self.services, self.job
         session, spec = self.setup.session, self.setup.agent
+        # A cumulative budget spent before the turn began ends it at once.
+        self.budget.check_start()
         context = build_context(
             spec.system_prompt, self.setup.history, self.agent_id, notes=self._room_notes()
         )
@@ -225,7 +239,7 @@ class Turn:
             self.fail(JobStatus.CANCELLED, Cancelled("the job was cancelled"))
             return
         self.suspended = True
-        metrics.turn_ended("suspended", self.began)
+        self._ended("suspended")
         self.feed.hold(entry)
 
     def hand_back(self) -> None:
@@ -243,7 +257,7 @@ class Turn:
         cp.handbacks += 1
         store.hand_back(self.fence, cp.to_json(), self.budget.usage())
         self.handed_back = True
-        metrics.turn_ended("handed_back", self.began)
+        self._ended("handed_back")
         log.warning("handed back job %s (the worker is shutting down)", self.job.id)
 
     # -- rooms (docs/rooms.md) ------------------------------------------------
@@ -316,7 +330,7 @@ class Turn:
                 done = self.services.store.end_turn(
                     self.fence, finish, job.session_id, draft, completion=completion.ended
                 )
-                metrics.turn_ended(JobStatus.SUCCEEDED.value, self.began)
+                self._ended(JobStatus.SUCCEEDED.value)
                 self.feed.hold(done.entry if done is not None and done.created else None)
                 return
             # A room: the reply may wake the member it mentions, in the same transaction.
@@ -331,9 +345,26 @@ class Turn:
             self.fail(JobStatus.CANCELLED, Cancelled("the job was cancelled"))
             return
         assert ended is not None, "a reply with an entry returns it"
-        metrics.turn_ended(JobStatus.SUCCEEDED.value, self.began)
+        self._ended(JobStatus.SUCCEEDED.value)
         self.feed.publish(*ended.notices)
         self.feed.hold(ended.entry if ended.created else None)
+
+    def _ended(self, outcome: str) -> None:
+        """Count the attempt's end and the usage it added to its job's (what
+        earlier attempts recorded was counted by them), and debit the tokens
+        it added from its project's token bucket."""
+        metrics.turn_ended(outcome, self.began)
+        now, before = self.budget.usage(), self.job.usage
+        metrics.usage_recorded(self.job.project, now, before)
+        added = now.tokens - (before.tokens if before is not None else 0)
+        if added > 0:
+            # The project's tokens-per-minute bucket (docs/security.md#project-quotas):
+            # best effort, as the Redis side of a turn's end is; a lost debit
+            # lets the project's next admissions through, it loses no work.
+            try:
+                self.services.quotas.debit_tokens(self.job.project, added)
+            except redis.RedisError:
+                log.warning("could not debit %d tokens of project %s", added, self.job.project)
 
     def fail(self, status: JobStatus, exc: ChazError, *, code: str | None = None) -> None:
         """End the job in ``status`` with an Error entry, held in the feed if this wrote it."""
@@ -354,8 +385,20 @@ class Turn:
             ),
             completion=completion.ended,
         )
-        metrics.turn_ended(status.value, self.began)
+        self._ended(status.value)
         self.feed.hold(done.entry if done is not None and done.created else None)
+
+
+def _allowance(services: Services, setup: TurnSetup, limits: Limits) -> Allowance | None:
+    """The most the job may use in all (docs/runtime.md#budgets): its session's,
+    tree's and caller's bounds as its setup read them, and its project's,
+    read now and only when the project sets a cumulative budget."""
+    found = setup.budget.allowance(limits) if setup.budget is not None else None
+    project = projects.limits_for(services, setup.job.project)
+    if project.max_tokens is None and project.max_cost is None:
+        return found
+    spent = services.store.project_charged(setup.job.project, but=setup.job.id)
+    return budgets.project_bound(found, project.max_tokens, project.max_cost, spent)
 
 
 class _StopCheck:

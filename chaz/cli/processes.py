@@ -279,11 +279,11 @@ def cmd_worker(ctx: Context) -> int:
 
 def _migrate(settings: Settings, *, report: bool = True) -> str | None:
     """Upgrade the schema; with ``report``, return the revision it is at."""
-    from chaz.store.migrate import current_revision, is_current_file, upgrade
+    from chaz.store.migrate import current_revision, is_current_file, is_current_postgres, upgrade
 
     url = settings.effective_database_url()
-    if not report and is_current_file(url):
-        return None  # the embedded database is current: no SQLAlchemy needed
+    if not report and (is_current_file(url) or is_current_postgres(url)):
+        return None  # the database is current: no SQLAlchemy needed
     # An engine, not a Store: the store's models would load for nothing.
     from chaz.store.db import make_engine
 

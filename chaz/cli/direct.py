@@ -1,20 +1,22 @@
 """The read commands' fast path: the client's reads, answered on the bare driver.
 
-``chaz sessions ls``, ``chaz sessions show`` and ``chaz jobs ls`` on
-PostgreSQL spend most of their time importing what a full client needs:
-pydantic-settings (every setting), SQLAlchemy and the store's models, redis-py
+``chaz sessions ls``, ``chaz sessions show`` and ``chaz jobs ls`` spend most
+of their time importing what a full client needs: pydantic-settings (every
+setting), SQLAlchemy and the store's models, redis-py
 (docs/performance.md#cli-read-commands-on-postgresql). :class:`Direct` does
 what the client would for those reads (the same argument checks, the
-operator's project, the same statements, the same models) with psycopg alone,
-and only where the outcome is certain to be the client's:
+operator's project, the same statements, the same models) with psycopg or
+the standard library's sqlite3 alone, and only where the outcome is certain
+to be the client's:
 
 - the environment names no setting but the database and Redis URLs, the
   home, the principal and the project (settings that are all strings, which
   no validation can refuse), there is no ``.env`` file for pydantic-settings
   to read, and no API key is in play;
 - the database URL is a plain ``postgresql+psycopg://`` one
-  (:func:`chaz.store.migrate.connect_args`) and the database is at the newest
-  revision (else the client migrates it).
+  (:func:`chaz.store.migrate.connect_args`), or none (the embedded default's
+  SQLite file), and the database is at the newest revision (else the client
+  creates or migrates it).
 
 Anything else, and any error on the way (a refused argument, a missing
 session, a connection refused), leaves the command to the client, which
@@ -83,7 +85,7 @@ class Direct:
             return None
         project = getattr(args, "project", None)
         try:
-            if env["CHAZ_REDIS_URL"]:
+            if env.get("CHAZ_REDIS_URL"):
                 check_redis_url(env["CHAZ_REDIS_URL"])
             # The client checks the principal too; an operator's is any
             # principal name, and a refused one leaves the command to it.
@@ -91,10 +93,10 @@ class Direct:
                 project if project is not None else env.get("CHAZ_PROJECT") or DEFAULT_PROJECT
             )
             _check_principal(getattr(args, "principal", None), env)
-            reads = DirectReads.open(env.get("CHAZ_DATABASE_URL", ""))
+            reads = DirectReads.open(_database_url(getattr(args, "home", None), env))
         except Exception:
-            # A refused setting, or psycopg's own errors (a refused connection,
-            # a bad password): the client reports them.
+            # A refused setting, or the driver's own errors (a refused
+            # connection, a bad password, a locked file): the client reports them.
             return None
         return cls(reads, project) if reads is not None else None
 
@@ -164,6 +166,14 @@ class Direct:
             newest_first=newest_first,
             project=self.project,
         )
+
+
+def _database_url(home: str | None, env: dict[str, str]) -> str:
+    """``Settings.effective_database_url()`` of these settings, ``--home`` first."""
+    if env.get("CHAZ_DATABASE_URL"):
+        return env["CHAZ_DATABASE_URL"]
+    where = Path(home) if home else Path(env.get("CHAZ_HOME", ".chaz"))
+    return f"sqlite:///{(where.resolve() / 'chaz.db').as_posix()}"
 
 
 def _check_principal(given: str | None, env: dict[str, str]) -> None:

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import chaz
 from chaz.cli.parsers.entries import POSTABLE_TYPES
 from chaz.cli.parsers.jobs import JOB_STATUSES
@@ -21,13 +23,16 @@ from tests.support.stack import Stack
 
 #: Libraries that take a noticeable share of a second to import.
 HEAVY = ("alembic", "celery", "kombu", "sqlalchemy", "redis", "rich", "pydantic")
+#: A setting the read commands' fast path does not read itself (chaz/cli/direct.py):
+#: with it, a read takes the full client's path, whose imports these tests pin too.
+FULL_PATH = {"CHAZ_LEASE_SECONDS": "10"}
 
 
-def imported(*args: str, home: Path) -> set[str]:
+def imported(*args: str, home: Path, **extra: str) -> set[str]:
     """Every module ``chaz ARGS`` imported (from ``python -X importtime``)."""
     result = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "chaz.cli", *args],
-        env=cli_env(home=home),
+        env={**cli_env(home=home), **extra},
         cwd=home.parent,
         capture_output=True,
         text=True,
@@ -41,9 +46,9 @@ def imported(*args: str, home: Path) -> set[str]:
     return names
 
 
-def loaded_modules(*args: str, home: Path) -> set[str]:
+def loaded_modules(*args: str, home: Path, **extra: str) -> set[str]:
     """Top-level packages ``chaz ARGS`` imported."""
-    return {name.split(".")[0] for name in imported(*args, home=home)}
+    return {name.split(".")[0] for name in imported(*args, home=home, **extra)}
 
 
 def test_help_and_version_load_no_heavy_library(tmp_path: Path) -> None:
@@ -62,7 +67,7 @@ def test_a_read_command_loads_neither_alembic_nor_celery(tmp_path: Path) -> None
     home = tmp_path / "home"
     # The first command migrates the new database: that one may need Alembic.
     loaded_modules("sessions", "ls", home=home)
-    loaded = loaded_modules("sessions", "ls", home=home)
+    loaded = loaded_modules("sessions", "ls", home=home, **FULL_PATH)
     assert "sqlalchemy" in loaded
     assert not loaded & {"alembic", "celery", "kombu", "rich"}
 
@@ -93,7 +98,7 @@ def test_the_read_commands_load_no_tool_migration_worker_or_terminal_library(
     assert made.returncode == 0, made.stderr
     sid = made.stdout.strip()
     for args in (["sessions", "ls"], ["sessions", "show", sid], ["jobs", "ls"]):
-        names = imported(*args, home=home)
+        names = imported(*args, home=home, **FULL_PATH)
         # What a read needs: the settings, the store and its driver.
         assert {"chaz.settings", "chaz.store.facade", "sqlalchemy"} <= names, args
         # What it never does: migrate, send a task, draw on a terminal, run
@@ -110,7 +115,7 @@ def test_the_parser_offers_the_domain_values() -> None:
     assert list(POSTABLE_TYPES) == [EntryType.MESSAGE.value, EntryType.DIRECTIVE.value]
 
 
-# -- the read commands' fast path on PostgreSQL (chaz/cli/direct.py) -----------
+# -- the read commands' fast path (chaz/cli/direct.py) ---------------------------
 
 #: What the fast path never loads: the full client's libraries.
 FULL_CLIENT = ("sqlalchemy", "redis", "pydantic_settings", "alembic", "celery", "kombu", "rich")
@@ -161,17 +166,24 @@ def _without_importtime(stderr: str) -> str:
     return "\n".join(line for line in stderr.splitlines() if not line.startswith("import time:"))
 
 
-def test_the_read_commands_answer_on_postgresql_without_the_full_client(
-    tmp_path: Path, pg_url: str, redis_url: str
+@pytest.mark.parametrize("kind", ["server", "embedded"])
+def test_the_read_commands_answer_without_the_full_client(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    servers = Stack.server(tmp_path / "home", pg_url, redis_url)
+    home = tmp_path / "home"
+    if kind == "server":
+        pg_url, redis_url = request.getfixturevalue("pg_url"), request.getfixturevalue("redis_url")
+        stack = Stack.server(home, pg_url, redis_url)
+        plain_env = cli_env(home=home, CHAZ_DATABASE_URL=pg_url, CHAZ_REDIS_URL=redis_url)
+    else:
+        stack = Stack.embedded(home)
+        plain_env = cli_env(home=home)
     try:
-        ids = _populate(servers.client)
+        ids = _populate(stack.client)
     finally:
-        servers.close()
-    plain_env = cli_env(home=tmp_path / "home", CHAZ_DATABASE_URL=pg_url, CHAZ_REDIS_URL=redis_url)
+        stack.close()  # the reads need no Redis: the embedded one stops here
     # Any other setting sends a command down the full path (the one it always took).
-    full_env = {**plain_env, "CHAZ_LEASE_SECONDS": "10"}
+    full_env = {**plain_env, **FULL_PATH}
     cwd = tmp_path
     reads = [
         ["sessions", "ls"],

@@ -519,7 +519,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cli:
         from benchmarks import cli_startup
 
-        return cli_startup.main([])
+        # --stack server: the read commands on PostgreSQL + Redis instead.
+        return cli_startup.main(["--server"] if args.stack == "server" else [])
     if args.boot:
         from benchmarks import worker_boot
 

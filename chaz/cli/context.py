@@ -4,28 +4,36 @@ from __future__ import annotations
 
 import argparse
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit
-
-import pydantic
 
 from chaz.cli.output import Output
+from chaz.cli.urls import check_redis_url
 from chaz.errors import ConfigError
-from chaz.settings import Settings, mask_url
 
 if TYPE_CHECKING:
+    import pydantic
+
+    from chaz.cli.direct import Direct
     from chaz.client import Client
     from chaz.domain.entries import Entry
+    from chaz.settings import Settings
+    from chaz.store.direct import DirectReads
 
 _T = TypeVar("_T")
 
 
 def load_settings(home: str | None) -> Settings:
     """The effective settings (``CHAZ_*``, ``.env``), with ``--home`` taking precedence."""
+    # Imported here: pydantic-settings is a tenth of a second of a read
+    # command that answers without it (chaz.cli.direct).
+    import pydantic
+
+    from chaz.settings import Settings
+
     try:
         return Settings(home=Path(home)) if home else Settings()
     except pydantic.ValidationError as exc:
@@ -33,6 +41,7 @@ def load_settings(home: str | None) -> Settings:
 
 
 def pydantic_message(exc: pydantic.ValidationError) -> str:
+    """A pydantic error's failures in one line: ``field: message; ...``."""
     parts = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err.get("loc", ())) or "value"
@@ -47,7 +56,12 @@ def check_urls(settings: Settings) -> None:
     a connection attempt; here the message names the setting, with the URL's
     password masked.
     """
-    if settings.database_url:
+    from chaz.settings import mask_url
+    from chaz.store.migrate import connect_args
+
+    # A plain postgresql+psycopg URL always passes SQLAlchemy's check: it is
+    # not imported for it (chaz worker's exec waits for this).
+    if settings.database_url and connect_args(settings.database_url) is None:
         from sqlalchemy.engine import make_url
         from sqlalchemy.exc import ArgumentError
 
@@ -59,22 +73,7 @@ def check_urls(settings: Settings) -> None:
                 f"database URL: {_first_line(exc)}"
             ) from exc
     if settings.redis_url:
-        url = settings.redis_url
-        try:
-            parts = urlsplit(url)
-            parts.port  # noqa: B018 - parsing the port is the check
-        except ValueError as exc:
-            raise ConfigError(
-                f"CHAZ_REDIS_URL {mask_url(url)!r} is not a usable Redis URL: {exc}"
-            ) from exc
-        if parts.scheme not in _REDIS_SCHEMES:
-            raise ConfigError(
-                f"CHAZ_REDIS_URL {mask_url(url)!r} is not a usable Redis URL: the scheme "
-                f"must be one of {', '.join(sorted(_REDIS_SCHEMES))}"
-            )
-
-
-_REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
+        check_redis_url(settings.redis_url)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -89,6 +88,7 @@ class Context:
         self.out = out
         self._settings: Settings | None = None
         self._client: Client | None = None
+        self._direct: DirectReads | None = None
 
     @property
     def settings(self) -> Settings:
@@ -119,8 +119,32 @@ class Context:
             )
         return self._client
 
+    def read(self, direct: Callable[[Direct], _T | None], full: Callable[[Client], _T]) -> _T:
+        """A read command's data: ``direct`` on the bare driver when the
+        environment allows it (:mod:`chaz.cli.direct`), else ``full`` on the client.
+
+        ``direct`` answers None (or raises) for whatever it cannot answer
+        exactly as the client would (a missing session, a bad argument); then
+        ``full`` runs and answers, or fails, as it always has.
+        """
+        from chaz.cli.direct import Direct
+
+        reader = Direct.open(self.args)
+        if reader is not None:
+            self._direct = reader.reads
+            try:
+                found = direct(reader)
+            except Exception:
+                found = None
+            if found is not None:
+                return found
+        return full(self.client)
+
     def close(self) -> None:
-        """Release the client's connections."""
+        """Release the client's connections (and the direct reads' one)."""
+        if self._direct is not None:
+            direct, self._direct = self._direct, None
+            direct.close()
         if self._client is not None:
             client, self._client = self._client, None
             client.close()

@@ -30,8 +30,11 @@ def _job_rows(jobs: Sequence[Job]) -> list[list[Any]]:
 def cmd_jobs_ls(ctx: Context) -> int:
     """List jobs, optionally of one session or in one state."""
     args = ctx.args
-    jobs = ctx.client.jobs.list(
-        session_id=args.session, status=args.status, limit=args.limit, newest_first=True
+    jobs = ctx.read(
+        lambda direct: direct.jobs(args.session, args.status, args.limit, newest_first=True),
+        lambda client: client.jobs.list(
+            session_id=args.session, status=args.status, limit=args.limit, newest_first=True
+        ),
     )
     if ctx.out.json_mode:
         ctx.out.json([j.model_dump(mode="json") for j in jobs])

@@ -12,25 +12,26 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from chaz.cli.context import Context, Interrupts, _is_reply, _watching
 from chaz.cli.output import EXIT_FAILURE, EXIT_OK
-from chaz.domain.agents import AgentSpec
-from chaz.domain.entries import Entry, EntryType, agent_sender
 from chaz.errors import AlreadyRunning, BackendUnavailable, Timeout
 from chaz.settings import Settings, mask_url
 
 if TYPE_CHECKING:
+    from chaz.domain.entries import Entry
     from chaz.stack import Watchdog, WorkerProcess
 
 
 #: The agent ``chaz demo`` registers: one built-in tool call, then a reply.
-DEMO_AGENT = AgentSpec(
-    id="demo",
-    system_prompt="You count the words of every message.",
-    tools=["word_count", "clock"],
-    script=[
+#: An AgentSpec's fields, made into one when the demo runs: the domain models
+#: would otherwise load in ``chaz worker`` too, and delay its exec.
+DEMO_SPEC: dict[str, Any] = {
+    "id": "demo",
+    "system_prompt": "You count the words of every message.",
+    "tools": ["word_count", "clock"],
+    "script": [
         {
             "steps": [
                 {"call": "word_count", "args": {"text": "{input}"}},
@@ -38,12 +39,16 @@ DEMO_AGENT = AgentSpec(
             ]
         }
     ],
-)
+}
 
 
 def cmd_demo(ctx: Context) -> int:
     """Start the embedded stack, run one scripted turn and print it as it happens."""
+    from chaz.domain.agents import AgentSpec
+    from chaz.domain.entries import EntryType, agent_sender
     from chaz.stack import embedded
+
+    demo = AgentSpec(**DEMO_SPEC)
 
     args, out = ctx.args, ctx.out
     settings = ctx.server_settings
@@ -59,11 +64,11 @@ def cmd_demo(ctx: Context) -> int:
             interrupts.shield(),
         ):
             client = stack.enter_context(embedded(workers=2, settings=settings))
-        client.agents.put(DEMO_AGENT)
-        session = client.sessions.create(DEMO_AGENT.id)
-        out.note(f"session {session.id} of agent {DEMO_AGENT.id!r}:")
+        client.agents.put(demo)
+        session = client.sessions.create(demo.id)
+        out.note(f"session {session.id} of agent {demo.id!r}:")
         posted = client.sessions.post(session.id, args.message, sender="user:you")
-        me = agent_sender(DEMO_AGENT.id)
+        me = agent_sender(demo.id)
         reply: Entry | None = None
         with (
             out.status("waiting for the agent..."),
@@ -328,11 +333,11 @@ def cmd_worker(ctx: Context) -> int:
 
 def _migrate(settings: Settings, *, report: bool = True) -> str | None:
     """Upgrade the schema; with ``report``, return the revision it is at."""
-    from chaz.store.migrate import current_revision, is_current_file, upgrade
+    from chaz.store.migrate import current_revision, is_current_file, is_current_postgres, upgrade
 
     url = settings.effective_database_url()
-    if not report and is_current_file(url):
-        return None  # the embedded database is current: no SQLAlchemy needed
+    if not report and (is_current_file(url) or is_current_postgres(url)):
+        return None  # the database is current: no SQLAlchemy needed
     # An engine, not a Store: the store's models would load for nothing.
     from chaz.store.db import make_engine
 

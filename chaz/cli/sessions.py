@@ -4,13 +4,16 @@ post into and follow sessions."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chaz.cli.context import Context, _watching
 from chaz.cli.output import EXIT_FAILURE, EXIT_OK
 from chaz.domain.entries import Entry, EntryType
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.sessions import Session
+
+if TYPE_CHECKING:
+    from chaz.client import Client
 
 
 def _session_rows(sessions: Sequence[Session]) -> list[list[Any]]:
@@ -20,8 +23,11 @@ def _session_rows(sessions: Sequence[Session]) -> list[list[Any]]:
 def cmd_sessions_ls(ctx: Context) -> int:
     """List sessions, newest first (archived ones only with ``--archived``)."""
     args = ctx.args
-    sessions = ctx.client.sessions.list(
-        agent_id=args.agent, limit=args.limit, tree=args.tree, archived=args.archived
+    sessions = ctx.read(
+        lambda direct: direct.sessions(args.agent, args.limit, args.tree, args.archived),
+        lambda client: client.sessions.list(
+            agent_id=args.agent, limit=args.limit, tree=args.tree, archived=args.archived
+        ),
     )
     if ctx.out.json_mode:
         ctx.out.json([s.model_dump(mode="json") for s in sessions])
@@ -117,12 +123,11 @@ def cmd_sessions_fork(ctx: Context) -> int:
 
 def cmd_sessions_show(ctx: Context) -> int:
     """A session's details, its timeline, and its queue (what runs, what waits)."""
-    client, out = ctx.client, ctx.out
-    session = client.sessions.get(ctx.args.session)
-    after = 0 if ctx.args.last is None else max(0, session.last_seq - ctx.args.last)
-    # Annotated: Client's methods named ``list`` confuse type checkers about list[...].
-    entries: list[Entry] = client.sessions.entries(session.id, after=after)
-    queue: list[Job] = client.sessions.queue(session.id)
+    out = ctx.out
+    session, entries, queue = ctx.read(
+        lambda direct: direct.show(ctx.args.session, ctx.args.last),
+        lambda client: _show(client, ctx.args.session, ctx.args.last),
+    )
     if out.json_mode:
         out.json(
             {
@@ -179,6 +184,15 @@ def cmd_sessions_show(ctx: Context) -> int:
     else:
         out.line("empty: nothing runs or waits")
     return EXIT_OK
+
+
+def _show(client: Client, ref: str, last: int | None) -> tuple[Session, list[Entry], list[Job]]:
+    session = client.sessions.get(ref)
+    after = 0 if last is None else max(0, session.last_seq - last)
+    # Annotated: Client's methods named ``list`` confuse type checkers about list[...].
+    entries: list[Entry] = client.sessions.entries(session.id, after=after)
+    queue: list[Job] = client.sessions.queue(session.id)
+    return session, entries, queue
 
 
 def cmd_send(ctx: Context) -> int:

@@ -8,9 +8,12 @@ Alembic takes long to import, and nearly every run finds the database at the
 newest revision already; so :func:`upgrade` first compares the version table
 with the newest bundled revision, read from the revision files' text, and
 loads Alembic only when they differ. SQLAlchemy too is imported by the
-functions that use an engine: ``chaz worker`` checks an embedded database
-with :func:`is_current_file` before it execs Celery, and every import before
-the exec delays the worker's first turn.
+functions that use an engine: ``chaz worker`` checks the database with
+:func:`is_current_file` (the embedded default, on the standard library's
+``sqlite3``) or :func:`is_current_postgres` (on psycopg alone) before it
+execs Celery, and every import before the exec delays the worker's first
+turn. :func:`connect_args` says which PostgreSQL URLs psycopg is given
+directly, as SQLAlchemy would give them.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import sqlite3
 from contextlib import closing
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from chaz.plumbing.files import create_private
 
@@ -92,6 +96,53 @@ def is_current_file(url: str) -> bool:
             rows = conn.execute("SELECT version_num FROM alembic_version").fetchall()
     except sqlite3.Error:
         return False  # no version table yet: the full path finds out
+    return [row[0] for row in rows] == [head]
+
+
+#: The PostgreSQL URLs read without SQLAlchemy: ``postgresql+psycopg://[USER[:PASSWORD]@]HOST[:PORT]/DB``,
+#: no query, one host. SQLAlchemy reads anything else (options, sockets, IPv6).
+_URL = re.compile(
+    r"postgresql\+psycopg://(?:(?P<user>[^:@/?#]*)(?::(?P<password>[^@/?#]*))?@)?"
+    r"(?P<host>[A-Za-z0-9._-]*)(?::(?P<port>[0-9]{1,5}))?/(?P<dbname>[A-Za-z0-9_.-]+)"
+)
+
+
+def connect_args(url: str) -> dict[str, str] | None:
+    """psycopg's keyword arguments for ``url`` as SQLAlchemy would pass them, or
+    None for a URL this module leaves to SQLAlchemy."""
+    match = _URL.fullmatch(url)
+    if match is None:
+        return None
+    parts = {
+        "user": unquote(match["user"]) if match["user"] else "",
+        "password": unquote(match["password"]) if match["password"] is not None else "",
+        "host": match["host"],
+        "port": match["port"] or "",
+        "dbname": match["dbname"],
+    }
+    return {key: value for key, value in parts.items() if value}
+
+
+def is_current_postgres(url: str) -> bool:
+    """Whether ``url`` names a PostgreSQL database at the newest bundled revision,
+    read with psycopg alone (False when it is not, when the URL is not a plain
+    one, or when the connection fails: the engine's path then decides or reports).
+
+    ``chaz worker`` asks before it execs Celery, as :func:`is_current_file` on
+    the embedded default: SQLAlchemy's import would only delay the exec.
+    """
+    args = connect_args(url)
+    head = bundled_head()
+    if args is None or head is None:
+        return False
+    import psycopg
+
+    options: dict[str, Any] = dict(args)
+    try:
+        with psycopg.connect(autocommit=True, **options) as conn:
+            rows = conn.execute("SELECT version_num FROM alembic_version").fetchall()
+    except psycopg.Error:
+        return False
     return [row[0] for row in rows] == [head]
 
 

@@ -116,3 +116,11 @@ def test_quick_capacity_benchmark_prints_the_per_turn_costs(tmp_path: Path) -> N
         "worker RSS after 1,000 turns",
     ):
         assert figure in text, out.stdout[-3000:]
+
+
+def test_cli_read_commands_on_postgresql_print_their_table(tmp_path: Path) -> None:
+    """``benchmarks.cli_startup --server``: the three read commands, timed on a
+    database of their own, each against the 0.3 s goal."""
+    stdout = bench(tmp_path, "benchmarks.cli_startup", "--server", "--runs", "1")
+    for command in ("chaz sessions ls", "chaz sessions show SID", "chaz jobs ls"):
+        assert re.search(rf"{command} +\d+\.\d{{3}}s +\d+\.\d{{3}}s +0\.3s", stdout), stdout

@@ -11,21 +11,28 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+import chaz
 from chaz.cli.parsers.entries import POSTABLE_TYPES
 from chaz.cli.parsers.jobs import JOB_STATUSES
 from chaz.domain.entries import EntryType
 from chaz.domain.jobs import JobStatus
 from tests.acceptance.test_cli import cli_env
+from tests.support.stack import Stack
 
 #: Libraries that take a noticeable share of a second to import.
 HEAVY = ("alembic", "celery", "kombu", "sqlalchemy", "redis", "rich", "pydantic")
+#: A setting the read commands' fast path does not read itself (chaz/cli/direct.py):
+#: with it, a read takes the full client's path, whose imports these tests pin too.
+FULL_PATH = {"CHAZ_LEASE_SECONDS": "10"}
 
 
-def imported(*args: str, home: Path) -> set[str]:
+def imported(*args: str, home: Path, **extra: str) -> set[str]:
     """Every module ``chaz ARGS`` imported (from ``python -X importtime``)."""
     result = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "chaz.cli", *args],
-        env=cli_env(home=home),
+        env={**cli_env(home=home), **extra},
         cwd=home.parent,
         capture_output=True,
         text=True,
@@ -39,9 +46,9 @@ def imported(*args: str, home: Path) -> set[str]:
     return names
 
 
-def loaded_modules(*args: str, home: Path) -> set[str]:
+def loaded_modules(*args: str, home: Path, **extra: str) -> set[str]:
     """Top-level packages ``chaz ARGS`` imported."""
-    return {name.split(".")[0] for name in imported(*args, home=home)}
+    return {name.split(".")[0] for name in imported(*args, home=home, **extra)}
 
 
 def test_help_and_version_load_no_heavy_library(tmp_path: Path) -> None:
@@ -60,7 +67,7 @@ def test_a_read_command_loads_neither_alembic_nor_celery(tmp_path: Path) -> None
     home = tmp_path / "home"
     # The first command migrates the new database: that one may need Alembic.
     loaded_modules("sessions", "ls", home=home)
-    loaded = loaded_modules("sessions", "ls", home=home)
+    loaded = loaded_modules("sessions", "ls", home=home, **FULL_PATH)
     assert "sqlalchemy" in loaded
     assert not loaded & {"alembic", "celery", "kombu", "rich"}
 
@@ -91,7 +98,7 @@ def test_the_read_commands_load_no_tool_migration_worker_or_terminal_library(
     assert made.returncode == 0, made.stderr
     sid = made.stdout.strip()
     for args in (["sessions", "ls"], ["sessions", "show", sid], ["jobs", "ls"]):
-        names = imported(*args, home=home)
+        names = imported(*args, home=home, **FULL_PATH)
         # What a read needs: the settings, the store and its driver.
         assert {"chaz.settings", "chaz.store.facade", "sqlalchemy"} <= names, args
         # What it never does: migrate, send a task, draw on a terminal, run
@@ -106,3 +113,112 @@ def test_the_parser_offers_the_domain_values() -> None:
     # The parser spells these out so that it needs no pydantic model.
     assert list(JOB_STATUSES) == [s.value for s in JobStatus]
     assert list(POSTABLE_TYPES) == [EntryType.MESSAGE.value, EntryType.DIRECTIVE.value]
+
+
+# -- the read commands' fast path (chaz/cli/direct.py) ---------------------------
+
+#: What the fast path never loads: the full client's libraries.
+FULL_CLIENT = ("sqlalchemy", "redis", "pydantic_settings", "alembic", "celery", "kombu", "rich")
+
+
+def _populate(client: chaz.Client) -> dict[str, str]:
+    """Sessions of every shape in two projects, with jobs in several states."""
+    client.agents.put(chaz.AgentSpec(id="reader", script=[{"steps": [{"echo": True}]}]))
+    client.agents.put(chaz.AgentSpec(id="other", script=[{"steps": [{"echo": True}]}]))
+    plain = client.sessions.create("reader", name="plain")
+    for text in ("one", "two", "three"):
+        client.sessions.post(plain.id, text, sender="user:alice")
+    room = client.sessions.create("reader", name="room", members=["other"])
+    client.sessions.post(room.id, "@other hi", sender="user:bob")
+    fork = client.sessions.fork(plain.id, 2, name="fork")
+    gone = client.sessions.create("other", name="gone")
+    client.sessions.archive(gone.id, reason="done")
+    queued = client.jobs.list(session_id=plain.id)
+    client.jobs.cancel(queued[-1].id, reason="not needed")
+    elsewhere = chaz.Client(client.settings, migrate=False, project="elsewhere")
+    try:
+        elsewhere.sessions.create("reader", name="plain")
+    finally:
+        elsewhere.close()
+    return {"plain": plain.id, "room": room.id, "fork": fork.id, "gone": gone.id}
+
+
+def _run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "chaz.cli", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _loaded(stderr: str) -> set[str]:
+    return {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+
+
+def _without_importtime(stderr: str) -> str:
+    return "\n".join(line for line in stderr.splitlines() if not line.startswith("import time:"))
+
+
+@pytest.mark.parametrize("kind", ["server", "embedded"])
+def test_the_read_commands_answer_without_the_full_client(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    home = tmp_path / "home"
+    if kind == "server":
+        pg_url, redis_url = request.getfixturevalue("pg_url"), request.getfixturevalue("redis_url")
+        stack = Stack.server(home, pg_url, redis_url)
+        plain_env = cli_env(home=home, CHAZ_DATABASE_URL=pg_url, CHAZ_REDIS_URL=redis_url)
+    else:
+        stack = Stack.embedded(home)
+        plain_env = cli_env(home=home)
+    try:
+        ids = _populate(stack.client)
+    finally:
+        stack.close()  # the reads need no Redis: the embedded one stops here
+    # Any other setting sends a command down the full path (the one it always took).
+    full_env = {**plain_env, **FULL_PATH}
+    cwd = tmp_path
+    reads = [
+        ["sessions", "ls"],
+        ["--json", "sessions", "ls"],
+        ["sessions", "ls", "--archived"],
+        ["sessions", "ls", "--agent", "reader", "--limit", "2"],
+        ["--json", "sessions", "ls", "--tree", "plain"],
+        ["--project", "elsewhere", "sessions", "ls"],
+        ["sessions", "show", ids["plain"]],
+        ["--json", "sessions", "show", ids["plain"]],
+        ["sessions", "show", "room", "--last", "1"],
+        ["--json", "sessions", "show", ids["fork"]],
+        ["sessions", "show", "gone"],
+        ["jobs", "ls"],
+        ["--json", "jobs", "ls", "--session", "plain"],
+        ["jobs", "ls", "--status", "cancelled"],
+        ["jobs", "ls", "--status", "queued", "--limit", "1"],
+        # Refused or missing: the fast path leaves them to the client.
+        ["sessions", "show", "nope"],
+        ["--json", "sessions", "ls", "--tree", "nope"],
+        ["jobs", "ls", "--session", ""],
+        ["sessions", "ls", "--limit", "0"],
+        ["--principal", "nobody", "sessions", "ls"],
+    ]
+    for args in reads:
+        fast = _run(args, plain_env, cwd)
+        full = _run(args, full_env, cwd)
+        assert (fast.returncode, fast.stdout) == (full.returncode, full.stdout), args
+        assert _without_importtime(fast.stderr) == _without_importtime(full.stderr), args
+        assert "sqlalchemy" in _loaded(full.stderr), args
+        if fast.returncode == 0:
+            assert fast.stdout.strip(), args
+            assert not _loaded(fast.stderr) & set(FULL_CLIENT), args
+    # A .env file could name any setting: pydantic-settings reads it, on the full path.
+    (cwd / ".env").write_text("CHAZ_LEASE_SECONDS=10\n")
+    run = _run(["sessions", "ls"], plain_env, cwd)
+    assert run.returncode == 0 and "plain" in run.stdout
+    assert "pydantic_settings" in _loaded(run.stderr)

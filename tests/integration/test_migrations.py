@@ -22,7 +22,7 @@ from sqlalchemy import Engine, inspect, text
 
 from chaz.store import statements as st
 from chaz.store.db import make_engine
-from chaz.store.migrate import alembic_config, current_revision, upgrade
+from chaz.store.migrate import alembic_config, current_revision, is_current_postgres, upgrade
 from chaz.store.models import Base
 from chaz.store.search import SEARCH_INDEXES, SEARCH_TABLES
 from tests.conftest import PG_ADMIN, ROOT, _unavailable
@@ -283,3 +283,20 @@ def test_upgrade_from_four_processes_at_once(fresh_url: str) -> None:
         assert [v[0] for v in versions] == [HEAD]
     finally:
         engine.dispose()
+
+
+def test_is_current_postgres_reads_the_version_with_psycopg_alone(pg_admin: str) -> None:
+    # chaz worker asks this before it execs Celery (chaz/cli/processes.py):
+    # True only at the newest revision; anything else leaves it to the engine.
+    for url in _fresh_pg(pg_admin):
+        assert not is_current_postgres(url)  # no version table yet
+        engine = make_engine(url)
+        try:
+            upgrade(engine, "0001")
+            assert not is_current_postgres(url)  # behind
+            upgrade(engine)
+            assert is_current_postgres(url)
+        finally:
+            engine.dispose()
+        assert not is_current_postgres(f"{url}?sslmode=disable")  # options: SQLAlchemy's
+        assert not is_current_postgres(url.rsplit("/", 1)[0] + "/chaz_no_such_database")

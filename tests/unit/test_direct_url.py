@@ -48,3 +48,20 @@ def test_a_plain_url_gives_what_sqlalchemy_would(url: str, expected: dict[str, s
 )
 def test_any_other_url_is_left_to_sqlalchemy(url: str) -> None:
     assert connect_args(url) is None
+
+
+@pytest.mark.parametrize("table", ["sessions", "entries", "jobs"])
+def test_the_direct_reader_parses_every_json_and_timestamp_column_of_the_models(
+    table: str,
+) -> None:
+    # chaz.store.direct keeps its own list of the columns SQLite stores as text
+    # (JSON, timestamps) that SQLAlchemy would parse; a column added to the
+    # models must be added there too, or the fast path answers it unparsed.
+    from sqlalchemy import JSON, DateTime
+
+    from chaz.store import direct
+    from chaz.store.models import Base
+
+    columns = Base.metadata.tables[table].columns
+    assert set(direct._JSON[table]) == {c.name for c in columns if isinstance(c.type, JSON)}
+    assert set(direct._TIMES[table]) == {c.name for c in columns if isinstance(c.type, DateTime)}

@@ -32,6 +32,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# The shared helpers and the fixture plugins under tests/support assert too:
+# rewritten like test modules, and loaded by pytest_plugins without a warning.
+pytest.register_assert_rewrite("tests.support")
+
 from tests.support import stack as stack_support  # noqa: E402
 from tests.support.servers import postgres_admin, unavailable  # noqa: E402
 from tests.support.stack import Stack  # noqa: E402

@@ -9,11 +9,8 @@ it down to what it used.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-import chaz
 from chaz.domain.entries import EntryType, NewEntry
 from chaz.domain.jobs import JobStatus, Usage
 from chaz.errors import LeaseLost
@@ -21,23 +18,10 @@ from chaz.runtime.backends.base import TokenCount
 from chaz.runtime.budget import Budget
 from chaz.store import Store
 from chaz.store import budgets as rows
-from chaz.store.migrate import upgrade
 from chaz.store.types import Fence, Finish
 from chaz.usecases import completion
-from tests.support.stack import Stack
 
-AGENT = chaz.AgentSpec(id="bot", script=[{"steps": [{"say": "ok"}]}])
-
-
-@pytest.fixture
-def store(module_stack: Stack) -> Iterator[Store]:
-    s = Store(module_stack.settings.effective_database_url())
-    upgrade(s.engine)
-    s.put_agent(AGENT)
-    try:
-        yield s
-    finally:
-        s.close()
+pytest_plugins = ["tests.support.store_fixtures"]
 
 
 def _queued(store: Store, session_id: str) -> str:

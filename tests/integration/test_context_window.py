@@ -3,37 +3,16 @@ and PostgreSQL (docs/sessions.md#compaction, docs/runtime.md#context-building)."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-import chaz
 from chaz.domain.entries import EntryType, NewEntry
 from chaz.domain.sessions import ArchivedBy
 from chaz.errors import SessionArchived
 from chaz.store import Store
 from chaz.store import statements as st
-from chaz.store.migrate import upgrade
-from tests.support.stack import Stack
 
-AGENT = chaz.AgentSpec(id="bot", script=[{"steps": [{"say": "ok"}]}])
+pytest_plugins = ["tests.support.store_fixtures"]
 W = st.CONTEXT_WINDOW
-
-
-@pytest.fixture(scope="module")
-def mstack(module_stack: Stack) -> Stack:
-    return module_stack
-
-
-@pytest.fixture
-def store(mstack: Stack) -> Iterator[Store]:
-    s = Store(mstack.settings.effective_database_url())
-    upgrade(s.engine)
-    s.put_agent(AGENT)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def said(text: str, etype: EntryType = EntryType.MESSAGE) -> NewEntry:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import pytest
@@ -15,32 +14,14 @@ from chaz.domain.jobs import JobStatus
 from chaz.errors import IllegalTransition, LeaseLost, SessionNotFound, ValidationError
 from chaz.ids import new_id, utcnow
 from chaz.store import Store
-from chaz.store.migrate import upgrade
 from chaz.store.models import EntryRow, JobRow, SessionRow
 from chaz.store.types import Appended, Fence, Finish, KeyTaken
 from chaz.usecases import completion
 from tests.support.concurrency import race
-from tests.support.stack import Stack
 
 T = TypeVar("T")
 
-AGENT = chaz.AgentSpec(id="bot", script=[{"steps": [{"say": "ok"}]}])
-
-
-@pytest.fixture(scope="module")
-def mstack(module_stack: Stack) -> Stack:
-    return module_stack
-
-
-@pytest.fixture
-def store(mstack: Stack) -> Iterator[Store]:
-    s = Store(mstack.settings.effective_database_url())
-    upgrade(s.engine)
-    s.put_agent(AGENT)
-    try:
-        yield s
-    finally:
-        s.close()
+pytest_plugins = ["tests.support.store_fixtures"]
 
 
 def ok(results: list[T | BaseException]) -> list[T]:

@@ -1,4 +1,9 @@
-"""Acceptance: the real ``chaz`` command line, run as a subprocess.
+"""Acceptance: the real ``chaz`` command line.
+
+Most commands run in this process (:func:`chaz_cli`, tests/support/cli.py),
+which costs what the command does and not an interpreter's start; the
+console script, the hostile input, ``chaz up`` and ``chaz tail`` run as
+child processes.
 
 Each test gives the CLI its own ``CHAZ_HOME`` (or the ``stack`` fixture's
 settings) and no other ``CHAZ_*`` variable, so nothing leaks in from the
@@ -15,7 +20,6 @@ import re
 import signal
 import stat
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -29,11 +33,11 @@ from chaz.runtime.gates import open_gate
 from chaz.settings import Settings
 from chaz.stack import settings_env
 from tests.conftest import free_port
+from tests.support.cli import CLI, run_in_process
 from tests.support.interruptible import PREFIX as INTERRUPTIBLE
 from tests.support.metrics import scrape
 from tests.support.stack import Stack
 
-CLI = [sys.executable, "-m", "chaz.cli"]
 #: The CLI for a child the test stops with SIGINT (Ctrl-C), even when this run ignores it.
 INTERRUPTIBLE_CLI = [*INTERRUPTIBLE, *CLI]
 #: A timeline line in plain text: "HH:MM:SS #SEQ Label sender content".
@@ -99,16 +103,9 @@ def cli_env(
 def chaz_cli(
     *args: str, env: dict[str, str], stdin: str | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``chaz ARGS`` to completion (in the home's parent: no stray .env is read)."""
-    return subprocess.run(
-        [*CLI, *args],
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=Path(env.get("CHAZ_HOME", ".")).parent,
-    )
+    """Run ``chaz ARGS`` to completion in this process, as a child would
+    (tests/support/cli.py; ``CHAZ_TEST_CLI=process`` makes it a child)."""
+    return run_in_process(*args, env=env, stdin=stdin, timeout=timeout)
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:

@@ -10,15 +10,18 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import chaz
+from chaz.cli.context import Context
 from chaz.cli.parsers.entries import POSTABLE_TYPES
 from chaz.cli.parsers.jobs import JOB_STATUSES
 from chaz.domain.entries import EntryType
 from chaz.domain.jobs import JobStatus
 from tests.acceptance.test_cli import cli_env
+from tests.support.cli import CHILD, run_in_process
 from tests.support.stack import Stack
 
 #: Libraries that take a noticeable share of a second to import.
@@ -166,13 +169,13 @@ def _without_importtime(stderr: str) -> str:
     return "\n".join(line for line in stderr.splitlines() if not line.startswith("import time:"))
 
 
-# Forty commands a stack: the embedded half runs with the other stacks' tests
-# (docs/testing.md#two-stacks); the read-time goal is PostgreSQL's.
+# Twenty commands a stack, each on both paths: the embedded half runs with the
+# other stacks' tests (docs/testing.md#two-stacks); the read-time goal is PostgreSQL's.
 @pytest.mark.parametrize(
     "kind", ["server", pytest.param("embedded", marks=pytest.mark.second_stack)]
 )
 def test_the_read_commands_answer_without_the_full_client(
-    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     home = tmp_path / "home"
     if kind == "server":
@@ -189,6 +192,17 @@ def test_the_read_commands_answer_without_the_full_client(
     # Any other setting sends a command down the full path (the one it always took).
     full_env = {**plain_env, **FULL_PATH}
     cwd = tmp_path
+    # Which path answered each command run in this process: the fast path
+    # answers without ever building the client.
+    answered: list[str] = []
+    original = Context.read
+
+    def read(self: Context, direct: Any, full: Any) -> Any:
+        found = original(self, direct, full)
+        answered.append("fast" if self._client is None else "full")
+        return found
+
+    monkeypatch.setattr(Context, "read", read)
     reads = [
         ["sessions", "ls"],
         ["--json", "sessions", "ls"],
@@ -212,14 +226,29 @@ def test_the_read_commands_answer_without_the_full_client(
         ["sessions", "ls", "--limit", "0"],
         ["--principal", "nobody", "sessions", "ls"],
     ]
+    # Both paths of every command, in this process: the same exit, stdout and stderr.
     for args in reads:
+        answered.clear()
+        fast = run_in_process(*args, env=plain_env)
+        full = run_in_process(*args, env=full_env)
+        assert (fast.returncode, fast.stdout, fast.stderr) == (
+            full.returncode,
+            full.stdout,
+            full.stderr,
+        ), args
+        if fast.returncode == 0:
+            assert fast.stdout.strip(), args
+            if not CHILD:
+                assert answered == ["fast", "full"], args
+    # And as the console script, for a few: the fast path loads none of the
+    # full client's libraries, the full path does, and they print the same.
+    for args in (reads[1], reads[7], reads[12], reads[15]):
         fast = _run(args, plain_env, cwd)
         full = _run(args, full_env, cwd)
         assert (fast.returncode, fast.stdout) == (full.returncode, full.stdout), args
         assert _without_importtime(fast.stderr) == _without_importtime(full.stderr), args
         assert "sqlalchemy" in _loaded(full.stderr), args
         if fast.returncode == 0:
-            assert fast.stdout.strip(), args
             assert not _loaded(fast.stderr) & set(FULL_CLIENT), args
     # A .env file could name any setting: pydantic-settings reads it, on the full path.
     (cwd / ".env").write_text("CHAZ_LEASE_SECONDS=10\n")

@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 from collections.abc import Generator
-from pathlib import Path
 
 import pytest
 
@@ -18,6 +16,7 @@ from chaz.errors import SessionNotFound, ValidationError
 from chaz.stack import settings_env
 from chaz.store.events import record
 from chaz.usecases import event_log
+from tests.support.cli import run_in_process
 from tests.support.stack import Stack
 
 AGENT = chaz.AgentSpec(id="bot", script=[{"steps": [{"say": "ok"}]}])
@@ -145,14 +144,7 @@ def test_cli_prints_the_event_log(stack: Stack) -> None:
     env.update(settings_env(stack.settings))
 
     def chaz_cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "chaz.cli", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=Path(stack.settings.home).parent,
-        )
+        return run_in_process(*args, env=env)
 
     def ok(result: subprocess.CompletedProcess[str]) -> str:
         assert result.returncode == 0, f"exit {result.returncode}\n{result.stderr}"

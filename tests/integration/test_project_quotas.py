@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -37,6 +36,7 @@ from chaz.stack import settings_env
 from chaz.usecases import admission, completion
 from chaz.usecases.reconcile import Reconciler
 from chaz.usecases.turns import MAX_ATTEMPTS, TurnRunner
+from tests.support.cli import run_in_process
 from tests.support.concurrency import race
 from tests.support.dispatch import RecordingDispatcher
 from tests.support.projects import jobs_counter, live_members, session_in
@@ -474,14 +474,7 @@ def test_finished_cancelled_and_waiting_turns_hold_and_free_their_slots(
 def _cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHAZ_")}
     env.update(settings_env(settings))
-    return subprocess.run(
-        [sys.executable, "-m", "chaz.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=settings.home.parent,
-    )
+    return run_in_process(*args, env=env)
 
 
 def test_the_cli_sets_and_lists_project_limits(mstack: Stack, project: str) -> None:

@@ -60,11 +60,12 @@ class Worker:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
-        """chaz's own worker command line, on the no-op app and its queue."""
+        """chaz's own worker options, on the no-op app and its queue, through the
+        ``celery`` command itself: the bare baseline."""
         cmd: list[str] = worker_command(self.concurrency, name=self.name, queues=noop_app.QUEUE)
-        app = cmd.index("-A") + 1
-        cmd[app] = "benchmarks.noop_app"
-        return cmd
+        launcher = cmd.index("workers")  # python -m workers worker ...
+        bare = ["-m", "celery", "-A", "benchmarks.noop_app"]
+        return [*cmd[: launcher - 1], *bare, *cmd[launcher + 1 :]]
 
     def start(self) -> Worker:
         """Launch the process."""

@@ -566,7 +566,7 @@ def test_worker_execs_celery_on_chaz_queues(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = cli_env(home=home)
     cmd = ok(chaz_cli("worker", "--dry-run", "--concurrency", "3", "--", "-O", "fair", env=env))
-    assert "celery -A workers worker --pool threads --concurrency 3" in cmd
+    assert "-m workers worker --pool threads --concurrency 3" in cmd
     assert "--queues chaz.turns,chaz.control" in cmd
     assert cmd.strip().endswith("-O fair")
 
@@ -603,7 +603,7 @@ def test_worker_execs_celery_on_chaz_queues(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, scrape(port)
             time.sleep(0.05)
         # exec kept the pid: the process we started *is* the celery worker.
-        assert "celery" in Path(f"/proc/{worker.pid}/cmdline").read_text()
+        assert "\0-m\0workers\0worker\0" in Path(f"/proc/{worker.pid}/cmdline").read_text()
         worker.terminate()
         _, stderr = worker.communicate(timeout=20)
         assert "exec: " in stderr

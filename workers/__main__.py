@@ -1,0 +1,47 @@
+"""``python -m workers worker [OPTIONS]``: ``celery -A workers worker``, started lean.
+
+The ``celery`` command imports every plugin registered for it before it
+parses a word (Flower with Tornado, click-repl with prompt-toolkit, the
+``amqp`` shell): about 0.3 s of a worker's start, more under load, that a
+worker never uses (docs/performance.md#worker-start-up). This entry runs
+Celery's own ``worker`` command, its options, conversions and defaults
+unchanged, on chaz's app, without loading the others. Anything but
+``worker`` goes to the full ``celery`` command.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run Celery's ``worker`` command on :data:`workers.app` (exits with its code)."""
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] != ["worker"]:
+        from celery.bin.celery import main as celery_main
+
+        sys.argv = ["celery", "-A", "workers", *args]
+        celery_main()
+        return
+    from celery import maybe_patch_concurrency
+
+    # As the celery command does first: an eventlet or gevent pool patches
+    # the standard library before anything else imports it.
+    maybe_patch_concurrency(["celery", *args])
+    from celery.bin.base import CLIContext
+    from celery.bin.worker import worker
+
+    from workers.app import app
+
+    # What the ``celery`` group does before it calls ``worker``: the app's
+    # own worker options (chaz declares none), then the context object.
+    worker.params.extend(app.user_options.get("worker", []))
+    worker.main(
+        args=args[1:],
+        prog_name="celery -A workers worker",
+        obj=CLIContext(app=app, no_color=None, workdir=None, quiet=False),
+    )
+
+
+if __name__ == "__main__":
+    main()

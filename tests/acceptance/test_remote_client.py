@@ -1,0 +1,149 @@
+"""Issue 22 item 2: the producer API over HTTP. A process given only
+``CHAZ_URL`` and a key for project A posts, waits, watches partials, cancels
+and stops through ``chaz.Client(url=..., api_key=...)``, with the results of
+an in-process client on the same script, and meets another project's ids
+exactly as missing ones (docs/http.md#producer).
+
+The module's fleet and ``chaz serve`` are test_http's fixture (one server).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import chaz
+from chaz.errors import Forbidden, SessionNotFound, Unauthenticated, ValidationError
+from chaz.ids import new_id
+from tests.acceptance.test_cli import cli_env
+from tests.acceptance.test_http import WAIT, Served, project
+from tests.acceptance.test_http import served as served
+from tests.support import producer_script
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A loopback port that records whether anything connected to it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        sock.setblocking(False)
+        yield sock
+
+
+def connected(sock: socket.socket) -> bool:
+    try:
+        sock.accept()[0].close()
+    except BlockingIOError:
+        return False
+    return True
+
+
+def other_project(served: Served) -> dict[str, str]:
+    """A session and a job of project B, and ids of nothing."""
+    with chaz.Client(served.stack.settings, migrate=False, api_key=served.key(project())) as b:
+        session = b.sessions.create(producer_script.SAYER)
+        entry = b.sessions.post(session.id, "mine")
+        b.sessions.wait_for_reply(session.id, after=entry.seq, timeout=WAIT)
+    return {
+        "session": session.id,
+        "job": entry.job_id or "",
+        "missing_session": new_id(),
+        "missing_job": new_id(),
+    }
+
+
+def test_a_key_holder_with_only_the_url_gets_what_an_in_process_client_gets(
+    served: Served, listener: socket.socket, tmp_path: Path
+) -> None:
+    other = other_project(served)
+    key_a = served.key(project())
+    with chaz.Client(served.stack.settings, migrate=False, api_key=key_a) as local:
+        expected = producer_script.run(local, served.stack.open_gate, other)
+
+    # Only the URL and a key; the database and Redis settings point at a port
+    # that records a connection, and CHAZ_HOME at an empty directory.
+    port = listener.getsockname()[1]
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in cli_env().items() if k != "PYTHONPATH"}
+    env.update(
+        CHAZ_URL=served.url,
+        CHAZ_API_KEY=served.key(project()),
+        CHAZ_DATABASE_URL=f"postgresql+psycopg://nobody:nothing@127.0.0.1:{port}/none",
+        CHAZ_REDIS_URL=f"redis://127.0.0.1:{port}/0",
+        CHAZ_HOME=str(home),
+        PYTHONPATH=str(ROOT),
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.producer_script", json.dumps(other)],
+        env=env,
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdin is not None and child.stdout is not None
+    result = None
+    try:
+        for line in child.stdout:
+            if line.startswith("GATE "):
+                served.stack.open_gate(line.split(" ", 1)[1].strip())
+                child.stdin.write("opened\n")
+                child.stdin.flush()
+            elif line.startswith("RESULT "):
+                result = json.loads(line[len("RESULT ") :])
+        assert child.wait(timeout=WAIT) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert result is not None
+    assert result.pop("sqlalchemy_loaded") is False
+    assert not connected(listener), "the remote client connected to the database or Redis"
+    assert list(home.iterdir()) == []
+
+    assert result == expected
+    # And what the script saw is what chaz does (not two equal mistakes).
+    assert result["reply"][1:] == ["message", "agent:http-sayer", "hello from chaz"]
+    assert result["streamed"][1:] == [True, True]
+    assert result["cancelled"][1] == "cancelled"
+    assert result["stopped"][2:] == ["cancelled", "cancelled"]
+    assert result["denied"]["other"] == result["denied"]["missing"]
+    assert ["SessionNotFound", "session.not_found"] in result["denied"]["missing"]
+    assert ["JobNotFound", "job.not_found"] in result["denied"]["missing"]
+    assert result["bad"][-1] == ["Forbidden", "auth.forbidden"]
+
+
+def test_the_remote_client_refuses_what_it_cannot_be(served: Served) -> None:
+    with pytest.raises(Unauthenticated):
+        chaz.Client(url=served.url, api_key="chz_not-a-key")
+    key = served.key(project())
+    with pytest.raises(ValidationError) as caught:
+        chaz.Client(url=served.url, api_key=key, project="elsewhere")
+    assert caught.value.field == "project"
+    with pytest.raises(ValidationError) as caught:
+        chaz.Client(url="ftp://example.invalid", api_key=key)
+    assert caught.value.field == "url"
+    with chaz.Client(url=served.url, api_key=key) as client:
+        assert client.principal.project != "default" and not client.principal.operator
+        with pytest.raises(chaz.errors.Unsupported) as refused:
+            client.schedules.list()
+        assert refused.value.field == "schedules.list"
+        with pytest.raises(SessionNotFound):
+            client.sessions.get("no-such-name")
+        with pytest.raises(Forbidden):
+            client.agents.put_many([{"id": "x"}])
+    # A server that is not there is backend.unavailable, retryable.
+    with pytest.raises(chaz.errors.BackendUnavailable):
+        chaz.Client(url="http://127.0.0.1:9", api_key=key)
+    assert os.environ.get("CHAZ_URL") is None

@@ -13,11 +13,12 @@ models (and dicts) as JSON; errors are chaz's, with their stable code.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import asdict
 from typing import Any
 
+import anyio.to_thread
 from fastapi import APIRouter, Query, Request
 from pydantic_core import to_jsonable_python
 from sse_starlette import EventSourceResponse
@@ -25,7 +26,6 @@ from sse_starlette import EventSourceResponse
 from chaz.client.agents import Agents
 from chaz.client.jobs import Jobs
 from chaz.client.sessions import Sessions
-from chaz.domain.validation import check_seconds
 from chaz.errors import ChazError, ValidationError
 from chaz.server import fields
 from chaz.server.errors import body_of
@@ -193,70 +193,49 @@ def watch(
     """``client.sessions.watch`` as server-sent events: ``open`` at once, then
     ``entry`` and (with ``partial``) ``partial`` events in the watch's order,
     then ``end`` when its ``timeout`` ran out, or ``error`` (a chaz error body)
-    if it failed; ``ping`` events between slices carry nothing."""
+    if it failed."""
     _only(request, ("after", "timeout", "partial"))
-    sessions = Sessions(c.services, c.principal)
-    # Checked whole here: each slice is given at most WATCH_SLICE_SECONDS.
-    if timeout is not None:
-        timeout = check_seconds("timeout", timeout)
-    start = 0 if after is None else after
+    gone = threading.Event()
+    given = _present(after=after, timeout=timeout)
     # Called here, not in the stream: a bad argument or a missing session is
     # an ordinary error answer, before any event.
-    first = sessions.watch(ref, start, _slice(timeout), partial=partial)
-    session_id = sessions.get(ref).id
-
-    def more(since: int, seconds: float | None) -> Iterator[Any]:
-        return sessions.watch(session_id, since, _slice(seconds), partial=partial)
-
-    deadline = None if timeout is None else time.monotonic() + timeout
-    return EventSourceResponse(_watched(first, more, start, deadline))
+    items = Sessions(c.services, c.principal).watch(ref, partial=partial, stop=gone.is_set, **given)
+    return EventSourceResponse(_streamed(_watched(items), gone))
 
 
-#: The longest one slice of a watch holds a server thread. A client that has
-#: gone is noticed at the end of a slice (the stream stops being read), so a
-#: watch without a timeout does not hold a thread forever; the next slice
-#: starts after the last entry sent, so entries have no gap and no duplicate.
-WATCH_SLICE_SECONDS = 5.0
-
-
-def _slice(seconds: float | None) -> float:
-    return WATCH_SLICE_SECONDS if seconds is None else min(seconds, WATCH_SLICE_SECONDS)
-
-
-def _watched(
-    first: Iterator[Any],
-    more: Callable[[int, float | None], Iterator[Any]],
-    after: int,
-    deadline: float | None,
-) -> Iterator[dict[str, str]]:
+def _watched(items: Iterator[Any]) -> Iterator[dict[str, str]]:
     # At once: the client learns its watch was accepted without waiting for
     # the first entry (its watch() returns, as the in-process one does).
     yield {"event": "open", "data": "{}"}
-    items = first
     try:
-        while True:
-            try:
-                for item in items:
-                    if getattr(item, "type", None) == "partial":
-                        yield {"event": "partial", "data": item.model_dump_json()}
-                    else:
-                        after = item.seq
-                        yield {"event": "entry", "data": item.model_dump_json()}
-            finally:
-                close = getattr(items, "close", None)
-                if close is not None:
-                    close()  # unsubscribes
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                break
-            # Between slices: if the client has gone, the stream is not read
-            # on, and this thread is free from here.
-            yield {"event": "ping", "data": "{}"}
-            items = more(after, left)
+        for item in items:
+            name = "partial" if getattr(item, "type", None) == "partial" else "entry"
+            yield {"event": name, "data": item.model_dump_json()}
     except ChazError as exc:
         yield {"event": "error", "data": json.dumps(body_of(exc))}
         return
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()  # unsubscribes
     yield {"event": "end", "data": "{}"}
+
+
+async def _streamed(
+    events: Iterator[dict[str, str]], gone: threading.Event
+) -> AsyncIterator[dict[str, str]]:
+    """``events`` (a blocking iterator) read in a worker thread. When the
+    client goes, the stream is cancelled and ``gone`` set: the watch asks it at
+    every poll, so the thread is free within about a second, not at the
+    session's next entry."""
+    try:
+        while True:
+            event = await anyio.to_thread.run_sync(next, events, None, abandon_on_cancel=True)
+            if event is None:
+                return
+            yield event
+    finally:
+        gone.set()
 
 
 @router.post("/sessions/{ref}/stop")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import builtins
 import json
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from chaz.client.remote.errors import error_of
@@ -130,11 +130,18 @@ class RemoteSessions(RemoteNamespace):
         timeout: float | None = None,
         *,
         partial: Literal[False] = False,
+        stop: Callable[[], bool] | None = None,
     ) -> Iterator[Entry]: ...
 
     @overload
     def watch(
-        self, session_id: str, after: int = 0, timeout: float | None = None, *, partial: bool
+        self,
+        session_id: str,
+        after: int = 0,
+        timeout: float | None = None,
+        *,
+        partial: bool,
+        stop: Callable[[], bool] | None = None,
     ) -> Iterator[Entry | Partial]: ...
 
     def watch(
@@ -144,10 +151,12 @@ class RemoteSessions(RemoteNamespace):
         timeout: float | None = None,
         *,
         partial: bool = False,
+        stop: Callable[[], bool] | None = None,
     ) -> Iterator[Entry] | Iterator[Entry | Partial]:
         """``Sessions.watch``: backlog then live entries (and partials), as the
         server's watch yields them. The request is made now, so a bad argument
-        or a missing session raises here, as in-process."""
+        or a missing session raises here, as in-process. ``stop`` is asked at
+        each event and each of the server's pings (every 15 s)."""
         path = f"/sessions/{segment('session', session_id)}/watch"
         params = {"after": after, "timeout": timeout, "partial": partial}
         events = self._http.events(path, params)
@@ -156,7 +165,7 @@ class RemoteSessions(RemoteNamespace):
         if opened is None or opened[0] != "open":
             events.close()
             raise ChazError("chaz serve's watch did not open as expected")
-        return _watched(events)
+        return _watched(events, stop)
 
     def wait_for_reply(self, session_id: str, after: int = 0, timeout: float = 60.0) -> Entry:
         """``Sessions.wait_for_reply``: the reply or Error of the turn entry
@@ -184,10 +193,14 @@ class RemoteSessions(RemoteNamespace):
         return [Job.model_validate(j) for j in self._http.call("GET", path)]
 
 
-def _watched(events: Generator[tuple[str, Any], None, None]) -> Iterator[Entry | Partial]:
+def _watched(
+    events: Generator[tuple[str, Any], None, None], stop: Callable[[], bool] | None
+) -> Iterator[Entry | Partial]:
     """The watch's items from its events; an ``error`` event is raised as its error."""
     try:
         for name, data in events:
+            if stop is not None and stop():
+                return
             if name == "entry":
                 yield Entry.model_validate(data)
             elif name == "partial":

@@ -101,7 +101,8 @@ def _query(params: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _parsed(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:
-    """Server-sent events from their lines (comments, such as pings, skipped)."""
+    """Server-sent events from their lines; a comment (the server's
+    keep-alive) is a ``ping`` with no data."""
     event, data = "message", list[str]()
     for line in lines:
         if not line:
@@ -109,7 +110,7 @@ def _parsed(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:
                 yield event, json.loads("\n".join(data))
             event, data = "message", []
         elif line.startswith(":"):
-            continue
+            yield "ping", None  # a comment: the server's keep-alive
         else:
             name, _, value = line.partition(":")
             value = value[1:] if value.startswith(" ") else value

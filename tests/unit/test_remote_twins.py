@@ -94,9 +94,9 @@ def test_refs_that_cannot_travel_in_a_path_are_refused() -> None:
         assert refused.value.field == "session"
 
 
-def test_server_sent_events_are_parsed_with_comments_skipped() -> None:
+def test_server_sent_events_are_parsed_with_comments_as_pings() -> None:
     lines = [": ping", "event: entry", 'data: {"a":', "data: 1}", "", "event: end", "data: {}"]
-    assert list(_parsed(iter(lines))) == [("entry", {"a": 1}), ("end", {})]
+    assert list(_parsed(iter(lines))) == [("ping", None), ("entry", {"a": 1}), ("end", {})]
 
 
 def test_a_url_client_loads_neither_sqlalchemy_nor_redis() -> None:

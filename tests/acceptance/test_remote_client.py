@@ -22,7 +22,7 @@ import pytest
 import chaz
 from chaz.errors import Forbidden, SessionNotFound, Unauthenticated, ValidationError
 from chaz.ids import new_id
-from tests.acceptance.test_cli import cli_env
+from tests.acceptance.test_cli import CLI, cli_env
 from tests.acceptance.test_http import WAIT, Served, project
 from tests.acceptance.test_http import served as served
 from tests.support import producer_script
@@ -147,3 +147,22 @@ def test_the_remote_client_refuses_what_it_cannot_be(served: Served) -> None:
     with pytest.raises(chaz.errors.BackendUnavailable):
         chaz.Client(url="http://127.0.0.1:9", api_key=key)
     assert os.environ.get("CHAZ_URL") is None
+
+
+def test_the_cli_with_only_chaz_url_and_a_key(served: Served, tmp_path: Path) -> None:
+    env = {k: v for k, v in cli_env().items() if k != "PYTHONPATH"}
+    env.update(CHAZ_URL=served.url, CHAZ_API_KEY=served.key(project()), PYTHONPATH=str(ROOT))
+    home = tmp_path / "home"
+    env["CHAZ_HOME"] = str(home)
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [*CLI, *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=WAIT
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    sid = cli("sessions", "new", producer_script.SAYER).strip()
+    assert "hello from chaz" in cli("send", sid, "hi", "--wait")
+    assert sid in cli("sessions", "ls")
+    assert not home.exists()  # nothing embedded was started or written

@@ -47,22 +47,24 @@ def _agents(c: Call) -> Agents:
     return Agents(c.services, tools, c.principal)
 
 
-def _kwargs(given: dict[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
+def kwargs_of(given: dict[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
     """The keyword arguments a body gives, every one a name the method takes."""
     fields.refuse_unknown(given, known)
     return {k: v for k, v in given.items() if k in known}
 
 
-def _present(**given: Any) -> dict[str, Any]:
+def present(**given: Any) -> dict[str, Any]:
     """The query parameters that were given (the method's defaults apply to the others)."""
     return {k: v for k, v in given.items() if v is not None}
 
 
-def _only(request: Request, known: tuple[str, ...]) -> None:
+def only_query(request: Request, known: tuple[str, ...]) -> None:
+    """Refuse a query parameter the route does not take (``request.unsupported``)."""
     fields.refuse_unknown(request.query_params, known)
 
 
-def _json(value: object) -> Any:
+def as_json(value: object) -> Any:
+    """A method's answer (models, lists, dicts, dataclasses) as JSON values."""
     return to_jsonable_python(value)
 
 
@@ -88,19 +90,19 @@ def whoami(c: Caller) -> dict[str, Any]:
 @router.get("/agents")
 def list_agents(c: Caller) -> Any:
     """``client.agents.list``."""
-    return _json(_agents(c).list())
+    return as_json(_agents(c).list())
 
 
 @router.get("/agents/{agent_id}")
 def get_agent(agent_id: str, c: Caller) -> Any:
     """``client.agents.get``."""
-    return _json(_agents(c).get(agent_id))
+    return as_json(_agents(c).get(agent_id))
 
 
 @router.put("/agents")
 def put_agent(c: Caller, payload: Payload = None) -> Any:
     """``client.agents.put``: the body is the AgentSpec."""
-    return _json(_agents(c).put(fields.body(payload)))
+    return as_json(_agents(c).put(fields.body(payload)))
 
 
 @router.post("/agents")
@@ -110,7 +112,7 @@ def put_agents(c: Caller, payload: Payload = None) -> Any:
     fields.refuse_unknown(given, ("specs",))
     # As given: put_many checks that it is a list, as in-process.
     specs: Any = given.get("specs")
-    return _json(_agents(c).put_many(specs))
+    return as_json(_agents(c).put_many(specs))
 
 
 # -- sessions ----------------------------------------------------------------
@@ -122,10 +124,10 @@ _POST = ("content", "sender", "type", "metadata", "idempotency_key")
 @router.post("/sessions")
 def create_session(c: Caller, payload: Payload = None) -> Any:
     """``client.sessions.create``."""
-    given = _kwargs(fields.body(payload), _CREATE)
+    given = kwargs_of(fields.body(payload), _CREATE)
     if "agent_id" not in given:
         raise ValidationError("agent_id is required", field="agent_id")
-    return _json(Sessions(c.services, c.principal).create(**given))
+    return as_json(Sessions(c.services, c.principal).create(**given))
 
 
 @router.get("/sessions")
@@ -138,25 +140,25 @@ def list_sessions(
     archived: bool | None = Query(None),
 ) -> Any:
     """``client.sessions.list``."""
-    _only(request, ("agent_id", "limit", "tree", "archived"))
-    given = _present(agent_id=agent_id, limit=limit, tree=tree, archived=archived)
-    return _json(Sessions(c.services, c.principal).list(**given))
+    only_query(request, ("agent_id", "limit", "tree", "archived"))
+    given = present(agent_id=agent_id, limit=limit, tree=tree, archived=archived)
+    return as_json(Sessions(c.services, c.principal).list(**given))
 
 
 @router.get("/sessions/{ref}")
 def get_session(ref: str, c: Caller) -> Any:
     """``client.sessions.get`` (an id or a name)."""
-    return _json(Sessions(c.services, c.principal).get(ref))
+    return as_json(Sessions(c.services, c.principal).get(ref))
 
 
 @router.post("/sessions/{ref}/entries")
 def post_entry(ref: str, c: Caller, payload: Payload = None) -> Any:
     """``client.sessions.post``: write an entry (a Message admits a turn)."""
-    given = _kwargs(fields.body(payload), _POST)
+    given = kwargs_of(fields.body(payload), _POST)
     if "content" not in given:
         raise ValidationError("content is required", field="content")
     content = given.pop("content")
-    return _json(Sessions(c.services, c.principal).post(ref, content, **given))
+    return as_json(Sessions(c.services, c.principal).post(ref, content, **given))
 
 
 @router.get("/sessions/{ref}/entries")
@@ -168,17 +170,17 @@ def list_entries(
     limit: int | None = Query(None),
 ) -> Any:
     """``client.sessions.entries``."""
-    _only(request, ("after", "limit"))
-    given = _present(after=after, limit=limit)
-    return _json(Sessions(c.services, c.principal).entries(ref, **given))
+    only_query(request, ("after", "limit"))
+    given = present(after=after, limit=limit)
+    return as_json(Sessions(c.services, c.principal).entries(ref, **given))
 
 
 @router.post("/sessions/{ref}/reply")
 def wait_for_reply(ref: str, c: Caller, payload: Payload = None) -> Any:
     """``client.sessions.wait_for_reply``: ``{"after", "timeout"}``; answers the
     reply (or the turn's Error entry), or ``timeout`` (504)."""
-    given = _kwargs(fields.body(payload), ("after", "timeout"))
-    return _json(Sessions(c.services, c.principal).wait_for_reply(ref, **given))
+    given = kwargs_of(fields.body(payload), ("after", "timeout"))
+    return as_json(Sessions(c.services, c.principal).wait_for_reply(ref, **given))
 
 
 @router.get("/sessions/{ref}/watch")
@@ -194,9 +196,9 @@ def watch(
     ``entry`` and (with ``partial``) ``partial`` events in the watch's order,
     then ``end`` when its ``timeout`` ran out, or ``error`` (a chaz error body)
     if it failed."""
-    _only(request, ("after", "timeout", "partial"))
+    only_query(request, ("after", "timeout", "partial"))
     gone = threading.Event()
-    given = _present(after=after, timeout=timeout)
+    given = present(after=after, timeout=timeout)
     # Called here, not in the stream: a bad argument or a missing session is
     # an ordinary error answer, before any event.
     items = Sessions(c.services, c.principal).watch(ref, partial=partial, stop=gone.is_set, **given)
@@ -241,40 +243,40 @@ async def _streamed(
 @router.post("/sessions/{ref}/stop")
 def stop_session(ref: str, c: Caller, payload: Payload = None) -> Any:
     """``client.sessions.stop``: ``{"command_id", "reason"}``."""
-    given = _kwargs(fields.body(payload), ("command_id", "reason"))
-    return _json(Sessions(c.services, c.principal).stop(ref, **given))
+    given = kwargs_of(fields.body(payload), ("command_id", "reason"))
+    return as_json(Sessions(c.services, c.principal).stop(ref, **given))
 
 
 @router.get("/sessions/{ref}/queue")
 def session_queue(ref: str, c: Caller) -> Any:
     """``client.sessions.queue``: what runs and what waits, in admission order."""
-    return _json(Sessions(c.services, c.principal).queue(ref))
+    return as_json(Sessions(c.services, c.principal).queue(ref))
 
 
 @router.post("/sessions/{ref}/archive")
 def archive_session(ref: str, c: Caller, payload: Payload = None) -> Any:
     """``client.sessions.archive``: ``{"reason"}``."""
-    given = _kwargs(fields.body(payload), ("reason",))
-    return _json(Sessions(c.services, c.principal).archive(ref, **given))
+    given = kwargs_of(fields.body(payload), ("reason",))
+    return as_json(Sessions(c.services, c.principal).archive(ref, **given))
 
 
 @router.post("/sessions/{ref}/rename")
 def rename_session(ref: str, c: Caller, payload: Payload = None) -> Any:
     """``client.sessions.rename``: ``{"name"}``."""
-    given = _kwargs(fields.body(payload), ("name",))
+    given = kwargs_of(fields.body(payload), ("name",))
     if "name" not in given:
         raise ValidationError("name is required", field="name")
-    return _json(Sessions(c.services, c.principal).rename(ref, given["name"]))
+    return as_json(Sessions(c.services, c.principal).rename(ref, given["name"]))
 
 
 @router.post("/sessions/{ref}/fork")
 def fork_session(ref: str, c: Caller, payload: Payload = None) -> Any:
     """``client.sessions.fork``: ``{"at", "agent_id", "name"}``."""
-    given = _kwargs(fields.body(payload), ("at", "agent_id", "name"))
+    given = kwargs_of(fields.body(payload), ("at", "agent_id", "name"))
     if "at" not in given:
         raise ValidationError("at is required", field="at")
     at = given.pop("at")
-    return _json(Sessions(c.services, c.principal).fork(ref, at, **given))
+    return as_json(Sessions(c.services, c.principal).fork(ref, at, **given))
 
 
 # -- jobs --------------------------------------------------------------------
@@ -290,9 +292,9 @@ def list_jobs(
     newest_first: bool | None = Query(None),
 ) -> Any:
     """``client.jobs.list``."""
-    _only(request, ("session_id", "status", "limit", "newest_first"))
-    given = _present(session_id=session_id, status=status, limit=limit, newest_first=newest_first)
-    return _json(Jobs(c.services, c.principal).list(**given))
+    only_query(request, ("session_id", "status", "limit", "newest_first"))
+    given = present(session_id=session_id, status=status, limit=limit, newest_first=newest_first)
+    return as_json(Jobs(c.services, c.principal).list(**given))
 
 
 @router.get("/jobs/totals")
@@ -303,33 +305,33 @@ def job_totals(
     tree_id: str | None = Query(None),
 ) -> Any:
     """``client.jobs.totals``."""
-    _only(request, ("session_id", "tree_id"))
-    given = _present(session_id=session_id, tree_id=tree_id)
+    only_query(request, ("session_id", "tree_id"))
+    given = present(session_id=session_id, tree_id=tree_id)
     return asdict(Jobs(c.services, c.principal).totals(**given))
 
 
 @router.get("/jobs/{execution_id}")
 def get_job(execution_id: str, c: Caller) -> Any:
     """``client.jobs.get``."""
-    return _json(Jobs(c.services, c.principal).get(execution_id))
+    return as_json(Jobs(c.services, c.principal).get(execution_id))
 
 
 @router.post("/jobs/{execution_id}/wait")
 def wait_job(execution_id: str, c: Caller, payload: Payload = None) -> Any:
     """``client.jobs.wait``: ``{"timeout"}``; the job once terminal, or ``timeout`` (504)."""
-    given = _kwargs(fields.body(payload), ("timeout",))
-    return _json(Jobs(c.services, c.principal).wait(execution_id, **given))
+    given = kwargs_of(fields.body(payload), ("timeout",))
+    return as_json(Jobs(c.services, c.principal).wait(execution_id, **given))
 
 
 @router.post("/jobs/{execution_id}/output")
 def job_output(execution_id: str, c: Caller, payload: Payload = None) -> Any:
     """``client.jobs.output``: ``{"block", "timeout", "full"}``."""
-    given = _kwargs(fields.body(payload), ("block", "timeout", "full"))
-    return _json(Jobs(c.services, c.principal).output(execution_id, **given))
+    given = kwargs_of(fields.body(payload), ("block", "timeout", "full"))
+    return as_json(Jobs(c.services, c.principal).output(execution_id, **given))
 
 
 @router.post("/jobs/{execution_id}/cancel")
 def cancel_job(execution_id: str, c: Caller, payload: Payload = None) -> Any:
     """``client.jobs.cancel``: ``{"expected_version", "command_id", "reason"}``."""
-    given = _kwargs(fields.body(payload), ("expected_version", "command_id", "reason"))
-    return _json(Jobs(c.services, c.principal).cancel(execution_id, **given))
+    given = kwargs_of(fields.body(payload), ("expected_version", "command_id", "reason"))
+    return as_json(Jobs(c.services, c.principal).cancel(execution_id, **given))

@@ -122,6 +122,9 @@ def test_a_key_holder_with_only_the_url_gets_what_an_in_process_client_gets(
     assert ["SessionNotFound", "session.not_found"] in result["denied"]["missing"]
     assert ["JobNotFound", "job.not_found"] in result["denied"]["missing"]
     assert result["bad"][-1] == ["Forbidden", "auth.forbidden"]
+    assert result["delivery"][:2] == ["admitted", "succeeded"]
+    assert result["schedule"][:2] == ["interval", "tock"]
+    assert "job.succeeded" in result["events"]
 
 
 def test_the_remote_client_refuses_what_it_cannot_be(served: Served) -> None:
@@ -137,8 +140,8 @@ def test_the_remote_client_refuses_what_it_cannot_be(served: Served) -> None:
     with chaz.Client(url=served.url, api_key=key) as client:
         assert client.principal.project != "default" and not client.principal.operator
         with pytest.raises(chaz.errors.Unsupported) as refused:
-            client.schedules.list()
-        assert refused.value.field == "schedules.list"
+            client.keys.list()
+        assert refused.value.field == "keys.list"
         with pytest.raises(SessionNotFound):
             client.sessions.get("no-such-name")
         with pytest.raises(Forbidden):

@@ -103,6 +103,37 @@ def run(client: chaz.Client, gate: Callable[[str], None], other: dict[str, str])
         jobs.wait(third.job_id or "", timeout=WAIT).status.value,
     ]
 
+    # Deliveries, events, schedules and approvals.
+    target = sessions.create(SAYER)
+    sent = client.deliveries.send(target.id, "from afar", reply="completion")
+    done = jobs.wait(sent.job_id or "", timeout=WAIT) if sent.job_id else None
+    result = client.deliveries.result(sent.id)
+    out["delivery"] = [
+        sent.state.value,
+        done.status.value if done else None,
+        client.deliveries.get(sent.id) == client.deliveries.list(target.id)[0],
+        client.deliveries.status(sent.id),
+        result is None,
+        refusal(lambda: client.deliveries.send(target.id, "x", reply="bogus")),
+    ]
+    out["events"] = sorted({e.kind for e in client.events.list(target.id, limit=100)})
+    schedules = client.schedules
+    tick = schedules.add(SAYER, prompt="tick", kind="interval", interval_seconds=3600)
+    changed = schedules.update(tick.id, prompt="tock")
+    out["schedule"] = [
+        tick.kind.value,
+        changed.prompt,
+        schedules.get(tick.id) == changed,
+        [x.id for x in schedules.list(SAYER)] == [tick.id],
+        schedules.pause(tick.id).enabled,
+        schedules.resume(tick.id).enabled,
+        schedules.fires(tick.id),
+        schedules.remove(tick.id).id == tick.id,
+        refusal(lambda: schedules.get(tick.id)),
+        refusal(lambda: schedules.add(SAYER, prompt="x", kind="interval", interval_seconds=-1)),
+    ]
+    out["approvals"] = [client.approvals.pending(), refusal(lambda: client.approvals.get("nope"))]
+
     # Another project's session and job answer exactly as missing ones.
     out["denied"] = {
         "other": denials(client, other["session"], other["job"]),
@@ -127,6 +158,10 @@ def denials(client: chaz.Client, sid: str, jid: str) -> list[list[str]]:
         refusal(lambda: jobs.wait(jid, timeout=0.2)),
         refusal(lambda: jobs.cancel(jid)),
         refusal(lambda: jobs.list(session_id=sid)),
+        refusal(lambda: client.events.list(sid)),
+        refusal(lambda: client.deliveries.list(sid)),
+        refusal(lambda: client.deliveries.send(sid, "forged")),
+        refusal(lambda: client.approvals.pending(sid)),
     ]
 
 

@@ -13,8 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chaz.client.remote.agents import RemoteAgents
+from chaz.client.remote.approvals import RemoteApprovals
+from chaz.client.remote.deliveries import RemoteDeliveries
+from chaz.client.remote.events import RemoteEvents
 from chaz.client.remote.jobs import RemoteJobs
 from chaz.client.remote.namespaces import Unavailable
+from chaz.client.remote.schedules import RemoteSchedules
 from chaz.client.remote.sessions import RemoteSessions
 from chaz.client.remote.transport import Transport
 from chaz.domain.principals import Grant, Principal
@@ -23,7 +27,7 @@ __all__ = ["Remote", "connect"]
 
 #: The in-process namespaces the producer routes do not carry yet: each is
 #: there, and every call of it is ``request.unsupported`` naming it.
-NOT_YET = ("deliveries", "events", "schedules", "approvals", "keys", "projects")
+NOT_YET = ("keys", "projects")
 
 
 @dataclass
@@ -35,6 +39,10 @@ class Remote:
     agents: RemoteAgents
     sessions: RemoteSessions
     jobs: RemoteJobs
+    deliveries: RemoteDeliveries
+    events: RemoteEvents
+    schedules: RemoteSchedules
+    approvals: RemoteApprovals
 
 
 def connect(url: str, api_key: str | None) -> Remote:
@@ -59,6 +67,10 @@ def connect(url: str, api_key: str | None) -> Remote:
         RemoteAgents(transport),
         RemoteSessions(transport),
         RemoteJobs(transport),
+        RemoteDeliveries(transport),
+        RemoteEvents(transport),
+        RemoteSchedules(transport),
+        RemoteApprovals(transport),
     )
 
 

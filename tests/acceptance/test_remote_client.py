@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 import chaz
@@ -146,6 +147,37 @@ def test_the_remote_client_refuses_what_it_cannot_be(served: Served) -> None:
             client.sessions.get("no-such-name")
         with pytest.raises(Forbidden):
             client.agents.put_many([{"id": "x"}])
+    # Raw requests: an unknown field is refused naming it, not dropped; a body
+    # that is not an object, a query of the wrong type, and no key at all are
+    # refused with their stable codes; nothing is written.
+    api = f"{served.url}/chaz/v1"
+    headers = {"x-api-key": key}
+    refusals = [
+        httpx.post(
+            f"{api}/sessions", json={"agent_id": "http-sayer", "color": "red"}, headers=headers
+        ),
+        httpx.post(f"{api}/sessions", json=["http-sayer"], headers=headers),
+        httpx.get(f"{api}/sessions", params={"limit": "many"}, headers=headers),
+        httpx.get(f"{api}/sessions", params={"colour": "red"}, headers=headers),
+        httpx.post(f"{api}/sessions", json={"agent_id": "http-sayer"}),
+    ]
+    assert [
+        (r.status_code, r.json()["code"], r.json().get("details", {}).get("field"))
+        for r in refusals
+    ] == [
+        (422, "request.unsupported", "color"),
+        (422, "request.invalid", "body"),
+        (422, "request.invalid", "limit"),
+        (422, "request.unsupported", "colour"),
+        (401, "auth.unauthenticated", None),
+    ]
+    with chaz.Client(url=served.url, api_key=key) as client:
+        assert client.sessions.list() == []
+        big = "x" * (served.stack.settings.max_content_bytes + 1)
+        s = client.sessions.create("http-sayer")
+        with pytest.raises(chaz.errors.RequestTooLarge):
+            client.sessions.post(s.id, big)
+        assert client.sessions.entries(s.id) == []
     # A server that is not there is backend.unavailable, retryable.
     with pytest.raises(chaz.errors.BackendUnavailable):
         chaz.Client(url="http://127.0.0.1:9", api_key=key)

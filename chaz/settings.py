@@ -208,6 +208,12 @@ class Settings(BaseSettings):
         description="An API key (chz_...): a Client without principal or project arguments "
         "acts as the key's principal, in its project, with its grants.",
     )
+    url: str | None = Field(
+        None,
+        description="The URL of a chaz serve (http:// or https://): a Client given it "
+        "speaks HTTP with api_key and never connects to the database or Redis itself "
+        "(docs/http.md#producer).",
+    )
     principal: str | None = Field(
         None, description="Who an operator's Client acts as (null: user:local)."
     )
@@ -250,6 +256,15 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.home.resolve() / 'chaz.db').as_posix()}"
+
+    @field_validator("url")
+    @classmethod
+    def _an_http_url(cls, value: str | None) -> str | None:
+        # Checked here: a typo would otherwise surface as a connection error
+        # on the first call, far from the setting that caused it.
+        if value is None or not value.strip():
+            return None
+        return check_http_url(value)
 
     @field_validator("metrics_addr")
     @classmethod
@@ -342,3 +357,12 @@ def broker_url_for(settings: Settings) -> str:
     if url.startswith("unix://"):
         return "redis+socket://" + url[len("unix://") :]
     return url
+
+
+def check_http_url(value: str) -> str:
+    """A chaz serve's URL, trimmed of spaces and a trailing ``/``; ``ValueError``
+    unless it is an ``http://`` or ``https://`` URL of at most 2048 characters."""
+    value = value.strip().rstrip("/")
+    if not value.startswith(("http://", "https://")) or len(value) > 2048 or "\n" in value:
+        raise ValueError("must be an http:// or https:// URL")
+    return value

@@ -105,9 +105,13 @@ class Context:
 
     @property
     def client(self) -> Client:
-        """A producer client (migrates the database on first use)."""
+        """A producer client (migrates the database on first use; with
+        ``CHAZ_URL``, a client of that chaz serve, docs/http.md#producer)."""
         if self._client is None:
-            check_urls(self.settings)
+            if self.settings.url is None:
+                # With CHAZ_URL the client speaks HTTP: the database and Redis
+                # settings are the server's, not this process's.
+                check_urls(self.settings)
             # Imported here: SQLAlchemy, Redis and Celery load only for commands that connect.
             from chaz.client import Client
 

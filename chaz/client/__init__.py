@@ -15,25 +15,18 @@ Each namespace is a module of this package over :mod:`chaz.client.base`
 (the principal it acts as, backend errors as chaz errors): ``agents``,
 ``sessions`` (rooms, search and compaction too), ``jobs``, ``deliveries``,
 ``events``, ``schedules``, ``approvals``, and ``admin`` (``keys``,
-``projects``).
+``projects``). ``Client(url=..., api_key=...)`` is the same API over a
+``chaz serve`` (:mod:`chaz.client.remote`, docs/http.md#producer); the
+in-process namespaces and their database and Redis are then never loaded.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import SecretStr
 
-from chaz.client.admin import Keys, Projects
-from chaz.client.agents import Agents
-from chaz.client.approvals import Approvals
-from chaz.client.base import backend_errors
-from chaz.client.deliveries import Deliveries
-from chaz.client.events import Events
-from chaz.client.jobs import Jobs
-from chaz.client.schedules import Schedules
-from chaz.client.sessions import Sessions
 from chaz.domain.principals import (
     ALL_GRANTS,
     DEFAULT_PRINCIPAL,
@@ -44,12 +37,19 @@ from chaz.domain.principals import (
     parse_grants,
 )
 from chaz.errors import ValidationError
-from chaz.services import Services
-from chaz.settings import Settings
-from chaz.store.migrate import upgrade
+from chaz.settings import Settings, check_http_url
 
 if TYPE_CHECKING:
+    from chaz.client.admin import Keys, Projects
+    from chaz.client.agents import Agents
+    from chaz.client.approvals import Approvals
+    from chaz.client.deliveries import Deliveries
+    from chaz.client.events import Events
+    from chaz.client.jobs import Jobs
+    from chaz.client.schedules import Schedules
+    from chaz.client.sessions import Sessions
     from chaz.runtime.registry import ToolRegistry
+    from chaz.services import Services
 
 __all__ = ["Client"]
 
@@ -65,7 +65,26 @@ class Client:
     it acts as ``principal`` (else ``CHAZ_PRINCIPAL``, else ``user:local``)
     in ``project`` (else ``CHAZ_PROJECT``, else ``default``) with ``grants``
     (names; default every grant).
+
+    With ``url`` (or ``CHAZ_URL``) the client speaks HTTP to that ``chaz
+    serve`` and holds no database or Redis settings: the namespaces are the
+    same methods with the same models and errors, as the key's principal
+    (``principal``, ``project``, ``grants`` and ``tools`` are the server's:
+    giving one is ``request.invalid``); ``services`` is absent.
     """
+
+    #: The namespaces (in-process, or their HTTP twins for a ``url`` client).
+    agents: Agents
+    sessions: Sessions
+    jobs: Jobs
+    deliveries: Deliveries
+    events: Events
+    schedules: Schedules
+    approvals: Approvals
+    keys: Keys
+    projects: Projects
+    #: The database and Redis (an in-process client only).
+    services: Services
 
     def __init__(
         self,
@@ -77,13 +96,44 @@ class Client:
         project: str | None = None,
         grants: Iterable[str] | str | None = None,
         api_key: str | SecretStr | None = None,
+        url: str | None = None,
     ) -> None:
         # Read now, not once per process: a program that changes CHAZ_* between
         # two clients (or starts an embedded stack, then a fleet) gets what it set.
         self.settings = settings or Settings()
+        self._tools = tools
+        self._close: Any = None
+        given_url = url is not None
+        server = url if given_url else self.settings.url
+        if server is not None:
+            self._connect(server, api_key, principal, project, grants, tools, given_url)
+        else:
+            self._in_process(migrate, principal, project, grants, api_key)
+
+    def _in_process(
+        self,
+        migrate: bool,
+        principal: str | None,
+        project: str | None,
+        grants: Iterable[str] | str | None,
+        api_key: str | SecretStr | None,
+    ) -> None:
+        """The namespaces over this process's own database and Redis connections."""
+        # Imported here: a client of a chaz serve never loads SQLAlchemy or Redis.
+        from chaz.client.admin import Keys, Projects
+        from chaz.client.agents import Agents
+        from chaz.client.approvals import Approvals
+        from chaz.client.deliveries import Deliveries
+        from chaz.client.events import Events
+        from chaz.client.jobs import Jobs
+        from chaz.client.schedules import Schedules
+        from chaz.client.sessions import Sessions
+        from chaz.services import Services
+        from chaz.store.migrate import upgrade
+
         operator = _operator(self.settings, principal, project, grants, api_key)
         self.services = Services(self.settings)
-        self._tools = tools
+        self._close = self.services.close
         try:
             if migrate:
                 upgrade(self.services.store.engine)
@@ -105,6 +155,55 @@ class Client:
         self.keys = Keys(self.services, who)
         self.projects = Projects(self.services, who)
 
+    def _connect(
+        self,
+        url: str,
+        api_key: str | SecretStr | None,
+        principal: str | None,
+        project: str | None,
+        grants: Iterable[str] | str | None,
+        tools: ToolRegistry | None,
+        given_url: bool,
+    ) -> None:
+        """The namespaces over a chaz serve's producer routes (docs/http.md#producer):
+        the key is the principal, project and grants; no database, no Redis."""
+        from chaz.client import remote
+
+        if given_url:
+            try:
+                url = check_http_url(check_text_url(url))
+            except ValueError as exc:
+                raise ValidationError(f"url {exc}", field="url") from None
+        named = [n for n, v in (("principal", principal), ("project", project)) if v is not None]
+        if grants is not None:
+            named.append("grants")
+        if tools is not None:
+            named.append("tools")
+        if named:
+            raise ValidationError(
+                f"a client of a chaz serve acts as its api_key: {named[0]} is the server's",
+                field=named[0],
+            )
+        key = api_key if api_key is not None else self.settings.api_key
+        if isinstance(key, SecretStr):
+            key = key.get_secret_value()
+        if key is not None and not isinstance(key, str):
+            raise ValidationError("api_key must be a string", field="api_key")
+        connected = remote.connect(url, key)
+        self._close = connected.transport.close
+        self.principal = connected.principal
+        # The HTTP twins have the in-process namespaces' methods (a test
+        # compares their signatures); typed as them for the caller.
+        self.agents = cast("Agents", connected.agents)
+        self.sessions = cast("Sessions", connected.sessions)
+        self.jobs = cast("Jobs", connected.jobs)
+        self.deliveries = cast("Deliveries", connected.deliveries)
+        self.events = cast("Events", connected.events)
+        self.schedules = cast("Schedules", connected.schedules)
+        self.approvals = cast("Approvals", connected.approvals)
+        self.keys = cast("Keys", remote.unavailable("keys"))
+        self.projects = cast("Projects", remote.unavailable("projects"))
+
     @property
     def tools(self) -> ToolRegistry:
         """The tools agents may be given: what ``agents.put`` checks names against
@@ -118,7 +217,8 @@ class Client:
 
     def close(self) -> None:
         """Release connections."""
-        self.services.close()
+        if self._close is not None:
+            self._close()
 
     def __enter__(self) -> Client:
         return self
@@ -157,9 +257,17 @@ def _operator(
     )
 
 
-@backend_errors
+def check_text_url(value: object) -> str:
+    """``value`` if it is a string (``ValueError`` otherwise)."""
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    return value
+
+
 def _authenticated(services: Services, api_key: object) -> Principal:
     """The principal an API key stands for (``auth.unauthenticated`` if none)."""
+    from chaz.client.base import backend_errors
+
     if isinstance(api_key, SecretStr):
         api_key = api_key.get_secret_value()
-    return services.store.keys.authenticate(api_key)
+    return backend_errors(services.store.keys.authenticate)(api_key)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import builtins
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, overload
 
 from pydantic import BaseModel, ConfigDict
@@ -340,11 +340,18 @@ class Sessions(Acting):
         timeout: float | None = None,
         *,
         partial: Literal[False] = False,
+        stop: Callable[[], bool] | None = None,
     ) -> Iterator[Entry]: ...
 
     @overload
     def watch(
-        self, session_id: str, after: int = 0, timeout: float | None = None, *, partial: bool
+        self,
+        session_id: str,
+        after: int = 0,
+        timeout: float | None = None,
+        *,
+        partial: bool,
+        stop: Callable[[], bool] | None = None,
     ) -> Iterator[Entry | Partial]: ...
 
     def watch(
@@ -354,12 +361,14 @@ class Sessions(Acting):
         timeout: float | None = None,
         *,
         partial: bool = False,
+        stop: Callable[[], bool] | None = None,
     ) -> Iterator[Entry] | Iterator[Entry | Partial]:
         """Backlog then live entries, in seq order, with no gap and no duplicate.
 
         With ``partial=True``, also :class:`~chaz.Partial` events (live text of
         answers being streamed, never stored) between the entries, as they are
-        heard (docs/sessions.md#watching).
+        heard (docs/sessions.md#watching). ``stop``: asked about once a second
+        (and at each item); once it answers true the watch ends.
         """
         self._may(Grant.HISTORY_READ, "read sessions")
         after = _seq("after", after)
@@ -374,6 +383,7 @@ class Sessions(Acting):
             timeout=timeout,
             partial=partial,
             subscriber=self._svc.subscriber,
+            stop=stop,
         )
 
     def wait_for_reply(self, session_id: str, after: int = 0, timeout: float = 60.0) -> Entry:

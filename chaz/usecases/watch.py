@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Literal, overload
 
 import redis
@@ -47,6 +47,7 @@ def watch(
     partial: Literal[False] = ...,
     subscriber: Subscriber | None = ...,
     written_after: float | None = ...,
+    stop: Callable[[], bool] | None = ...,
 ) -> Iterator[Entry]: ...
 
 
@@ -62,6 +63,7 @@ def watch(
     partial: bool,
     subscriber: Subscriber | None = ...,
     written_after: float | None = ...,
+    stop: Callable[[], bool] | None = ...,
 ) -> Iterator[Entry | Partial]: ...
 
 
@@ -76,6 +78,7 @@ def watch(
     partial: bool = False,
     subscriber: Subscriber | None = None,
     written_after: float | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> Iterator[Entry] | Iterator[Entry | Partial]:
     """Yield the session's entries with ``seq > after``, forever or until ``timeout``;
     with ``partial``, also the partials of answers streamed meanwhile.
@@ -85,10 +88,12 @@ def watch(
     a ``time.monotonic()`` of this process before which no entry with
     ``seq > after`` can have been committed; when the subscription has heard
     every message of the session since before it, the backlog read is skipped.
+    ``stop``: asked at every ``poll`` and every message heard; once it answers true the
+    watch ends (an HTTP stream whose client has gone, chaz/server/producer.py).
     """
     if partial:
-        return _watch_partials(store, client, session_id, after, timeout, poll)
-    return _watch(store, client, session_id, after, timeout, poll, subscriber, written_after)
+        return _watch_partials(store, client, session_id, after, timeout, poll, stop)
+    return _watch(store, client, session_id, after, timeout, poll, subscriber, written_after, stop)
 
 
 class _Cursor:
@@ -130,6 +135,7 @@ def _watch(
     poll: float,
     subscriber: Subscriber | None,
     written_after: float | None,
+    stop: Callable[[], bool] | None,
 ) -> Iterator[Entry]:
     deadline = None if timeout is None else time.monotonic() + timeout
     channel = keys.entries_channel(session_id)
@@ -139,7 +145,7 @@ def _watch(
         heard = getattr(listener, "since", None)
         if written_after is None or heard is None or heard >= written_after:
             yield from cursor.catch_up()
-        while (wait := wait_time(deadline, poll)) is not None:
+        while (wait := _wait(deadline, poll, stop)) is not None:
             data = listener.next(wait)
             if data is None:
                 # Quiet (or a lost notification): the database has the answer.
@@ -155,6 +161,7 @@ def _watch_partials(
     after: int,
     timeout: float | None,
     poll: float,
+    stop: Callable[[], bool] | None,
 ) -> Iterator[Entry | Partial]:
     deadline = None if timeout is None else time.monotonic() + timeout
     # Jobs whose reply (or Error) was yielded: a partial of theirs still on
@@ -171,7 +178,7 @@ def _watch_partials(
     with StreamListener(client, session_id) as listener:
         cursor = _Cursor(store, session_id, after)
         yield from note(cursor.catch_up())
-        while (wait := wait_time(deadline, poll)) is not None:
+        while (wait := _wait(deadline, poll, stop)) is not None:
             heard = listener.next(wait)
             if heard is None:
                 yield from note(cursor.catch_up())
@@ -181,6 +188,13 @@ def _watch_partials(
                 partial = Partial.model_validate_json(heard[1])
                 if partial.job_id not in ended:
                     yield partial
+
+
+def _wait(deadline: float | None, poll: float, stop: Callable[[], bool] | None) -> float | None:
+    """The next wait (:func:`wait_time`), or None when ``stop`` says so."""
+    if stop is not None and stop():
+        return None
+    return wait_time(deadline, poll)
 
 
 #: How many ended jobs a partial watch remembers (a session runs one turn at a

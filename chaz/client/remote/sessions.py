@@ -1,0 +1,220 @@
+"""``client.sessions`` over HTTP: the in-process namespace's methods, each one
+route of ``chaz serve`` (docs/http.md#producer)."""
+
+from __future__ import annotations
+
+import builtins
+import json
+from collections.abc import Callable, Generator, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+from chaz.client.remote.errors import error_of
+from chaz.client.remote.namespaces import RemoteNamespace, given, segment, waited
+from chaz.domain.agents import Limits
+from chaz.domain.entries import Entry, EntryType
+from chaz.domain.jobs import Job
+from chaz.domain.sessions import Session
+from chaz.errors import ChazError
+
+if TYPE_CHECKING:
+    from chaz.coord.partials import Partial
+
+
+class RemoteSessions(RemoteNamespace):
+    """Sessions, as :class:`chaz.client.sessions.Sessions`, over HTTP."""
+
+    _namespace = "sessions"
+    _later = (
+        "add_member",
+        "remove_member",
+        "rooms",
+        "attachment",
+        "page",
+        "search",
+        "compact",
+    )
+
+    def create(
+        self,
+        agent_id: str,
+        name: str | None = None,
+        limits: Limits | Mapping[str, Any] | None = None,
+        *,
+        members: builtins.list[str] | None = None,
+        burst_budget: int | None = None,
+        unattended: bool = False,
+        permission_mode: str = "default",
+    ) -> Session:
+        """``Sessions.create``."""
+        if isinstance(limits, Limits):
+            limits = limits.model_dump(mode="json", exclude_unset=True)
+        body = given(
+            agent_id=agent_id,
+            name=name,
+            limits=limits,
+            members=members,
+            burst_budget=burst_budget,
+        )
+        body.update(unattended=unattended, permission_mode=permission_mode)
+        return Session.model_validate(self._http.call("POST", "/sessions", body=body))
+
+    def get(self, ref: str) -> Session:
+        """``Sessions.get``: a session by id or name."""
+        return Session.model_validate(self._http.call("GET", f"/sessions/{segment('ref', ref)}"))
+
+    def list(
+        self,
+        agent_id: str | None = None,
+        limit: int = 50,
+        *,
+        tree: str | None = None,
+        archived: bool = False,
+    ) -> builtins.list[Session]:
+        """``Sessions.list``."""
+        params = {"agent_id": agent_id, "limit": limit, "tree": tree, "archived": archived}
+        found = self._http.call("GET", "/sessions", params=params)
+        return [Session.model_validate(s) for s in found]
+
+    def archive(self, ref: str, reason: str = "") -> Session:
+        """``Sessions.archive``."""
+        path = f"/sessions/{segment('session', ref)}/archive"
+        return Session.model_validate(self._http.call("POST", path, body={"reason": reason}))
+
+    def stop(
+        self, session_id: str, *, command_id: str | None = None, reason: str = ""
+    ) -> dict[str, Any]:
+        """``Sessions.stop``: the outcome."""
+        path = f"/sessions/{segment('session_id', session_id)}/stop"
+        body = {**given(command_id=command_id), "reason": reason}
+        outcome: dict[str, Any] = self._http.call("POST", path, body=body)
+        return outcome
+
+    def rename(self, ref: str, name: str) -> Session:
+        """``Sessions.rename``."""
+        path = f"/sessions/{segment('session', ref)}/rename"
+        return Session.model_validate(self._http.call("POST", path, body={"name": name}))
+
+    def post(
+        self,
+        session_id: str,
+        content: str,
+        *,
+        sender: str | None = None,
+        type: EntryType | str = EntryType.MESSAGE,
+        metadata: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Entry:
+        """``Sessions.post``: write an entry (a Message admits a turn)."""
+        kind = type.value if isinstance(type, EntryType) else type
+        body = {
+            "content": content,
+            "type": kind,
+            **given(sender=sender, metadata=metadata, idempotency_key=idempotency_key),
+        }
+        path = f"/sessions/{segment('session', session_id)}/entries"
+        return Entry.model_validate(self._http.call("POST", path, body=body))
+
+    def entries(
+        self, session_id: str, after: int = 0, limit: int | None = None
+    ) -> builtins.list[Entry]:
+        """``Sessions.entries``: ``seq > after``, in order."""
+        path = f"/sessions/{segment('session', session_id)}/entries"
+        found = self._http.call("GET", path, params={"after": after, "limit": limit})
+        return [Entry.model_validate(e) for e in found]
+
+    @overload
+    def watch(
+        self,
+        session_id: str,
+        after: int = 0,
+        timeout: float | None = None,
+        *,
+        partial: Literal[False] = False,
+        stop: Callable[[], bool] | None = None,
+    ) -> Iterator[Entry]: ...
+
+    @overload
+    def watch(
+        self,
+        session_id: str,
+        after: int = 0,
+        timeout: float | None = None,
+        *,
+        partial: bool,
+        stop: Callable[[], bool] | None = None,
+    ) -> Iterator[Entry | Partial]: ...
+
+    def watch(
+        self,
+        session_id: str,
+        after: int = 0,
+        timeout: float | None = None,
+        *,
+        partial: bool = False,
+        stop: Callable[[], bool] | None = None,
+    ) -> Iterator[Entry] | Iterator[Entry | Partial]:
+        """``Sessions.watch``: backlog then live entries (and partials), as the
+        server's watch yields them. The request is made now, so a bad argument
+        or a missing session raises here, as in-process. ``stop`` is asked at
+        each event and each of the server's pings (every 15 s)."""
+        path = f"/sessions/{segment('session', session_id)}/watch"
+        params = {"after": after, "timeout": timeout, "partial": partial}
+        events = self._http.events(path, params)
+        # The server's first event, sent at once: the request was accepted.
+        opened = next(events, None)
+        if opened is None or opened[0] != "open":
+            events.close()
+            raise ChazError("chaz serve's watch did not open as expected")
+        return _watched(events, stop)
+
+    def wait_for_reply(self, session_id: str, after: int = 0, timeout: float = 60.0) -> Entry:
+        """``Sessions.wait_for_reply``: the reply or Error of the turn entry
+        ``after`` started; ``timeout`` (:class:`chaz.errors.Timeout`) otherwise."""
+        path = f"/sessions/{segment('session', session_id)}/reply"
+        body = {"after": after, "timeout": timeout}
+        return Entry.model_validate(self._http.call("POST", path, body=body, wait=waited(timeout)))
+
+    def fork(
+        self,
+        session_id: str,
+        at: int,
+        *,
+        agent_id: str | None = None,
+        name: str | None = None,
+    ) -> Session:
+        """``Sessions.fork``."""
+        path = f"/sessions/{segment('session', session_id)}/fork"
+        body = {"at": at, **given(agent_id=agent_id, name=name)}
+        return Session.model_validate(self._http.call("POST", path, body=body))
+
+    def queue(self, session_id: str) -> builtins.list[Job]:
+        """``Sessions.queue``: what runs and what waits, in admission order."""
+        path = f"/sessions/{segment('session', session_id)}/queue"
+        return [Job.model_validate(j) for j in self._http.call("GET", path)]
+
+
+def _watched(
+    events: Generator[tuple[str, Any], None, None], stop: Callable[[], bool] | None
+) -> Iterator[Entry | Partial]:
+    """The watch's items from its events; an ``error`` event is raised as its error."""
+    try:
+        for name, data in events:
+            if stop is not None and stop():
+                return
+            if name == "entry":
+                yield Entry.model_validate(data)
+            elif name == "partial":
+                # Imported only for a watch that streams partials.
+                from chaz.coord.partials import Partial
+
+                yield Partial.model_validate(data)
+            elif name == "error":
+                raise _error(data)
+            elif name == "end":
+                return
+    finally:
+        events.close()
+
+
+def _error(body: object) -> ChazError:
+    return error_of(500, json.dumps(body).encode())

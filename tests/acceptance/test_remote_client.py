@@ -23,10 +23,11 @@ import pytest
 import chaz
 from chaz.errors import Forbidden, SessionNotFound, Unauthenticated, ValidationError
 from chaz.ids import new_id
-from tests.acceptance.test_cli import CLI, cli_env
+from tests.acceptance.test_cli import cli_env
 from tests.acceptance.test_http import WAIT, Served, project
 from tests.acceptance.test_http import served as served
 from tests.support import producer_script
+from tests.support.cli import CLI
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -78,6 +78,14 @@ class Unsupported(ValidationError):
     code = "request.unsupported"
 
 
+class WebhookForbidden(ValidationError):
+    """A run's webhook names (or resolves to) an address chaz does not connect
+    to: loopback, private, link-local, metadata (docs/security.md#webhooks);
+    nothing was changed. ``details``: ``field``, ``host``, ``address``, ``reason``."""
+
+    code = "webhook.forbidden"
+
+
 class RequestTooLarge(ValidationError):
     """Content (or metadata) is larger than ``CHAZ_MAX_CONTENT_BYTES``; nothing was changed."""
 

@@ -34,6 +34,7 @@ from chaz.client.events import Events
 from chaz.client.jobs import Jobs
 from chaz.client.schedules import Schedules
 from chaz.client.sessions import Sessions
+from chaz.client.webhooks import Webhooks
 from chaz.domain.principals import (
     ALL_GRANTS,
     DEFAULT_PRINCIPAL,
@@ -104,6 +105,7 @@ class Client:
         self.approvals = Approvals(self.services, who)
         self.keys = Keys(self.services, who)
         self.projects = Projects(self.services, who)
+        self.webhooks = Webhooks(self.services, who)
 
     @property
     def tools(self) -> ToolRegistry:

@@ -104,6 +104,12 @@ class NotFound(ChazError):
     code = "not_found"
 
 
+class WebhookNotFound(NotFound):
+    """No webhook delivery has that id in the caller's project."""
+
+    code = "webhook.not_found"
+
+
 class DeliveryNotFound(NotFound):
     """No delivery has that id (or the caller may not see it)."""
 

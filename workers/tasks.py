@@ -234,4 +234,6 @@ def webhook(job_id: str) -> dict[str, Any]:
     """
     from chaz.usecases import webhooks
 
-    return {"job_id": job_id, "outcome": webhooks.deliver(services(), job_id)}
+    outcome = webhooks.deliver(services(), job_id)
+    metrics.webhook_attempted(outcome)
+    return {"job_id": job_id, "outcome": outcome}

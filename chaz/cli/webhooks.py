@@ -38,6 +38,16 @@ _TIMES = ("next_at", "created_at", "settled_at")
 COLUMNS = ("ID", "RUN", "STATE", "ATTEMPTS", "STATUS", "URL", "LAST ERROR")
 
 
+def cmd_webhooks_retry(ctx: Context) -> int:
+    """Send a dead delivery again."""
+    w = ctx.client.webhooks.retry(ctx.args.webhook_id)
+    if ctx.out.json_mode:
+        ctx.out.json({"id": w.id, "job_id": w.job_id, "state": w.state.value})
+    else:
+        ctx.out.line(f"webhook {w.id} of run {w.job_id} is pending again")
+    return EXIT_OK
+
+
 def cmd_webhooks_secret(ctx: Context) -> int:
     """Print the project's signing secret (``--rotate``: a new one first)."""
     hooks = ctx.client.webhooks

@@ -7,9 +7,10 @@ import builtins
 
 from chaz.client.base import Acting, translating
 from chaz.domain.principals import Grant
-from chaz.domain.validation import check_limit
+from chaz.domain.validation import check_limit, check_ref
 from chaz.domain.webhooks import Webhook, WebhookState
 from chaz.errors import ValidationError
+from chaz.usecases import webhooks as webhook_cases
 
 
 @translating
@@ -28,6 +29,13 @@ class Webhooks(Acting):
         return self._svc.store.webhooks.list(
             project=self._principal.project, state=wanted, limit=check_limit("limit", limit)
         )
+
+    def retry(self, delivery_id: str) -> Webhook:
+        """Send a ``dead`` delivery of the project again, attempts counted from
+        zero (``webhook.not_found``, ``conflict`` for one not dead)."""
+        self._principal.require(Grant.RUNTIME_CONTROL, "retry webhook deliveries")
+        ref = check_ref("delivery_id", delivery_id)
+        return webhook_cases.retry(self._svc, ref, self._principal.project)
 
     def secret(self) -> str:
         """The project's signing secret (made now if it has none)."""

@@ -99,6 +99,8 @@ def check_url(raw: object) -> Target:
     if "@" in parts.netloc:
         # http://good.example@127.0.0.1/ reads as one host and connects to another.
         raise _invalid("webhook must not carry a user name or password")
+    if port == 0:
+        raise _invalid("webhook's port must be 1 to 65535")
     host = (parts.hostname or "").rstrip(".")
     if not host:
         raise _invalid("webhook must name a host")

@@ -230,6 +230,43 @@ class WebhookStore:
         with self.db.read() as conn:
             return {str(s): int(n) for s, n in conn.execute(stmt)}
 
+    def revive(self, delivery_id: str, project: str) -> Webhook | None:
+        """A dead delivery of ``project`` pending again, due now, with its
+        attempts counted from zero; None if it is not dead (or not there)."""
+        with self.db.write() as conn:
+            row = (
+                conn.execute(
+                    update(WEBHOOKS)
+                    .where(
+                        and_(
+                            WEBHOOKS.c.id == delivery_id,
+                            WEBHOOKS.c.project == project,
+                            WEBHOOKS.c.state == WebhookState.DEAD.value,
+                        )
+                    )
+                    .values(state=_PENDING, attempts=0, next_at=utcnow(), settled_at=None)
+                    .returning(*WEBHOOKS.c)
+                )
+                .mappings()
+                .first()
+            )
+        return as_webhook(row) if row else None
+
+    def expire(self, cutoff: datetime, *, limit: int) -> int:
+        """Delete up to ``limit`` deliveries settled (delivered or dead) before
+        ``cutoff``; how many were (retention, with the event log's)."""
+        with self.db.write() as conn:
+            ids = list(
+                conn.scalars(
+                    select(WEBHOOKS.c.id)
+                    .where(and_(WEBHOOKS.c.state != _PENDING, WEBHOOKS.c.settled_at < cutoff))
+                    .limit(limit)
+                )
+            )
+            if ids:
+                conn.execute(WEBHOOKS.delete().where(WEBHOOKS.c.id.in_(ids)))
+        return len(ids)
+
     def secret(self, project: str) -> str:
         """The project's signing secret, made now if it has none."""
         with self.db.write() as conn:

@@ -36,6 +36,7 @@ from chaz.domain.webhooks import (
     IPAddress,
     Network,
     Target,
+    Webhook,
     backoff,
     check_host,
     check_url,
@@ -45,7 +46,7 @@ from chaz.domain.webhooks import (
     refusal,
     sign,
 )
-from chaz.errors import WebhookForbidden
+from chaz.errors import Conflict, WebhookForbidden, WebhookNotFound
 from chaz.ids import utcnow
 from chaz.services import Services
 from chaz.settings import Settings
@@ -216,6 +217,25 @@ def post(
         http.stream("POST", pinned, content=body, headers=sent, extensions=extensions) as answer,
     ):
         return answer.status_code
+
+
+def retry(services: Services, delivery_id: str, project: str) -> Webhook:
+    """Send a dead delivery again, with a fresh count of attempts: the
+    operator fixed the receiver (or the settings). ``webhook.not_found`` for
+    an id not in ``project``; ``conflict`` for one that is not dead."""
+    hooks = services.store.webhooks
+    revived = hooks.revive(delivery_id, project)
+    if revived is None:
+        found = hooks.get(delivery_id)
+        if found is None or found.project != project:
+            raise WebhookNotFound(f"no webhook delivery {delivery_id!r}", webhook_id=delivery_id)
+        raise Conflict(
+            f"webhook delivery {delivery_id} is {found.state.value}: only a dead one is retried",
+            webhook_id=delivery_id,
+            state=found.state.value,
+        )
+    announce(services, revived.job_id)
+    return revived
 
 
 def sweep(services: Services, grace: timedelta) -> int:

@@ -21,6 +21,8 @@ def register(commands: Subcommands) -> None:
     p = sub.add("ls", hook("ls"), "list the project's webhook deliveries, newest first")
     p.add_argument("--state", choices=("pending", "delivered", "dead"), help="only these")
     p.add_argument("--limit", type=int, default=100, help="at most this many (100)")
+    p = sub.add("retry", hook("retry"), "send a dead delivery again (attempts from zero)")
+    p.add_argument("webhook_id", metavar="ID", help="the delivery's id (see `chaz webhooks ls`)")
     p = sub.add("secret", hook("secret"), "print the project's signing secret (operator)")
     p.add_argument(
         "--rotate", action="store_true", help="replace it first; the old one signs nothing more"

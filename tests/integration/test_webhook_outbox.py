@@ -24,6 +24,7 @@ import chaz
 from chaz.domain.entries import EntryType, KeyScope, NewEntry
 from chaz.domain.jobs import JobStatus
 from chaz.domain.webhooks import ID_HEADER, SIGNATURE_HEADER, WebhookState, verify
+from chaz.errors import Conflict, WebhookNotFound
 from chaz.ids import utcnow
 from chaz.services import Services
 from chaz.store.types import JobFields
@@ -164,6 +165,13 @@ def test_attempts_run_out_and_the_guard_is_applied_again_at_send_time(
     _due(services, job_id)
     assert webhooks.deliver(services, job_id) == "skipped"  # dead is final
     assert hooks.counts()["dead"] == 1
+    # An operator retries it: attempts from zero, and the receiver is back.
+    with pytest.raises(WebhookNotFound):
+        webhooks.retry(services, dead.id, "another-project")
+    assert webhooks.retry(services, dead.id, "default").state is WebhookState.PENDING
+    assert webhooks.deliver(services, job_id) == "delivered"
+    with pytest.raises(Conflict):
+        webhooks.retry(services, dead.id, "default")
 
     # Allowed at the request, refused at the send (the operator's setting
     # changed, or a name now resolves to loopback): dead at once, never sent.
@@ -190,3 +198,6 @@ def test_attempts_run_out_and_the_guard_is_applied_again_at_send_time(
     assert webhooks.sweep(services, timedelta(hours=1)) == 0  # still young
     assert webhooks.sweep(services, timedelta(0)) == 1
     assert dispatcher.webhooks == [(again, None)]
+    # Retention removes settled deliveries only; the pending one stays.
+    assert hooks.expire(utcnow() + timedelta(seconds=1), limit=100) == 2
+    assert [w.job_id for w in hooks.list()] == [again]

@@ -70,6 +70,7 @@ def test_hostile_hosts_are_forbidden_at_the_request(url: str) -> None:
         ("http://example.com/\n", "spaces"),
         ("http://bücher.example/", "ASCII"),
         ("http://example.com:99999/", "not a valid URL"),
+        ("http://example.com:0/", "port"),
         ("http://[::1/", "not a valid URL"),
         ("http://example.com/#frag", "fragment"),
         ("https://example.com/" + "a" * wh.MAX_URL_CHARS, "longer than"),

@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import socket
+import ssl
 import time
 from datetime import timedelta
 from typing import Any
@@ -195,13 +196,20 @@ def _dead(services: Services, claim: Claim, error: str, status: int | None) -> s
 
 
 def post(
-    target: Target, address: IPAddress, body: bytes, headers: dict[str, str], timeout: float
+    target: Target,
+    address: IPAddress,
+    body: bytes,
+    headers: dict[str, str],
+    timeout: float,
+    *,
+    verify: ssl.SSLContext | bool = True,
 ) -> int:
     """POST ``body`` to the target at ``address``, the one the guard checked:
     the URL's host goes in ``Host`` and, for https, in the TLS server name
     (so the certificate is verified against it). No redirect is followed
     (its target was never checked), and no proxy from the environment is
-    used (it would connect to the name itself). The answer's status."""
+    used (it would connect to the name itself). ``verify``: the trust store
+    (default: httpx's, certifi's roots). The answer's status."""
     parts = urlsplit(target.url)
     ip = f"[{address}]" if address.version == 6 else str(address)
     pinned = urlunsplit((target.scheme, f"{ip}:{target.port}", parts.path or "/", parts.query, ""))
@@ -211,7 +219,9 @@ def post(
     import httpx
 
     with (
-        httpx.Client(timeout=timeout, trust_env=False, follow_redirects=False) as http,
+        httpx.Client(
+            timeout=timeout, trust_env=False, follow_redirects=False, verify=verify
+        ) as http,
         # Streamed, and the body never read: only the status matters, and a
         # receiver's answer of any size costs nothing.
         http.stream("POST", pinned, content=body, headers=sent, extensions=extensions) as answer,

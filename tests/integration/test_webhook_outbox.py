@@ -10,20 +10,24 @@ delivery's ``next_at`` is moved to now where the test wants it due.
 
 from __future__ import annotations
 
+import ipaddress
+import ssl
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import update
 
 import chaz
 from chaz.domain.entries import EntryType, KeyScope, NewEntry
 from chaz.domain.jobs import JobStatus
-from chaz.domain.webhooks import ID_HEADER, SIGNATURE_HEADER, WebhookState, verify
+from chaz.domain.webhooks import ID_HEADER, SIGNATURE_HEADER, WebhookState, check_url, verify
 from chaz.errors import Conflict, WebhookNotFound
 from chaz.ids import utcnow
 from chaz.services import Services
@@ -201,3 +205,42 @@ def test_attempts_run_out_and_the_guard_is_applied_again_at_send_time(
     # Retention removes settled deliveries only; the pending one stays.
     assert hooks.expire(utcnow() + timedelta(seconds=1), limit=100) == 2
     assert [w.job_id for w in hooks.list()] == [again]
+
+
+def test_an_https_post_to_the_checked_address_verifies_the_urls_name() -> None:
+    """The POST connects to the address the guard checked, and TLS still
+    verifies the certificate against the URL's host (the server name sent)."""
+    tls = Path(__file__).parent.parent / "support" / "tls"
+    got: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length", "0")))
+            got.append(self.headers["host"])
+            self.send_response(204)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tls / "hook-test.pem", tls / "hook-test.key")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    trust = ssl.create_default_context(cafile=str(tls / "hook-test.pem"))
+    loopback = ipaddress.ip_address("127.0.0.1")
+    try:
+        named = check_url(f"https://hook.test:{port}/in")
+        assert webhooks.post(named, loopback, b"{}", {}, 5.0, verify=trust) == 204
+        assert got == [f"hook.test:{port}"]
+        # Another name at the same address: the certificate does not match it.
+        other = check_url(f"https://other.test:{port}/in")
+        with pytest.raises(httpx.ConnectError):
+            webhooks.post(other, loopback, b"{}", {}, 5.0, verify=trust)
+        assert len(got) == 1
+    finally:
+        server.shutdown()
+        server.server_close()

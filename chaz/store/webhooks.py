@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import Connection, Table, and_, func, select, update
+from sqlalchemy import Connection, Table, and_, func, or_, select, update
 
 from chaz.domain.jobs import Job
 from chaz.domain.webhooks import Webhook, WebhookState, new_secret
@@ -123,7 +123,9 @@ class WebhookStore:
                         and_(
                             WEBHOOKS.c.job_id == job_id,
                             WEBHOOKS.c.state == _PENDING,
-                            WEBHOOKS.c.next_at <= now,
+                            # A first attempt is due at once, whatever this
+                            # host's clock says of the one that wrote the row.
+                            or_(WEBHOOKS.c.next_at <= now, WEBHOOKS.c.attempts == 0),
                         )
                     )
                     .values(

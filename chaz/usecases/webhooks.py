@@ -55,8 +55,11 @@ from chaz.store.webhooks import Claim
 
 log = logging.getLogger(__name__)
 
-#: How long past its timeout a claimed attempt holds its row: after that the
-#: attempt is presumed lost (its worker died) and the sweep sends it again.
+#: A claimed attempt holds its row for this many timeouts (httpx applies the
+#: timeout to the connect, the send and the answer each) plus the margin:
+#: after that the attempt is presumed lost (its worker died) and the sweep
+#: sends it again.
+HOLD_TIMEOUTS = 3
 HOLD_MARGIN_SECONDS = 1.0
 #: What a delivery says it is.
 USER_AGENT = "chaz-webhooks/1"
@@ -144,7 +147,7 @@ def deliver(services: Services, job_id: str) -> str:
     claimed by another sender)."""
     settings = services.settings
     timeout = settings.webhook_timeout_seconds
-    claim = services.store.webhooks.claim(job_id, timeout + HOLD_MARGIN_SECONDS)
+    claim = services.store.webhooks.claim(job_id, HOLD_TIMEOUTS * timeout + HOLD_MARGIN_SECONDS)
     if claim is None:
         return "skipped"
     body = json.dumps(payload(claim), separators=(",", ":")).encode()

@@ -114,7 +114,7 @@ def _hooks(settings: Settings) -> Settings:
         update={
             "webhook_allow_private": True,
             "webhook_backoff_seconds": 0.2,
-            "webhook_timeout_seconds": 3.0,
+            "webhook_timeout_seconds": 1.5,
             "webhook_attempts": 5,
         }
     )

@@ -120,6 +120,10 @@ def test_the_outbox_row_commits_with_the_end_and_is_delivered_once(
     row = hooks.for_job(job_id)
     assert row is not None and row.state is WebhookState.PENDING and row.attempts == 0
     assert row.project == "default" and row.url == receiver.url
+    # A first attempt is due at once, even if the clock that wrote the row is ahead.
+    with services.store.db.write() as conn:
+        ahead = utcnow() + timedelta(minutes=5)
+        conn.execute(update(WEBHOOKS).where(WEBHOOKS.c.job_id == job_id).values(next_at=ahead))
 
     # Eight senders of one due row at once (retries, sweeps): one attempt is sent.
     receiver.statuses = [500]

@@ -85,7 +85,7 @@ class Receiver:
         return self.events.get(timeout=WAIT)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def receiver() -> Iterator[tuple[Receiver, str]]:
     got = Receiver()
 

@@ -81,7 +81,8 @@ class Unsupported(ValidationError):
 class WebhookForbidden(ValidationError):
     """A run's webhook names (or resolves to) an address chaz does not connect
     to: loopback, private, link-local, metadata (docs/security.md#webhooks);
-    nothing was changed. ``details``: ``field``, ``host``, ``address``, ``reason``."""
+    nothing was changed. ``details``: ``field``, ``host``, ``reason``, and
+    ``address`` for a host that is an address (never what a name resolved to)."""
 
     code = "webhook.forbidden"
 

@@ -80,7 +80,18 @@ def check(settings: Settings, raw: object) -> str:
     if target.literal is None:
         # A resolver's failure is not the URL's fault: each attempt resolves again.
         with contextlib.suppress(OSError):
-            guard(settings, target)
+            try:
+                guard(settings, target)
+            except WebhookForbidden as exc:
+                # Not which address: a tenant must not map the internal DNS.
+                why = str(exc.details["reason"])
+                raise WebhookForbidden(
+                    f"webhook host {target.host!r} resolves to {why}; an operator may allow "
+                    "it with CHAZ_WEBHOOK_ALLOW_PRIVATE or CHAZ_WEBHOOK_ALLOW_NETWORKS",
+                    field="webhook",
+                    host=target.host,
+                    reason=why,
+                ) from None
     return target.url
 
 

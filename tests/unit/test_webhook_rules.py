@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import socket
+from typing import Any
 
 import pytest
 
@@ -117,6 +119,30 @@ def test_the_operator_allows_private_addresses_but_never_metadata_by_that() -> N
 def test_a_bad_allow_list_is_a_settings_error() -> None:
     with pytest.raises(ValueError, match="not a CIDR"):
         _settings(webhook_allow_networks="10.0.0.0/8,not-a-net")
+
+
+def test_a_rebinding_name_is_refused_at_the_send_and_never_named_by_address(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No DNS server here: the resolver answers as a rebinding one would, a
+    # public address at the request and a private one at the send.
+    answers = {"rebind.example": ["93.184.215.14"]}
+
+    def getaddrinfo(host: str, port: object, *args: object, **kw: object) -> list[Any]:
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in answers[host]]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    url = "https://rebind.example/in"
+    assert cases.check(_settings(), url) == url
+    answers["rebind.example"] = ["93.184.215.14", "10.0.0.7"]  # one bad answer is enough
+    with pytest.raises(WebhookForbidden) as caught:
+        cases.check(_settings(), url)
+    assert caught.value.details["reason"] == "a private address"
+    assert "address" not in caught.value.details and "10.0.0.7" not in caught.value.message
+    # At the send the operator sees which address it was.
+    with pytest.raises(WebhookForbidden) as sent:
+        cases.guard(_settings(), wh.check_url(url))
+    assert sent.value.details["address"] == "10.0.0.7"
 
 
 def test_the_send_time_guard_refuses_a_name_that_resolves_to_loopback() -> None:

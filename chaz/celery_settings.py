@@ -53,6 +53,8 @@ task_routes = {
     "chaz.expire_events": {"queue": "chaz.control"},
     # Stage-2 session naming: a model call that must not take a turn thread.
     "chaz.rename": {"queue": "chaz.control"},
+    # A run's webhook attempt (docs/http.md#webhooks): one bounded POST.
+    "chaz.webhook": {"queue": "chaz.control"},
     # Schedule fires (docs/schedules.md): a burst of due slots waits neither
     # behind wake-ups nor in front of the reconciler.
     "chaz.fire": {"queue": "chaz.schedules"},

@@ -78,6 +78,15 @@ class Unsupported(ValidationError):
     code = "request.unsupported"
 
 
+class WebhookForbidden(ValidationError):
+    """A run's webhook names (or resolves to) an address chaz does not connect
+    to: loopback, private, link-local, metadata (docs/security.md#webhooks);
+    nothing was changed. ``details``: ``field``, ``host``, ``reason``, and
+    ``address`` for a host that is an address (never what a name resolved to)."""
+
+    code = "webhook.forbidden"
+
+
 class RequestTooLarge(ValidationError):
     """Content (or metadata) is larger than ``CHAZ_MAX_CONTENT_BYTES``; nothing was changed."""
 
@@ -94,6 +103,12 @@ class NotFound(ChazError):
     """The addressed object does not exist (or is not visible to the caller)."""
 
     code = "not_found"
+
+
+class WebhookNotFound(NotFound):
+    """No webhook delivery has that id in the caller's project."""
+
+    code = "webhook.not_found"
 
 
 class DeliveryNotFound(NotFound):

@@ -74,6 +74,12 @@ BROKER_MESSAGES_SET_ASIDE = Counter(
     "chaz:deadletter (chaz.coord.poison), by queue.",
     ["queue"],
 )
+WEBHOOK_ATTEMPTS = Counter(
+    "chaz_webhook_attempts",
+    "Runs' webhook attempts this worker made, by outcome: delivered, retry, dead, "
+    "or skipped (nothing due: delivered already, or another sender holds it).",
+    ["outcome"],
+)
 TOKENS = Counter(
     "chaz_tokens",
     "Tokens the turns this worker ran reported, by project and kind (input, "
@@ -110,6 +116,11 @@ def turn_ended(outcome: str, began: float) -> None:
     """Count a turn's end with its ``outcome``, and its duration since ``began``."""
     TURNS_ENDED.labels(outcome).inc()
     TURN_SECONDS.labels(outcome).observe(time.monotonic() - began)
+
+
+def webhook_attempted(outcome: str) -> None:
+    """Count one ``chaz.webhook`` task by its outcome."""
+    WEBHOOK_ATTEMPTS.labels(outcome).inc()
 
 
 def usage_recorded(project: str, now: Usage, before: Usage | None) -> None:

@@ -202,6 +202,32 @@ class Settings(BaseSettings):
         gt=0,
         description="How often beat runs the retention sweeps (artifacts, events).",
     )
+    # -- webhooks when a run ends (docs/http.md#webhooks, docs/security.md#webhooks)
+    webhook_allow_private: bool = Field(
+        False,
+        description="Let webhooks reach loopback, private, link-local and other addresses "
+        "that are not publicly routable (cloud metadata addresses stay refused); for a "
+        "receiver on this host or network.",
+    )
+    webhook_allow_networks: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated CIDR networks webhooks may reach although they are not "
+        "public (`10.20.0.0/16,fd00:1::/64`): narrower than CHAZ_WEBHOOK_ALLOW_PRIVATE, and "
+        "the only way to allow a metadata address.",
+    )
+    webhook_timeout_seconds: float = Field(
+        10.0, gt=0, le=300, description="Seconds one webhook attempt may take (connect to answer)."
+    )
+    webhook_attempts: int = Field(
+        8, gt=0, le=100, description="Attempts of a webhook delivery before it is marked dead."
+    )
+    webhook_backoff_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description="Wait after a webhook's first failed attempt; doubled after each further "
+        "one, at most an hour.",
+    )
     # -- who a client acts as (docs/security.md)
     api_key: SecretStr | None = Field(
         None,
@@ -232,6 +258,25 @@ class Settings(BaseSettings):
             except ValueError:
                 raise ValueError("must be a JSON object of model prices") from None
         return value
+
+    @field_validator("webhook_allow_networks", mode="before")
+    @classmethod
+    def _networks(cls, value: Any) -> Any:
+        # A comma-separated list in the environment; each entry a CIDR network.
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list):
+            return items
+        out = []
+        for item in items:
+            text = str(item).strip()
+            if not text:
+                continue
+            try:
+                ipaddress.ip_network(text, strict=False)
+            except ValueError:
+                raise ValueError(f"{text!r} is not a CIDR network") from None
+            out.append(text)
+        return out
 
     @field_validator("project_turns_per_minute", "project_tokens_per_minute")
     @classmethod

@@ -52,6 +52,9 @@ def settings_env(settings: Settings) -> dict[str, str]:
         if isinstance(value, dict):
             # A table setting (CHAZ_MODEL_PRICES) is read back as JSON.
             value = json.dumps(settings.model_dump(mode="json", include={name})[name])
+        if isinstance(value, list):
+            # A list setting (CHAZ_WEBHOOK_ALLOW_NETWORKS) is read back comma-separated.
+            value = ",".join(str(v) for v in value)
         env[f"CHAZ_{name.upper()}"] = str(value)
     return env
 

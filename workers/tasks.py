@@ -1,7 +1,7 @@
 """Celery tasks: ``chaz.turn`` (run a session's next turn), ``chaz.usecases.reconcile``,
 ``chaz.rename`` (stage-2 session naming), the retention sweeps
-``chaz.expire_artifacts`` and ``chaz.expire_events``, and ``chaz.fire`` (a
-schedule's slot)."""
+``chaz.expire_artifacts`` and ``chaz.expire_events``, ``chaz.fire`` (a
+schedule's slot), and ``chaz.webhook`` (a run's webhook attempt)."""
 
 from __future__ import annotations
 
@@ -176,6 +176,7 @@ def reconcile() -> dict[str, Any]:
         "finalized": report.deliveries.finalized,
         "fires": report.fires,
         "approvals_expired": len(report.approvals_expired),
+        "webhooks": report.webhooks,
     }
     metrics.reconciled(repairs)
     return {**repairs, "orphaned": report.orphaned}
@@ -221,3 +222,18 @@ def fire(schedule_id: str, slot: str) -> dict[str, Any]:
         "outcome": done.outcome,
         "job_id": done.job.id if done.job else None,
     }
+
+
+@app.task(name="chaz.webhook", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def webhook(job_id: str) -> dict[str, Any]:
+    """One attempt of an ended run's webhook (docs/http.md#webhooks).
+
+    Sent after the job's end, again by the attempt for its retry, and by the
+    reconciler's sweep for a delivery nobody claimed: redelivered or sent
+    twice, it POSTs at most once per claim.
+    """
+    from chaz.usecases import webhooks
+
+    outcome = webhooks.deliver(services(), job_id)
+    metrics.webhook_attempted(outcome)
+    return {"job_id": job_id, "outcome": outcome}

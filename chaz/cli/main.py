@@ -40,6 +40,7 @@ from chaz.cli.parsers import (
     schedules,
     search,
     sessions,
+    webhooks,
 )
 from chaz.errors import (
     BackendUnavailable,
@@ -65,6 +66,7 @@ GROUPS = (
     search,
     projects,
     jobs,
+    webhooks,
 )
 
 

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from chaz.client.jobs import Jobs
     from chaz.client.schedules import Schedules
     from chaz.client.sessions import Sessions
+    from chaz.client.webhooks import Webhooks
     from chaz.runtime.registry import ToolRegistry
     from chaz.services import Services
 
@@ -128,6 +129,7 @@ class Client:
         from chaz.client.jobs import Jobs
         from chaz.client.schedules import Schedules
         from chaz.client.sessions import Sessions
+        from chaz.client.webhooks import Webhooks
         from chaz.services import Services
         from chaz.store.migrate import upgrade
 
@@ -154,6 +156,7 @@ class Client:
         self.approvals = Approvals(self.services, who)
         self.keys = Keys(self.services, who)
         self.projects = Projects(self.services, who)
+        self.webhooks = Webhooks(self.services, who)
 
     def _connect(
         self,
@@ -203,6 +206,7 @@ class Client:
         self.approvals = cast("Approvals", connected.approvals)
         self.keys = cast("Keys", remote.unavailable("keys"))
         self.projects = cast("Projects", remote.unavailable("projects"))
+        self.webhooks = cast("Webhooks", remote.unavailable("webhooks"))
 
     @property
     def tools(self) -> ToolRegistry:

@@ -149,6 +149,8 @@ class Job(BaseModel):
     finished_at: datetime | None = None
     #: What its turn used so far (None: its turn has recorded nothing yet).
     usage: Usage | None = None
+    #: The URL its run's end is POSTed to (docs/http.md#webhooks; None: none).
+    webhook: str | None = None
 
 
 def missing_job(job_id: str) -> JobNotFound:

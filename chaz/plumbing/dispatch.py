@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 TURN_TASK = "chaz.turn"
 #: Stage-2 naming of a session (chaz.usecases.naming), on the housekeeping queue.
 RENAME_TASK = "chaz.rename"
+#: One attempt of a run's webhook (chaz.usecases.webhooks), on the housekeeping queue.
+WEBHOOK_TASK = "chaz.webhook"
 
 #: How long a patient wake-up keeps trying to reach the broker.
 PATIENT_SECONDS = 60.0
@@ -142,6 +144,21 @@ class Dispatcher:
             self.app.send_task(RENAME_TASK, kwargs={"session_id": session_id}, queue="chaz.control")
         except Exception:
             log.warning("could not send a rename for session %s", session_id, exc_info=True)
+            return False
+        return True
+
+    def send_webhook(self, job_id: str, *, countdown: float | None = None) -> bool:
+        """Ask a worker to attempt the ended job's webhook (``chaz.webhook``), in
+        ``countdown`` seconds. On ``chaz.control``: an attempt is one bounded
+        POST (CHAZ_WEBHOOK_TIMEOUT_SECONDS) and never holds a turn's queue. A
+        lost send only delays it: the reconciler's sweep sends it again
+        (logged, not raised); returns whether it was sent."""
+        try:
+            self.app.send_task(
+                WEBHOOK_TASK, args=[job_id], queue="chaz.control", countdown=countdown
+            )
+        except Exception:
+            log.warning("could not send the webhook of job %s", job_id, exc_info=True)
             return False
         return True
 

@@ -14,20 +14,8 @@ from typing import Any
 from chaz.domain.agents import AgentSpec
 from chaz.domain.entries import Entry, EntryType, is_agent_sender
 from chaz.domain.jobs import Job, JobStatus
+from chaz.domain.runs import RUN_STATUS as RUN_STATUS  # re-exported: moved below the server
 from chaz.domain.sessions import Session
-
-#: A job's state -> a run's status. A cancelled job is ``interrupted``:
-#: LangGraph's word for a run stopped before it ended by itself.
-RUN_STATUS: dict[JobStatus, str] = {
-    JobStatus.QUEUED: "pending",
-    JobStatus.RUNNING: "running",
-    JobStatus.STOPPING: "running",
-    JobStatus.WAITING_APPROVAL: "running",
-    JobStatus.SUCCEEDED: "success",
-    JobStatus.FAILED: "error",
-    JobStatus.CANCELLED: "interrupted",
-    JobStatus.INTERRUPTED: "interrupted",
-}
 
 #: A run status a client filters by -> the job states it stands for.
 JOB_STATES: dict[str, tuple[JobStatus, ...]] = {}

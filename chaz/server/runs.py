@@ -27,14 +27,14 @@ from chaz.errors import SessionBusy, Timeout, Unsupported, ValidationError
 from chaz.server import fields, mapping
 from chaz.server.state import Call, Caller, Payload
 from chaz.store.types import JobFields
-from chaz.usecases import admission
+from chaz.usecases import admission, webhooks
 from chaz.usecases.control import cancel, wait_terminal
 from chaz.usecases.watch import watch
 
 router = APIRouter()
 
 #: The fields of a run's body chaz implements (the others are refused).
-RUN_FIELDS = ("assistant_id", "input", "multitask_strategy", "stream_mode")
+RUN_FIELDS = ("assistant_id", "input", "multitask_strategy", "stream_mode", "webhook")
 #: Values of other fields that mean what chaz does anyway.
 RUN_DEFAULTS: dict[str, tuple[object, ...]] = {"on_disconnect": ("continue",)}
 #: The multitask strategies chaz implements; interrupt and rollback are refused.
@@ -76,6 +76,8 @@ def start(c: Call, thread_id: str, given: dict[str, Any], streamed: bool) -> Sta
     modes = fields.stream_modes(given.get("stream_mode"))
     if not streamed and modes != ("values",):
         raise Unsupported("stream_mode is for /runs/stream (no rejoin yet)", field="stream_mode")
+    raw_hook = given.get("webhook")
+    hook = None if raw_hook is None else webhooks.check(c.services.settings, raw_hook)
     session = c.thread(thread_id)
     assistant = check_ref("assistant_id", given.get("assistant_id"))
     if assistant != session.agent_id:
@@ -94,7 +96,7 @@ def start(c: Call, thread_id: str, given: dict[str, Any], streamed: bool) -> Sta
             f"{sender} is a saved agent: its message admits no run", field="x-api-key"
         )
     draft = NewEntry(EntryType.MESSAGE, sender, content, None, None, KeyScope.USER)
-    job_fields = JobFields(owner=principal.name, grants=grant_names(principal.grants))
+    job_fields = JobFields(owner=principal.name, grants=grant_names(principal.grants), webhook=hook)
     if strategy == "reject":
         try:
             done = admission.admit_unless_busy(

@@ -196,7 +196,7 @@ class Writes:
         woke: tuple[Job | None, tuple[Entry, ...]] = (None, ())
         try:
             with self.db.write() as conn:
-                delivery_id, fire_id = _fenced_finish(conn, fence, finish)
+                delivery_id, fire_id, webhook, project = _fenced_finish(conn, fence, finish)
                 if finish.result is not None:
                     artifacts.record(conn, finish.job_id, session_id, finish.result)
                 entry_values = None
@@ -216,6 +216,8 @@ class Writes:
                     delivery_id=delivery_id,
                     fire_id=fire_id,
                     completion=completion,
+                    webhook=webhook,
+                    project=project,
                 )
         except IntegrityError:
             found = entries.replay(self.db, session_id, draft) if draft is not None else None
@@ -393,11 +395,13 @@ def _started(conn: Connection, seen: Job, token: str, usage: Usage | None) -> di
     return row | values | {"starts": counted[0], "attempts": counted[1]}
 
 
-def _fenced_finish(conn: Connection, fence: Fence, finish: Finish) -> tuple[str | None, str | None]:
+def _fenced_finish(
+    conn: Connection, fence: Fence, finish: Finish
+) -> tuple[str | None, str | None, str | None, str]:
     """End a job held under ``fence``: one compare-and-set when all is as expected.
 
     Returns the ids of the delivery and of the schedule fire that admitted
-    the job, where one did.
+    the job, where one did, its run's webhook (None: none) and its project.
     """
     done = conn.execute(
         st.FENCED_FINISH[finish.status],
@@ -411,11 +415,16 @@ def _fenced_finish(conn: Connection, fence: Fence, finish: Finish) -> tuple[str 
         },
     ).first()
     if done is not None:
-        return cast("str | None", done[0]), cast("str | None", done[1])
+        return (
+            cast("str | None", done[0]),
+            cast("str | None", done[1]),
+            cast("str | None", done[2]),
+            str(done[3]),
+        )
     # Not applied: say why (the fence first), as the locking path would.
     check_fence(conn, fence)
     job = _finish(conn, finish)
-    return job.delivery_id, job.fire_id
+    return job.delivery_id, job.fire_id, job.webhook, job.project
 
 
 def _usage(usage: Usage | None) -> dict[str, Any] | None:

@@ -21,7 +21,7 @@ from chaz.domain import events as ev
 from chaz.domain.deliveries import Delivery, DeliveryKind, DeliveryState
 from chaz.domain.jobs import JobStatus
 from chaz.domain.sessions import Session
-from chaz.store import artifacts, directory, entries, schedules
+from chaz.store import artifacts, directory, entries, schedules, webhooks
 from chaz.store import deliveries as dl
 from chaz.store import statements as st
 from chaz.store.events import record
@@ -128,11 +128,16 @@ def job_ended(
     delivery_id: str | None,
     completion: Completion,
     fire_id: str | None = None,
+    webhook: str | None = None,
+    project: str = "default",
 ) -> None:
     """What a job's end changes besides the job, in the same transaction: for a
-    schedule fire's job the fire's outcome (docs/schedules.md), and for a
+    schedule fire's job the fire's outcome (docs/schedules.md), for a
     delivered job its event and ``completion`` (a producer's own job needs
-    neither)."""
+    neither), and for a run that names a ``webhook`` its outbox row
+    (docs/http.md#webhooks), so the POST survives any crash after the commit."""
+    if webhook is not None:
+        webhooks.record(conn, job_id=job_id, session_id=session_id, project=project, url=webhook)
     if fire_id is not None:
         # A schedule fire's job: its end is the fire's outcome in the ledger.
         schedules.job_ended(conn, fire_id, status, error)

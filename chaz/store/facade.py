@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from chaz.store.approvals import ApprovalStore
     from chaz.store.keys import KeyStore
     from chaz.store.search import SearchStore
+    from chaz.store.webhooks import WebhookStore
 
 
 class Store(Writes, Context, Entries, Jobs, Sessions, SessionDirectory, Agents, Inbox, Commands):
@@ -117,3 +118,10 @@ class Store(Writes, Context, Entries, Jobs, Sessions, SessionDirectory, Agents, 
     def projects(self) -> ProjectStore:
         """Projects' limits, cached briefly per process (chaz/store/projects.py)."""
         return ProjectStore(self.db)
+
+    @cached_property
+    def webhooks(self) -> WebhookStore:
+        """Runs' webhook deliveries (the outbox) and signing secrets (docs/http.md#webhooks)."""
+        from chaz.store.webhooks import WebhookStore
+
+        return WebhookStore(self.db)

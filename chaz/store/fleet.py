@@ -1,5 +1,5 @@
 """Fleet-wide counts for ``chaz exporter``: unfinished jobs by state, sessions
-with waiting jobs, deliveries by state.
+with waiting jobs, deliveries by state, runs' webhook deliveries by state.
 
 Each is one grouped count an index answers (``ix_jobs_session_active``, the
 partial index of unfinished jobs, and ``ix_deliveries_state_created``), read
@@ -16,8 +16,9 @@ from sqlalchemy import distinct, func, literal_column, select
 
 from chaz.domain.deliveries import DeliveryState
 from chaz.domain.jobs import ACTIVE, JobStatus
+from chaz.domain.webhooks import WebhookState
 from chaz.store.db import Database
-from chaz.store.models import DeliveryRow, JobRow, unfinished
+from chaz.store.models import DeliveryRow, JobRow, WebhookRow, unfinished
 
 _ACTIVE = sorted(s.value for s in ACTIVE)
 
@@ -32,6 +33,8 @@ class FleetCounts:
     sessions_waiting: int = 0
     #: Every delivery state, zero included, by its value.
     deliveries: dict[str, int] = field(default_factory=dict)
+    #: Every webhook delivery state (pending, delivered, dead), zero included.
+    webhooks: dict[str, int] = field(default_factory=dict)
 
 
 def counts(db: Database) -> FleetCounts:
@@ -55,4 +58,11 @@ def counts(db: Database) -> FleetCounts:
             select(DeliveryRow.state, func.count()).group_by(DeliveryRow.state)
         ):
             delivered[state] = int(n)
-    return FleetCounts(jobs=jobs, sessions_waiting=int(waiting or 0), deliveries=delivered)
+        hooks = {s.value: 0 for s in WebhookState}
+        for state, n in conn.execute(
+            select(WebhookRow.state, func.count()).group_by(WebhookRow.state)
+        ):
+            hooks[state] = int(n)
+    return FleetCounts(
+        jobs=jobs, sessions_waiting=int(waiting or 0), deliveries=delivered, webhooks=hooks
+    )

@@ -204,6 +204,8 @@ class Jobs:
                     delivery_id=row["delivery_id"],
                     fire_id=row.get("fire_id"),
                     completion=completion,
+                    webhook=row.get("webhook"),
+                    project=row.get("project") or "default",
                 )
             elif row["delivery_id"] or row.get("fire_id"):
                 record(conn, row["session_id"], ev.job_event(target.value), {"job_id": job_id})

@@ -220,6 +220,8 @@ class JobRow(Base):
     unattended: Mapped[bool] = mapped_column(Boolean, default=False)
     #: Tokens and wall time its turn used (:class:`chaz.domain.jobs.Usage`); NULL: none yet.
     usage: Mapped[dict[str, Any] | None]
+    #: The URL its run's end is POSTed to (docs/http.md#webhooks); NULL: none.
+    webhook: Mapped[str | None] = mapped_column(Text)
 
 
 class CommandRow(Base):
@@ -460,3 +462,53 @@ class ApiKeyRow(Base):
     label: Mapped[str | None] = mapped_column(String(255))
     created_at: Mapped[datetime]
     revoked_at: Mapped[datetime | None]
+
+
+class WebhookRow(Base):
+    """The outbox of runs' webhooks: one row per ended job that names one,
+    written in the transaction that ends it (docs/http.md#webhooks)."""
+
+    __tablename__ = "webhooks"
+    __table_args__ = (
+        # What the sweep reads: pending rows by when they are due. Delivered
+        # and dead rows are out of it, so it stays as small as the backlog.
+        Index(
+            "ix_webhooks_pending_next",
+            "next_at",
+            postgresql_where=text("state = 'pending'"),
+            sqlite_where=text("state = 'pending'"),
+        ),
+        Index("ix_webhooks_project_state", "project", "state"),
+    )
+
+    #: The delivery's id, sent as ``chaz-webhook-id`` on every attempt.
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    #: Unique: a job's end applied twice records one delivery.
+    job_id: Mapped[str] = mapped_column(String(32), unique=True)
+    session_id: Mapped[str] = mapped_column(String(32))
+    project: Mapped[str] = mapped_column(String(64))
+    url: Mapped[str] = mapped_column(Text)
+    #: pending, delivered or dead (:class:`chaz.domain.webhooks.WebhookState`).
+    state: Mapped[str] = mapped_column(String(16))
+    #: Attempts begun (a claimed attempt counts before it is sent).
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    #: When the next attempt is due; while one is in flight, when it is
+    #: presumed lost (its worker died) and may be claimed again.
+    next_at: Mapped[datetime]
+    last_error: Mapped[str | None] = mapped_column(Text)
+    #: The HTTP status of the last answer (NULL: none, or no answer).
+    last_status: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime]
+    #: When it was delivered or given up.
+    settled_at: Mapped[datetime | None]
+
+
+class WebhookSecretRow(Base):
+    """A project's webhook signing secret (docs/http.md#webhooks): made on
+    first use, replaced by a rotation. Kept in the clear: signing needs it."""
+
+    __tablename__ = "webhook_secrets"
+
+    project: Mapped[str] = mapped_column(String(64), primary_key=True)
+    secret: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime]

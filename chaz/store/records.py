@@ -79,6 +79,7 @@ def as_job(row: Any) -> Job:
         started_at=as_ts(row["started_at"]),
         finished_at=as_ts(row["finished_at"]),
         usage=row.get("usage"),
+        webhook=row.get("webhook"),
     )
 
 

@@ -219,7 +219,8 @@ def _fenced_finish_stmt(target: JobStatus) -> Update:
         )
         # Which delivery admitted the job: its end applies that delivery's policy;
         # which schedule fire: its end is the fire's outcome (docs/schedules.md).
-        .returning(JOBS.c.delivery_id, JOBS.c.fire_id)
+        # And where its end is told (a run's webhook, docs/http.md#webhooks).
+        .returning(JOBS.c.delivery_id, JOBS.c.fire_id, JOBS.c.webhook, JOBS.c.project)
     )
 
 

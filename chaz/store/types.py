@@ -37,6 +37,8 @@ class JobFields:
     grants: list[str] | None = None
     #: Run under the unattended policy (also when the session is unattended).
     unattended: bool = False
+    #: The URL the job's end is POSTed to (a run's ``webhook``, docs/http.md#webhooks).
+    webhook: str | None = None
 
 
 @dataclass(frozen=True)

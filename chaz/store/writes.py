@@ -129,6 +129,7 @@ def new_job(
         "created_at": now,
         "started_at": None,
         "finished_at": None,
+        "webhook": f.webhook,
     }
 
 

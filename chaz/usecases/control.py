@@ -45,7 +45,7 @@ from chaz.errors import (
     VersionConflict,
 )
 from chaz.services import Services
-from chaz.usecases import admission, completion, deliveries
+from chaz.usecases import admission, completion, deliveries, webhooks
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +235,8 @@ def _cancel_one(
                     done, dequeued=job.status is JobStatus.QUEUED and job.starts == 0
                 )
                 _note(services, done, reason, waiting=job.status is JobStatus.WAITING_APPROVAL)
+                if done.webhook is not None:
+                    webhooks.announce(services, done.id)
                 try:
                     deliveries.settle(services, done)
                 except Exception:

@@ -4,7 +4,7 @@ on each scrape (docs/operations.md).
 A worker's own metrics (:mod:`chaz.metrics`) say what that worker did; what
 the whole fleet has waiting is nobody's counter. The exporter reads it when
 Prometheus asks: the Celery queues' depths, unfinished jobs by state,
-sessions with waiting jobs, deliveries by state, and the admission refusals
+sessions with waiting jobs, deliveries and runs' webhooks by state, and the admission refusals
 producers counted (:mod:`chaz.coord.refusals`). Run one per deployment: any
 number answer the same, and each scrape costs a few Redis reads and three
 grouped counts in one read transaction.
@@ -95,7 +95,14 @@ class FleetCollector(Collector):
         )
         for state, n in found.deliveries.items():
             deliveries.add_metric([state], n)
-        return [jobs, waiting, deliveries]
+        hooks = GaugeMetricFamily(
+            "chaz_webhooks",
+            "Runs' webhook deliveries, by state: pending (due or retrying), delivered, dead.",
+            labels=["state"],
+        )
+        for state, n in found.webhooks.items():
+            hooks.add_metric([state], n)
+        return [jobs, waiting, deliveries, hooks]
 
 
 def registry(services: Services) -> CollectorRegistry:

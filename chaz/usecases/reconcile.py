@@ -17,7 +17,7 @@ from chaz.domain.jobs import Job, JobStatus
 from chaz.ids import utcnow
 from chaz.plumbing.dispatch import Wake
 from chaz.services import Services
-from chaz.usecases import approvals
+from chaz.usecases import approvals, webhooks
 from chaz.usecases.deliveries import SweepReport, sweep
 from chaz.usecases.schedules import resume_stranded
 
@@ -46,6 +46,8 @@ class ReconcileReport:
     fires: int = 0
     #: Approval requests closed ``expired`` by their timeout (docs/approvals.md).
     approvals_expired: list[str] = field(default_factory=list)
+    #: Webhook deliveries due and unclaimed, sent again (docs/http.md#webhooks).
+    webhooks: int = 0
 
 
 class Reconciler:
@@ -98,6 +100,8 @@ class Reconciler:
         report.deliveries = sweep(svc, self.grace)
         # Schedule fires whose process died between the claim and the job.
         report.fires = resume_stranded(svc, self.grace)
+        # Webhook deliveries whose message was lost or whose worker died mid-POST.
+        report.webhooks = webhooks.sweep(svc, self.grace)
         # A cancel requested before a flush must still stop its turn.
         for job in active:
             if job.status is JobStatus.STOPPING:

@@ -32,11 +32,15 @@ def expire_artifacts(services: Services, now: datetime | None = None) -> int:
 
 
 def expire_events(services: Services, now: datetime | None = None) -> int:
-    """Delete the event log's rows older than ``CHAZ_EVENT_RETENTION_DAYS`` as of ``now``.
+    """Delete the event log's rows older than ``CHAZ_EVENT_RETENTION_DAYS`` as of ``now``,
+    and the webhook deliveries settled before then.
 
     With no retention set, nothing is deleted. How many were.
     """
-    return _sweep(services.settings.event_retention_days, now, services.store.events.expire)
+    days = services.settings.event_retention_days
+    # Settled webhook deliveries (docs/http.md#webhooks) go with the events.
+    hooks = _sweep(days, now, services.store.webhooks.expire)
+    return _sweep(days, now, services.store.events.expire) + hooks
 
 
 def _sweep(days: int | None, now: datetime | None, expire: Callable[..., int]) -> int:

@@ -341,7 +341,7 @@ def test_unsupported_fields_are_refused_with_the_field_named(served: Served) -> 
         tid = (await sdk.threads.create(graph_id=SAYER.id))["thread_id"]
         said = ask("x")
         cases: list[tuple[Awaitable[Any], str]] = [
-            (sdk.runs.wait(tid, SAYER.id, input=said, webhook="https://example.com/h"), "webhook"),
+            (sdk.runs.wait(tid, SAYER.id, input=said, interrupt_after="*"), "interrupt_after"),
             (
                 sdk.runs.create(tid, SAYER.id, input=said, multitask_strategy="rollback"),
                 "multitask_strategy",
@@ -373,6 +373,16 @@ def test_unsupported_fields_are_refused_with_the_field_named(served: Served) -> 
             "request.invalid",
             "assistant_id",
         )
+        # A webhook to a private address, by default: refused, nothing written
+        # (docs/security.md#webhooks; tests/acceptance/test_webhooks.py delivers).
+        answer = await refused(sdk.runs.wait(tid, SAYER.id, input=said, webhook="http://10.1/"))
+        body = answer.json()
+        assert (answer.status_code, body["code"], body["details"]["address"]) == (
+            422,
+            "webhook.forbidden",
+            "10.0.0.1",
+        )
+        assert await sdk.runs.list(tid) == []
 
     run(scenario())
 

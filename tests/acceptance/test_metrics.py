@@ -69,6 +69,7 @@ def test_the_exporter_reports_a_backlog_and_refusals(fleet: tuple[Stack, int]) -
     assert got[("chaz_jobs", (("state", "running"),))] == 0
     assert got[("chaz_sessions_waiting", ())] == 5
     assert got[("chaz_deliveries", (("state", "accepted"),))] == 0
+    assert got[("chaz_webhooks", (("state", "dead"),))] == 0
     assert got[("chaz_admission_refusals_total", (("code", "quota.queue_full"),))] == 1
     assert got[("chaz_exporter_source_up", (("source", "redis"),))] == 1
     assert got[("chaz_exporter_source_up", (("source", "database"),))] == 1

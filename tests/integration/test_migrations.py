@@ -43,6 +43,8 @@ TABLES = {
     "approvals",
     "projects",
     "api_keys",
+    "webhooks",
+    "webhook_secrets",
     "alembic_version",
 }
 

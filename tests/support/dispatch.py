@@ -12,11 +12,18 @@ class RecordingDispatcher:
 
     def __init__(self) -> None:
         self.wakes: list[tuple[str, str]] = []
+        #: ``(job_id, countdown)`` of each webhook attempt asked for.
+        self.webhooks: list[tuple[str, float | None]] = []
 
     def send_wake(self, session_id: str, execution_id: str, reason: Wake, **_: object) -> bool:
         """Record the wake-up (its reason and the real one's options, such as
         ``countdown``, change only how it is sent); it always "succeeds"."""
         self.wakes.append((session_id, execution_id))
+        return True
+
+    def send_webhook(self, job_id: str, *, countdown: float | None = None) -> bool:
+        """Record the webhook attempt asked for; it always "succeeds"."""
+        self.webhooks.append((job_id, countdown))
         return True
 
     def close(self) -> None:

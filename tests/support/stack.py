@@ -30,6 +30,8 @@ FLEET_ALLOWED = False
 #: for a broken start, wide enough for a machine busy with other runs and xdist peers.
 BOOT_TIMEOUT = 120.0
 TABLES = (
+    "webhooks",
+    "webhook_secrets",
     "api_keys",
     "projects",
     "approvals",

@@ -29,7 +29,7 @@ SID = "s1"
 
 def _job(job_id: str, status: JobStatus = JobStatus.QUEUED) -> Any:
     return SimpleNamespace(
-        id=job_id, status=status, delivery_id=None, member_agent_id=None, usage=None
+        id=job_id, status=status, delivery_id=None, member_agent_id=None, usage=None, webhook=None
     )
 
 

@@ -20,7 +20,7 @@ from chaz.domain.sessions import Session
 from chaz.errors import ChazError
 from chaz.plumbing.dispatch import Wake
 from chaz.services import Services
-from chaz.usecases import admission, completion, deliveries, naming
+from chaz.usecases import admission, completion, deliveries, naming, webhooks
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,9 @@ def after_job(services: Services, job: Job, *, inbox: bool, session: Session | N
     A failure here is logged, not raised: the job's end has committed, and
     the reconciler's sweep finishes what was left (chaz.usecases.deliveries.sweep).
     """
+    if job.webhook is not None:
+        # Its outbox row committed with the end; a lost send waits for the sweep.
+        webhooks.announce(services, job.id)
     try:
         if job.delivery_id is not None:
             deliveries.settle(services, job)

@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from chaz.errors import BackendUnavailable, ChazError, NotFound, ValidationError
 from chaz.server import producer, producer_more, runs, threads
 from chaz.server.errors import body_of, status_of
+from chaz.server.limits import BodyLimit, body_limit
 from chaz.server.state import Server
 from chaz.services import Services
 
@@ -49,6 +50,8 @@ def create_app(services: Services, *, anonymous: bool = False) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.chaz = Server(services, anonymous=anonymous)
+    # Before FastAPI reads a body into memory (chaz/server/limits.py).
+    app.add_middleware(BodyLimit, limit=body_limit(services.settings.max_content_bytes))
     app.include_router(threads.router)
     app.include_router(runs.router)
     app.include_router(producer.router)

@@ -335,6 +335,25 @@ def test_a_failed_run_is_an_error_to_wait_and_to_stream(served: Served) -> None:
     run(scenario())
 
 
+def test_a_body_past_the_servers_cap_is_refused_before_it_is_read(served: Served) -> None:
+    key = served.key(project())
+    cap = 6 * served.stack.settings.max_content_bytes + 64 * 1024
+    with httpx.Client(base_url=served.url, headers={"x-api-key": key}, timeout=60) as http:
+        tid = http.post("/threads", json={"metadata": {"graph_id": SAYER.id}}).json()["thread_id"]
+        huge = b'{"assistant_id": "' + b"x" * (cap + 1) + b'"}'
+        answer = http.post(
+            f"/threads/{tid}/runs", content=huge, headers={"content-type": "application/json"}
+        )
+        assert answer.status_code == 413
+        assert (answer.json()["code"], answer.json()["details"]["limit"]) == (
+            "request.too_large",
+            cap,
+        )
+        # Nothing was admitted, and the server still answers.
+        assert http.get(f"/threads/{tid}/runs").json() == []
+        assert http.get("/ok").json() == {"ok": True}
+
+
 def test_unsupported_fields_are_refused_with_the_field_named(served: Served) -> None:
     async def scenario() -> None:
         sdk = served.sdk(served.key(project()))

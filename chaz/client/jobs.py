@@ -99,8 +99,9 @@ class Jobs(Acting):
     ) -> dict[str, Any]:
         """The ``execution.cancel`` command (docs/contracts.md#cancel). Returns its outcome.
 
-        Needs ``runtime.control``; a job of another project is ``auth.forbidden``
-        and nothing changes (docs/security.md#execution-control).
+        Needs ``runtime.control`` (else ``auth.forbidden``); a job of another
+        project is answered exactly as a missing one, ``job.not_found``, and
+        nothing changes (docs/security.md#execution-control).
         """
         return cancel(
             self._svc,

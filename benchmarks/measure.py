@@ -206,7 +206,7 @@ class ReplyListener:
 
     def __init__(self, client: redis.Redis) -> None:
         self._client = client  # keep it: a collected client closes its pool's connections
-        self._pubsub = client.pubsub()  # type: ignore[no-untyped-call]
+        self._pubsub = client.pubsub()  # type: ignore[no-untyped-call,unused-ignore]
         self._pubsub.psubscribe(keys.entries_channel("*"))
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:  # wait for the subscription to be in force

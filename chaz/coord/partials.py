@@ -128,7 +128,7 @@ class StreamListener:
 
     def __init__(self, client: redis.Redis, session_id: str) -> None:
         self._entries = keys.entries_channel(session_id)
-        self._pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        self._pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call,unused-ignore]
         self._pubsub.subscribe(self._entries, keys.partials_channel(session_id))
 
     def next(self, timeout: float) -> tuple[Literal["entry", "partial"], Any] | None:

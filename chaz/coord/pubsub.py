@@ -60,7 +60,7 @@ class Listener:
     """
 
     def __init__(self, client: redis.Redis, *channels: str) -> None:
-        self._pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        self._pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call,unused-ignore]
         self._pubsub.subscribe(*channels)
 
     def next(self, timeout: float) -> Any | None:
@@ -346,7 +346,7 @@ class Subscriber:
         if not add and not remove:
             return
         if self._pubsub is None:
-            self._pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
+            self._pubsub = self._client.pubsub()  # type: ignore[no-untyped-call,unused-ignore]
         if remove:
             with self._lock:
                 self._live -= remove

@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 
 from chaz.client.base import Acting, translating
-from chaz.domain.approvals import Approval
+from chaz.domain.approvals import Approval, Decided
 from chaz.domain.principals import Grant
 from chaz.usecases import approvals as approval_cases
 
@@ -15,9 +15,7 @@ class Approvals(Acting):
     """Tool calls waiting for a person's decision (docs/approvals.md), of the
     principal's project."""
 
-    def decide(
-        self, request_id: str, decision: str, *, by: str | None = None
-    ) -> approval_cases.Decided:
+    def decide(self, request_id: str, decision: str, *, by: str | None = None) -> Decided:
         """``approve`` or ``deny`` a request: the first decision takes effect and
         resumes the turn; a later one (or one after the timeout) is recorded
         and changes nothing (``effective`` False).

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from chaz.client.base import Acting, iterating, translating
 from chaz.domain.events import Event
@@ -31,13 +31,21 @@ class Events(Acting):
         return self._svc.store.events.list(session.id, after=after, limit=limit)
 
     def follow(
-        self, session_id: str, after: int = 0, timeout: float | None = None
+        self,
+        session_id: str,
+        after: int = 0,
+        timeout: float | None = None,
+        *,
+        stop: Callable[[], bool] | None = None,
     ) -> Iterator[Event]:
         """The events after ``after``, then live ones as they are recorded, in id
-        order with no gap and no duplicate; forever, or until ``timeout`` seconds."""
+        order with no gap and no duplicate; forever, or until ``timeout`` seconds,
+        or until ``stop()`` is true (asked about once a second)."""
         self._may(Grant.HISTORY_READ, "read events")
         after = check_int("after", after, low=0, high=_MAX_EVENT_ID)
         if timeout is not None:
             timeout = check_seconds("timeout", timeout)
         session = self._session(session_id)
-        return iterating(event_log.follow(self._svc, session.id, after=after, timeout=timeout))
+        return iterating(
+            event_log.follow(self._svc, session.id, after=after, timeout=timeout, stop=stop)
+        )

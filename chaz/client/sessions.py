@@ -8,15 +8,13 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, overload
 
-from pydantic import BaseModel, ConfigDict
-
 from chaz.access import branches, discovery
 from chaz.client.base import Acting, translating
 from chaz.coord.partials import Partial
 from chaz.domain.addresses import parse_to
 from chaz.domain.agents import Limits
 from chaz.domain.approvals import check_permission_mode
-from chaz.domain.entries import Entry, EntryType, KeyScope, is_agent_sender
+from chaz.domain.entries import Attachment, Entry, EntryType, KeyScope, is_agent_sender
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.principals import DEFAULT_PERSON, Grant, Principal, grant_names
 from chaz.domain.rooms import MAX_BURST_BUDGET, check_members
@@ -605,15 +603,3 @@ def _room_members(host: str, members: object) -> builtins.list[str]:
 
 def _seq(field: str, value: object) -> int:
     return check_int(field, value, low=0, high=MAX_SEQ)
-
-
-class Attachment(BaseModel):
-    """An attach pointer followed to its target: what ``sessions.attachment`` returns."""
-
-    model_config = ConfigDict(frozen=True)
-
-    pointer: Entry
-    session_id: str
-    head_seq: int
-    status: str
-    entries: list[Entry]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -187,3 +188,22 @@ class Approval(BaseModel):
     #: Its job's project; the winning decision once decided.
     project: str = "default"
     decision: str | None = None
+
+
+@dataclass(frozen=True)
+class Decided:
+    """A decision's outcome: the request as it now is, and whether this
+    decision is the one that took effect."""
+
+    approval: Approval
+    effective: bool
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-safe form (the CLI prints it)."""
+        return {
+            "request_id": self.approval.request_id,
+            "state": self.approval.state.value,
+            "effective": self.effective,
+            "job_id": self.approval.job_id,
+            "decided_by": self.approval.decided_by,
+        }

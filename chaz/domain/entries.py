@@ -157,3 +157,15 @@ def replay_differences(first: Entry, retry: NewEntry) -> list[str]:
     if first.metadata != json.loads(json.dumps(retry.metadata or {})):
         differs.append("metadata")
     return differs
+
+
+class Attachment(BaseModel):
+    """An attach pointer followed to its target: what ``sessions.attachment`` returns."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pointer: Entry
+    session_id: str
+    head_seq: int
+    status: str
+    entries: list[Entry]

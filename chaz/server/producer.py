@@ -202,10 +202,12 @@ def watch(
     # Called here, not in the stream: a bad argument or a missing session is
     # an ordinary error answer, before any event.
     items = Sessions(c.services, c.principal).watch(ref, partial=partial, stop=gone.is_set, **given)
-    return EventSourceResponse(_streamed(_watched(items), gone))
+    return EventSourceResponse(streamed(watched(items), gone))
 
 
-def _watched(items: Iterator[Any]) -> Iterator[dict[str, str]]:
+def watched(items: Iterator[Any]) -> Iterator[dict[str, str]]:
+    """The server-sent events of a watch or a follow: ``open``, one event per
+    item (``partial`` for a partial, else ``entry``), then ``end`` or ``error``."""
     # At once: the client learns its watch was accepted without waiting for
     # the first entry (its watch() returns, as the in-process one does).
     yield {"event": "open", "data": "{}"}
@@ -223,7 +225,7 @@ def _watched(items: Iterator[Any]) -> Iterator[dict[str, str]]:
     yield {"event": "end", "data": "{}"}
 
 
-async def _streamed(
+async def streamed(
     events: Iterator[dict[str, str]], gone: threading.Event
 ) -> AsyncIterator[dict[str, str]]:
     """``events`` (a blocking iterator) read in a worker thread. When the

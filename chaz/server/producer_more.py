@@ -1,13 +1,15 @@
 """The producer routes of the smaller namespaces (docs/http.md#producer):
-deliveries, events, schedules and approvals, each route one call of the
-in-process namespace's method for the request's principal, as in
-:mod:`chaz.server.producer`."""
+deliveries, events (listed and followed), schedules and approvals (read and
+decided), each route one call of the in-process namespace's method for the
+request's principal, as in :mod:`chaz.server.producer`."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
+from sse_starlette import EventSourceResponse
 
 from chaz.client.approvals import Approvals
 from chaz.client.deliveries import Deliveries
@@ -15,7 +17,15 @@ from chaz.client.events import Events
 from chaz.client.schedules import Schedules
 from chaz.errors import ValidationError
 from chaz.server import fields
-from chaz.server.producer import PREFIX, as_json, kwargs_of, only_query, present
+from chaz.server.producer import (
+    PREFIX,
+    as_json,
+    kwargs_of,
+    only_query,
+    present,
+    streamed,
+    watched,
+)
 from chaz.server.state import Caller, Payload
 
 router = APIRouter(prefix=PREFIX)
@@ -88,6 +98,25 @@ def list_events(
     return as_json(Events(c.services, c.principal).list(ref, **given))
 
 
+@router.get("/sessions/{ref}/events/follow")
+def follow_events(
+    ref: str,
+    c: Caller,
+    request: Request,
+    after: int | None = Query(None),
+    timeout: float | None = Query(None),
+) -> EventSourceResponse:
+    """``client.events.follow`` as server-sent events, as the watch is: ``open``
+    at once, then an ``entry`` event per event (the model's JSON), then
+    ``end`` when its ``timeout`` ran out, or ``error``. A follow whose client
+    has gone ends within about a second."""
+    only_query(request, ("after", "timeout"))
+    gone = threading.Event()
+    given = present(after=after, timeout=timeout)
+    items = Events(c.services, c.principal).follow(ref, stop=gone.is_set, **given)
+    return EventSourceResponse(streamed(watched(items), gone))
+
+
 # -- schedules ---------------------------------------------------------------
 
 
@@ -157,3 +186,14 @@ def pending_approvals(c: Caller, request: Request, session_id: str | None = Quer
 def get_approval(request_id: str, c: Caller) -> Any:
     """``client.approvals.get``."""
     return as_json(Approvals(c.services, c.principal).get(request_id))
+
+
+@router.post("/approvals/{request_id}/decide")
+def decide_approval(request_id: str, c: Caller, payload: Payload = None) -> Any:
+    """``client.approvals.decide``: ``{"decision", "by"}``; the first decision
+    takes effect (``effective``), a later one is recorded and changes nothing."""
+    given = kwargs_of(fields.body(payload), ("decision", "by"))
+    if "decision" not in given:
+        raise ValidationError("decision is required", field="decision")
+    decision = given.pop("decision")
+    return as_json(Approvals(c.services, c.principal).decide(request_id, decision, **given))

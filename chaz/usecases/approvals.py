@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 
 from chaz.coord.pubsub import publish
-from chaz.domain.approvals import DECIDED, Approval, ApprovalState, Decision
+from chaz.domain.approvals import DECIDED, Approval, ApprovalState, Decided, Decision
 from chaz.domain.entries import EntryType, NewEntry, parse_sender
 from chaz.domain.principals import LOCAL, Grant, Principal
 from chaz.domain.validation import check_ref, invalid
@@ -31,25 +30,6 @@ log = logging.getLogger(__name__)
 
 #: Who a decision is recorded under when the caller names nobody.
 DEFAULT_DECIDER = "user:operator"
-
-
-@dataclass(frozen=True)
-class Decided:
-    """A decision's outcome: the request as it now is, and whether this
-    decision is the one that took effect."""
-
-    approval: Approval
-    effective: bool
-
-    def to_dict(self) -> dict[str, object]:
-        """A JSON-safe form (the CLI prints it)."""
-        return {
-            "request_id": self.approval.request_id,
-            "state": self.approval.state.value,
-            "effective": self.effective,
-            "job_id": self.approval.job_id,
-            "decided_by": self.approval.decided_by,
-        }
 
 
 def decide(

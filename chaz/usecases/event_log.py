@@ -14,7 +14,7 @@ or missing announcement delays it, never makes it miss an event.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from chaz.coord import keys
@@ -50,12 +50,15 @@ def follow(
     after: int = 0,
     timeout: float | None = None,
     poll: float = 1.0,
+    stop: Callable[[], bool] | None = None,
 ) -> Iterator[Event]:
     """Yield the session's events with ``id > after``: the backlog, then live ones.
 
     In id order, with no gap and no duplicate, forever or until ``timeout``
-    seconds have passed. The subscription is opened before the backlog is
-    read, so an event committed in between is read either way.
+    seconds have passed, or until ``stop()`` is true (asked at every poll: an
+    HTTP follower whose client has gone frees its thread within ``poll``).
+    The subscription is opened before the backlog is read, so an event
+    committed in between is read either way.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     log = services.store.events
@@ -72,7 +75,7 @@ def follow(
             if batch is not None and len(batch) == BATCH:
                 continue  # catching up: read on before waiting
             wait = wait_time(deadline, poll)
-            if wait is None:
+            if wait is None or (stop is not None and stop()):
                 return
             if listener.next(wait) is not None:
                 # A burst of announcements needs one read, not one each.

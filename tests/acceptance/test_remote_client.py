@@ -206,3 +206,80 @@ def test_the_cli_with_only_chaz_url_and_a_key(served: Served, tmp_path: Path) ->
     assert "hello from chaz" in cli("send", sid, "hi", "--wait")
     assert sid in cli("sessions", "ls")
     assert not home.exists()  # nothing embedded was started or written
+
+
+CAREFUL = chaz.AgentSpec(
+    id="http-careful",
+    tools=["echo"],
+    script=[{"steps": [{"call": "echo", "args": {"text": "{input}"}}, {"say": "after it"}]}],
+    tool_policies={"echo": {"approval": "always", "show": ["text"]}},
+)
+
+
+def test_rooms_search_pages_events_compaction_and_approvals_over_http(served: Served) -> None:
+    """The rest of the producer API, over HTTP and in process with one key:
+    the same answers, and another project's session missing to both."""
+    served.stack.client.agents.put(CAREFUL)
+    other = other_project(served)
+    key = served.key(project())
+    word = f"zebrafinch{new_id()[:8]}"
+    settings = served.stack.settings
+    with (
+        chaz.Client(url=served.url, api_key=key) as remote,
+        chaz.Client(settings, migrate=False, api_key=key) as local,
+    ):
+        s = remote.sessions.create("http-sayer")
+        posted = remote.sessions.post(s.id, f"a {word} sang")
+        remote.sessions.wait_for_reply(s.id, after=posted.seq, timeout=WAIT)
+
+        found = remote.sessions.search(word)
+        assert [r.session.session_id for r in found] == [s.id]
+        assert found == local.sessions.search(word)
+        page = remote.sessions.page(agent_id="http-sayer", limit=5)
+        assert [c.session_id for c in page.sessions] == [s.id] and page.next_cursor is None
+        assert page == local.sessions.page(agent_id="http-sayer", limit=5)
+
+        room = remote.sessions.add_member(s.id, "http-holder")
+        assert "http-holder" in (room.members or [])
+        assert remote.sessions.rooms() == local.sessions.rooms() == [room]
+        left = remote.sessions.remove_member(s.id, "http-holder")
+        assert "http-holder" not in (left.members or [])
+
+        followed = list(remote.events.follow(s.id, after=0, timeout=1))
+        assert followed == local.events.list(s.id)
+        assert {"room.member_added", "room.member_removed"} <= {e.kind for e in followed}
+
+        with pytest.raises(ValidationError) as caught:
+            remote.sessions.attachment(s.id, posted.seq)
+        assert caught.value.field == "seq"
+
+        summary = remote.sessions.compact(s.id, timeout=WAIT)
+        assert summary is not None and summary.type is chaz.EntryType.SUMMARY
+        assert remote.sessions.compact(s.id, timeout=WAIT) is None
+
+        careful = remote.sessions.create("http-careful")
+        launched = remote.sessions.post(careful.id, "launch")
+        [asked] = served.stack.wait_for(
+            lambda: remote.approvals.pending(careful.id), WAIT, "the approval request"
+        )
+        assert asked.arguments == {"text": "launch"}
+        first = remote.approvals.decide(asked.request_id, "approve")
+        late = remote.approvals.decide(asked.request_id, "deny")
+        assert (first.effective, late.effective) == (True, False)
+        assert first.approval.decided_by == late.approval.decided_by == "user:http"
+        reply = remote.sessions.wait_for_reply(careful.id, after=launched.seq, timeout=WAIT)
+        assert reply.content == "after it"
+
+        theirs = other["session"]
+        for call in (
+            lambda: remote.sessions.add_member(theirs, "http-holder"),
+            lambda: remote.sessions.remove_member(theirs, "http-holder"),
+            lambda: remote.sessions.compact(theirs),
+            lambda: remote.sessions.attachment(theirs, 1),
+            lambda: remote.events.follow(theirs, timeout=1),
+        ):
+            with pytest.raises(SessionNotFound):
+                call()
+        assert remote.sessions.search("mine") == []
+        with pytest.raises(chaz.errors.ApprovalNotFound):
+            remote.approvals.decide(new_id(), "approve")

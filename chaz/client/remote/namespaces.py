@@ -3,11 +3,12 @@ and a clear refusal for what the producer routes do not carry yet."""
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any, NoReturn
 from urllib.parse import quote
 
 from chaz.client.remote.transport import Transport
-from chaz.errors import Unsupported, ValidationError
+from chaz.errors import ChazError, Unsupported, ValidationError
 
 
 class RemoteNamespace:
@@ -71,3 +72,17 @@ def waited(timeout: object) -> float | None:
     if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout >= 0:
         return float(min(timeout, 10**9))
     return None
+
+
+def opened(
+    transport: Transport, path: str, params: dict[str, Any]
+) -> Generator[tuple[str, Any], None, None]:
+    """The events of a server-sent stream (a watch, a follow) once its ``open``
+    event came: the request was accepted, so a bad argument or a missing
+    session has raised already, as in-process."""
+    events = transport.events(path, params)
+    first = next(events, None)
+    if first is None or first[0] != "open":
+        events.close()
+        raise ChazError("chaz serve's stream did not open as expected")
+    return events

@@ -8,13 +8,16 @@ import json
 from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from pydantic import TypeAdapter
+
 from chaz.client.remote.errors import error_of
-from chaz.client.remote.namespaces import RemoteNamespace, given, segment, waited
+from chaz.client.remote.namespaces import RemoteNamespace, given, opened, segment, waited
 from chaz.domain.agents import Limits
-from chaz.domain.entries import Entry, EntryType
+from chaz.domain.entries import Attachment, Entry, EntryType
 from chaz.domain.jobs import Job
+from chaz.domain.search import SearchResult, SessionPage
 from chaz.domain.sessions import Session
-from chaz.errors import ChazError
+from chaz.errors import ChazError, ValidationError
 
 if TYPE_CHECKING:
     from chaz.coord.partials import Partial
@@ -24,15 +27,6 @@ class RemoteSessions(RemoteNamespace):
     """Sessions, as :class:`chaz.client.sessions.Sessions`, over HTTP."""
 
     _namespace = "sessions"
-    _later = (
-        "add_member",
-        "remove_member",
-        "rooms",
-        "attachment",
-        "page",
-        "search",
-        "compact",
-    )
 
     def create(
         self,
@@ -159,13 +153,7 @@ class RemoteSessions(RemoteNamespace):
         each event and each of the server's pings (every 15 s)."""
         path = f"/sessions/{segment('session', session_id)}/watch"
         params = {"after": after, "timeout": timeout, "partial": partial}
-        events = self._http.events(path, params)
-        # The server's first event, sent at once: the request was accepted.
-        opened = next(events, None)
-        if opened is None or opened[0] != "open":
-            events.close()
-            raise ChazError("chaz serve's watch did not open as expected")
-        return _watched(events, stop)
+        return _watched(opened(self._http, path, params), stop)
 
     def wait_for_reply(self, session_id: str, after: int = 0, timeout: float = 60.0) -> Entry:
         """``Sessions.wait_for_reply``: the reply or Error of the turn entry
@@ -191,6 +179,53 @@ class RemoteSessions(RemoteNamespace):
         """``Sessions.queue``: what runs and what waits, in admission order."""
         path = f"/sessions/{segment('session', session_id)}/queue"
         return [Job.model_validate(j) for j in self._http.call("GET", path)]
+
+    def add_member(self, ref: str, agent_id: str) -> Session:
+        """``Sessions.add_member``."""
+        path = f"/sessions/{segment('session', ref)}/members"
+        return Session.model_validate(self._http.call("POST", path, body={"agent_id": agent_id}))
+
+    def remove_member(self, ref: str, agent_id: str) -> Session:
+        """``Sessions.remove_member``."""
+        path = f"/sessions/{segment('session', ref)}/members/{segment('agent_id', agent_id)}"
+        return Session.model_validate(self._http.call("DELETE", path))
+
+    def rooms(self, limit: int = 50, *, archived: bool = False) -> builtins.list[Session]:
+        """``Sessions.rooms``: newest first."""
+        found = self._http.call("GET", "/rooms", params={"limit": limit, "archived": archived})
+        return [Session.model_validate(s) for s in found]
+
+    def attachment(self, session_id: str, seq: int) -> Attachment:
+        """``Sessions.attachment``: the attach pointer at ``seq`` followed."""
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            raise ValidationError("seq must be an integer", field="seq")
+        path = f"/sessions/{segment('session', session_id)}/attachments/{seq}"
+        return Attachment.model_validate(self._http.call("GET", path))
+
+    def page(
+        self, agent_id: str | None = None, limit: int = 20, cursor: str | None = None
+    ) -> SessionPage:
+        """``Sessions.page``: one page, most recently active first."""
+        params = {"agent_id": agent_id, "limit": limit, "cursor": cursor}
+        return _PAGE.validate_python(self._http.call("GET", "/page", params=params))
+
+    def search(
+        self, query: str, agent_id: str | None = None, limit: int = 10
+    ) -> builtins.list[SearchResult]:
+        """``Sessions.search``: best first."""
+        params = {"query": query, "agent_id": agent_id, "limit": limit}
+        return _RESULTS.validate_python(self._http.call("GET", "/search", params=params))
+
+    def compact(self, session_id: str, *, timeout: float = 60.0) -> Entry | None:
+        """``Sessions.compact``: the Summary written, or None (nothing to compact)."""
+        path = f"/sessions/{segment('session', session_id)}/compact"
+        found = self._http.call("POST", path, body={"timeout": timeout}, wait=waited(timeout))
+        return None if found is None else Entry.model_validate(found)
+
+
+#: The search and listing results are dataclasses: pydantic rebuilds them.
+_PAGE = TypeAdapter(SessionPage)
+_RESULTS = TypeAdapter(list[SearchResult])
 
 
 def _watched(

@@ -228,6 +228,14 @@ class Settings(BaseSettings):
         description="Wait after a webhook's first failed attempt; doubled after each further "
         "one, at most an hour.",
     )
+    http_threads: int = Field(
+        100,
+        ge=4,
+        le=10_000,
+        description="Threads of one chaz serve process for blocking work: every "
+        "request's database reads, and each wait (wait_for_reply, jobs.wait, runs/wait, "
+        "a stream) for as long as it waits.",
+    )
     # -- who a client acts as (docs/security.md)
     api_key: SecretStr | None = Field(
         None,

@@ -25,6 +25,7 @@ from chaz.server import producer, producer_more, producer_sessions, runs, thread
 from chaz.server.errors import body_of, status_of
 from chaz.server.limits import BodyLimit, body_limit
 from chaz.server.state import Server
+from chaz.server.waits import set_threads
 from chaz.services import Services
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ def create_app(services: Services, *, anonymous: bool = False) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        set_threads(services.settings.http_threads)
         try:
             yield
         finally:

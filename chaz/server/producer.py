@@ -30,6 +30,7 @@ from chaz.errors import ChazError, ValidationError
 from chaz.server import fields
 from chaz.server.errors import body_of
 from chaz.server.state import Call, Caller, Payload
+from chaz.server.waits import detached
 
 #: The prefix of every producer route; a new incompatible version gets a new one.
 PREFIX = "/chaz/v1"
@@ -176,11 +177,13 @@ def list_entries(
 
 
 @router.post("/sessions/{ref}/reply")
-def wait_for_reply(ref: str, c: Caller, payload: Payload = None) -> Any:
+async def wait_for_reply(ref: str, c: Caller, request: Request, payload: Payload = None) -> Any:
     """``client.sessions.wait_for_reply``: ``{"after", "timeout"}``; answers the
-    reply (or the turn's Error entry), or ``timeout`` (504)."""
+    reply (or the turn's Error entry), or ``timeout`` (504). A client that
+    leaves ends the wait (chaz/server/waits.py)."""
     given = kwargs_of(fields.body(payload), ("after", "timeout"))
-    return as_json(Sessions(c.services, c.principal).wait_for_reply(ref, **given))
+    sessions = Sessions(c.services, c.principal)
+    return as_json(await detached(request, lambda: sessions.wait_for_reply(ref, **given)))
 
 
 @router.get("/sessions/{ref}/watch")
@@ -319,17 +322,21 @@ def get_job(execution_id: str, c: Caller) -> Any:
 
 
 @router.post("/jobs/{execution_id}/wait")
-def wait_job(execution_id: str, c: Caller, payload: Payload = None) -> Any:
+async def wait_job(execution_id: str, c: Caller, request: Request, payload: Payload = None) -> Any:
     """``client.jobs.wait``: ``{"timeout"}``; the job once terminal, or ``timeout`` (504)."""
     given = kwargs_of(fields.body(payload), ("timeout",))
-    return as_json(Jobs(c.services, c.principal).wait(execution_id, **given))
+    jobs = Jobs(c.services, c.principal)
+    return as_json(await detached(request, lambda: jobs.wait(execution_id, **given)))
 
 
 @router.post("/jobs/{execution_id}/output")
-def job_output(execution_id: str, c: Caller, payload: Payload = None) -> Any:
+async def job_output(
+    execution_id: str, c: Caller, request: Request, payload: Payload = None
+) -> Any:
     """``client.jobs.output``: ``{"block", "timeout", "full"}``."""
     given = kwargs_of(fields.body(payload), ("block", "timeout", "full"))
-    return as_json(Jobs(c.services, c.principal).output(execution_id, **given))
+    jobs = Jobs(c.services, c.principal)
+    return as_json(await detached(request, lambda: jobs.output(execution_id, **given)))
 
 
 @router.post("/jobs/{execution_id}/cancel")

@@ -46,6 +46,7 @@ from chaz.errors import (
 )
 from chaz.services import Services
 from chaz.usecases import admission, completion, deliveries, webhooks
+from chaz.usecases.caller_gone import caller_gone
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +58,16 @@ MAX_HOPS = 64
 
 
 def wait_terminal(services: Services, job_id: str, timeout: float) -> Job:
-    """Poll until the job is terminal (backing off to 200 ms between reads)."""
+    """Poll until the job is terminal (backing off to 200 ms between reads), or
+    ``timeout`` once ``timeout`` seconds have passed or the caller has gone
+    (:mod:`chaz.usecases.caller_gone`)."""
     deadline = time.monotonic() + timeout
     pause = 0.01
     while True:
         job = services.store.get_job(job_id)
         if job.status.terminal:
             return job
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= deadline or caller_gone():
             raise Timeout(
                 f"job {job_id} is still {job.status.value} after {timeout:g}s", job_id=job_id
             )

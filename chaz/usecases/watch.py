@@ -33,6 +33,7 @@ from chaz.coord.partials import Partial, StreamListener
 from chaz.coord.pubsub import Listener, Subscriber, wait_time
 from chaz.domain.entries import Entry, EntryType
 from chaz.store.facade import Store
+from chaz.usecases import caller_gone
 
 
 @overload
@@ -90,7 +91,11 @@ def watch(
     every message of the session since before it, the backlog read is skipped.
     ``stop``: asked at every ``poll`` and every message heard; once it answers true the
     watch ends (an HTTP stream whose client has gone, chaz/server/producer.py).
+    Without one, the call's :mod:`chaz.usecases.caller_gone` hook, if any.
     """
+    if stop is None:
+        # A wait on behalf of an HTTP client ends when the client goes.
+        stop = caller_gone.hook()
     if partial:
         return _watch_partials(store, client, session_id, after, timeout, poll, stop)
     return _watch(store, client, session_id, after, timeout, poll, subscriber, written_after, stop)

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -28,6 +29,7 @@ from tests.acceptance.test_http import WAIT, Served, project
 from tests.acceptance.test_http import served as served
 from tests.support import producer_script
 from tests.support.cli import CLI
+from tests.support.serve import serving
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -283,3 +285,38 @@ def test_rooms_search_pages_events_compaction_and_approvals_over_http(served: Se
         assert remote.sessions.search("mine") == []
         with pytest.raises(chaz.errors.ApprovalNotFound):
             remote.approvals.decide(new_id(), "approve")
+
+
+def test_a_client_that_leaves_a_wait_frees_its_server_thread(served: Served) -> None:
+    """Four server threads, four waits abandoned by their clients (two for a
+    reply, two for a job's end, all of a turn held at a gate): the server
+    still answers, because each wait ends once its client has gone; without
+    that, each would hold its thread for the hour it asked for."""
+    key = served.key(project())
+    with (
+        serving(served.stack, CHAZ_HTTP_THREADS="4") as url,
+        chaz.Client(url=url, api_key=key) as client,
+    ):
+        s = client.sessions.create("http-holder")
+        posted = client.sessions.post(s.id, "hold on")
+        api, headers = f"{url}/chaz/v1", {"x-api-key": key}
+        waits = [
+            (f"{api}/sessions/{s.id}/reply", {"after": posted.seq, "timeout": 3600}),
+            (f"{api}/sessions/{s.id}/reply", {"after": posted.seq, "timeout": 3600}),
+            (f"{api}/jobs/{posted.job_id}/wait", {"timeout": 3600}),
+            (f"{api}/jobs/{posted.job_id}/wait", {"timeout": 3600}),
+        ]
+
+        def abandon(route: str, body: dict[str, object]) -> None:
+            # The client gives up reading after a moment and closes its connection.
+            with pytest.raises(httpx.ReadTimeout):
+                httpx.post(route, json=body, headers=headers, timeout=httpx.Timeout(30, read=2))
+
+        with ThreadPoolExecutor(len(waits)) as pool:
+            list(pool.map(lambda w: abandon(*w), waits))
+        # Needs a thread (its key is checked in one); answers once the waits have ended.
+        answer = httpx.get(f"{api}/whoami", headers=headers, timeout=WAIT)
+        assert answer.status_code == 200 and answer.json()["project"] == client.principal.project
+        served.stack.open_gate(f"hold-{s.id}")
+        reply = client.sessions.wait_for_reply(s.id, after=posted.seq, timeout=WAIT)
+        assert reply.content == "done: hold on"

@@ -19,13 +19,14 @@ WAIT = 60
 
 
 @contextmanager
-def serving(stack: Stack) -> Iterator[str]:
-    """The URL of a ``chaz serve`` over ``stack``'s settings, stopped on exit."""
+def serving(stack: Stack, **env: str) -> Iterator[str]:
+    """The URL of a ``chaz serve`` over ``stack``'s settings (and ``env``'s
+    variables besides), stopped on exit."""
     port = free_port()
     log = (stack.settings.home / f"serve-{port}.log").open("w")
     child = subprocess.Popen(
         [*INTERRUPTIBLE_CLI, "serve", "--port", str(port), "--loglevel", "warning"],
-        env=cli_env(settings=stack.settings),
+        env={**cli_env(settings=stack.settings), **env},
         cwd=stack.settings.home.parent,
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -6,8 +6,8 @@ An id is ``TAG.SEQ.PART.KIND`` + ``INDEX``, for instance
 
 - ``TAG``: 8 hex digits of the SHA-256 of the run id, so an id of another
   run is refused rather than resumed from an unrelated place;
-- ``SEQ``: the seq of the last session entry the stream had read (from the
-  run's input on);
+- ``SEQ``: the seq of the last entry of the run it had sent a step for (the
+  run's input before any);
 - ``PART``: the buffer position of the last of the run's partials it had
   sent (``0``: none yet; a position is a Redis Stream id, ``MS-N``);
 - ``KIND``: the step the event belongs to: ``s`` the start (the input's

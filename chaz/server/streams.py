@@ -170,10 +170,10 @@ def _follow(st: Stream, place: EventId) -> Iterator[Event]:
                 if item.job_id == st.job.id:
                     yield from cursor.drain()
                 continue
-            cursor.seq = item.seq
             if item.job_id != st.job.id or not (_ends_run(st, item) or mapping.message(item)):
                 continue
             yield from cursor.drain()
+            cursor.seq = item.seq
             yield from cursor.send("e", _entry(st, item))
             if _ends_run(st, item):
                 return
@@ -188,7 +188,10 @@ def _follow(st: Stream, place: EventId) -> Iterator[Event]:
 
 
 class _Cursor:
-    """Where a stream is: the last entry read, the last partial sent."""
+    """Where a stream is: the last entry it sent a step for (or the input), and
+    the last partial it sent. Entries read past without a step are not
+    counted: a partial's place is then the same in every stream of the run,
+    however far each had read when it heard the partial."""
 
     def __init__(self, st: Stream, place: EventId) -> None:
         self.st = st

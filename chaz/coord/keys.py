@@ -12,7 +12,12 @@ key                                     type        meaning
 ``chaz:events:{sid}``                   channel     a committed event of ``sid``'s event log, as
                                                     JSON (a nudge: followers re-read the table)
 ``chaz:partials:{sid}``                 channel     partial text of an answer being streamed in
-                                                    ``sid``, as JSON; never stored (best effort)
+                                                    ``sid``, as JSON (best effort)
+``chaz:pbuf:{job}``                     stream      the same partials of ``job``, in publish
+                                                    order, for HTTP streams to replay: at most
+                                                    about ``BUFFER_MAX``, expiring
+                                                    ``BUFFER_SECONDS`` after the last
+                                                    (``chaz.coord.partials``)
 ``chaz:q:{sid}``                        string      jobs admitted and waiting in ``sid``
 ``chaz:cum:{sid}``                      string      jobs ever admitted in ``sid`` (never refunded)
 ``chaz:plive:{project}``                zset        job id -> when its admission was reserved
@@ -75,6 +80,11 @@ def events_channel(session_id: str) -> str:
 def partials_channel(session_id: str) -> str:
     """The pub/sub channel that carries partial text of a session's streamed answers."""
     return f"{PREFIX}:partials:{session_id}"
+
+
+def partials_buffer(job_id: str) -> str:
+    """The Redis Stream that keeps a job's recent partials for replay."""
+    return f"{PREFIX}:pbuf:{job_id}"
 
 
 def queued(session_id: str) -> str:

@@ -2,9 +2,16 @@
 
 A backend that streams hands its text here as it arrives; watchers that asked
 for partials (``client.sessions.watch(sid, partial=True)``) see the answer
-grow. Partials are never stored: they are a preview, and publishing is best
-effort. A lost partial, or one published to nobody, costs nothing but the
-preview; the reply entry the turn commits afterwards is the truth.
+grow. Partials are a preview, and publishing is best effort. A lost partial,
+or one published to nobody, costs nothing but the preview; the reply entry
+the turn commits afterwards is the truth.
+
+Each partial is also appended to a bounded buffer, a Redis Stream per job
+(``chaz:pbuf:{job}``, at most about :data:`BUFFER_MAX` partials, expiring
+:data:`BUFFER_SECONDS` after the last), so that an HTTP stream can send the
+partials its client missed (:func:`buffered`, docs/http.md#streams). The
+buffer lives only in Redis: a Redis restart empties it, and the streams fall
+back to the stored entries.
 
 Cost: models send deltas of a token or two. :class:`PartialPublisher`
 coalesces them into one ``PUBLISH`` per :data:`DEFAULT_INTERVAL` seconds (or
@@ -16,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import redis
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,6 +34,12 @@ from chaz.coord import keys
 DEFAULT_INTERVAL = 0.05
 #: A buffer this long is published at once.
 DEFAULT_MAX_CHARS = 2048
+#: About how many partials a job's replay buffer keeps (the oldest are trimmed).
+BUFFER_MAX = 4096
+#: How long a job's replay buffer outlives its last partial, in seconds.
+BUFFER_SECONDS = 3600
+#: The position before a job's first partial (a buffer position is a Redis Stream id).
+START = "0"
 
 
 class Partial(BaseModel):
@@ -68,6 +81,7 @@ class PartialPublisher:
     ) -> None:
         self._client = client
         self._channel = keys.partials_channel(session_id)
+        self._buffer_key = keys.partials_buffer(job_id)
         self.session_id = session_id
         self.job_id = job_id
         self.interval = interval
@@ -108,14 +122,48 @@ class PartialPublisher:
             seq=self.seq,
             text=text,
         )
+        data = partial.model_dump_json()
         # Best effort: the reply entry is the record, the partial a preview.
+        # Into the buffer first: a stream woken by the publish finds it there.
         with contextlib.suppress(redis.RedisError):
-            self._client.publish(self._channel, partial.model_dump_json())
+            pipe = self._client.pipeline(transaction=False)
+            pipe.xadd(self._buffer_key, {"p": data}, maxlen=BUFFER_MAX, approximate=True)
+            pipe.expire(self._buffer_key, BUFFER_SECONDS)
+            pipe.publish(self._channel, data)
+            pipe.execute()
 
     def discard(self) -> None:
         """Drop the buffered text unpublished (the stream was cancelled)."""
         self._buffer.clear()
         self._buffered = 0
+
+
+def buffered(
+    client: redis.Redis, job_id: str, after: str = START, *, only: bool = False
+) -> list[tuple[str, Partial]]:
+    """The partials of ``job_id``'s buffer after position ``after`` (from the
+    first with :data:`START`), oldest first, each with its position; with
+    ``only``, the one at position ``after`` if the buffer still holds it.
+
+    Empty when the buffer is gone (expired, or Redis restarted) or Redis
+    cannot be reached: the caller's stored entries are the record.
+    """
+    key = keys.partials_buffer(job_id)
+    try:
+        if only:
+            rows = client.xrange(key, after, after) if after != START else []
+        else:
+            rows = client.xrange(key, "-" if after == START else f"({after}", "+")
+    except redis.RedisError:
+        return []
+    out = []
+    for position, fields in cast(list[tuple[Any, dict[Any, Any]]], rows):
+        raw = fields.get("p") or fields.get(b"p")
+        if raw is None:
+            continue  # not a partial of ours
+        text = position.decode() if isinstance(position, bytes) else str(position)
+        out.append((text, Partial.model_validate_json(raw)))
+    return out
 
 
 class StreamListener:

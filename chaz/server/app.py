@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chaz.errors import BackendUnavailable, ChazError, NotFound, ValidationError
-from chaz.server import producer, producer_more, producer_sessions, runs, threads
+from chaz.server import producer, producer_more, producer_sessions, runs, streams, threads
 from chaz.server.errors import body_of, status_of
 from chaz.server.limits import BodyLimit, body_limit
 from chaz.server.state import Server
@@ -56,6 +56,7 @@ def create_app(services: Services, *, anonymous: bool = False) -> FastAPI:
     app.add_middleware(BodyLimit, limit=body_limit(services.settings.max_content_bytes))
     app.include_router(threads.router)
     app.include_router(runs.router)
+    app.include_router(streams.router)
     app.include_router(producer.router)
     app.include_router(producer_more.router)
     app.include_router(producer_sessions.router)

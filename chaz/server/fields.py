@@ -87,7 +87,8 @@ def stream_modes(raw: object) -> tuple[str, ...]:
 
 
 #: The stream modes chaz implements.
-STREAM_MODES = ("values", "messages-tuple")
+#: ``custom`` is accepted and sends nothing: chaz has no custom writer (docs/http.md#streams).
+STREAM_MODES = ("values", "updates", "messages-tuple", "events", "custom")
 
 
 def input_text(raw: object) -> str:

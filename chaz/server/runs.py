@@ -8,14 +8,12 @@ and its output is the reply. ``enqueue`` is what the lane does anyway;
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
-from sse_starlette import EventSourceResponse
 
 from chaz.coord.partials import Partial
 from chaz.domain.entries import Entry, EntryType, KeyScope, NewEntry, is_agent_sender
@@ -36,7 +34,11 @@ router = APIRouter()
 #: The fields of a run's body chaz implements (the others are refused).
 RUN_FIELDS = ("assistant_id", "input", "multitask_strategy", "stream_mode", "webhook")
 #: Values of other fields that mean what chaz does anyway.
-RUN_DEFAULTS: dict[str, tuple[object, ...]] = {"on_disconnect": ("continue",)}
+#: (Every chaz stream is resumable: docs/http.md#streams.)
+RUN_DEFAULTS: dict[str, tuple[object, ...]] = {
+    "on_disconnect": ("continue",),
+    "stream_resumable": (True,),
+}
 #: The multitask strategies chaz implements; interrupt and rollback are refused.
 STRATEGIES = ("enqueue", "reject")
 #: How long ``/runs/wait`` and ``/runs/stream`` follow a run before ``timeout``.
@@ -75,7 +77,10 @@ def start(c: Call, thread_id: str, given: dict[str, Any], streamed: bool) -> Sta
         )
     modes = fields.stream_modes(given.get("stream_mode"))
     if not streamed and modes != ("values",):
-        raise Unsupported("stream_mode is for /runs/stream (no rejoin yet)", field="stream_mode")
+        raise Unsupported(
+            "stream_mode is for /runs/stream and a rejoin's query: chaz keeps no modes with a run",
+            field="stream_mode",
+        )
     raw_hook = given.get("webhook")
     hook = None if raw_hook is None else webhooks.check(c.services.settings, raw_hook)
     session = c.thread(thread_id)
@@ -188,66 +193,6 @@ def wait_run(thread_id: str, c: Caller, payload: Payload = None) -> JSONResponse
         pass
     job = wait_terminal(c.services, run.job.id, END_SECONDS)
     return JSONResponse(finished(c, run.session, job), headers=run.headers)
-
-
-@router.post("/threads/{thread_id}/runs/stream")
-def stream_run(thread_id: str, c: Caller, payload: Payload = None) -> EventSourceResponse:
-    """Start a run and stream it as server-sent events: ``metadata`` (the run's
-    id) first, then per mode ``values`` (the thread's values, before and after)
-    and ``messages`` (the reply's partials as message chunks), an ``error``
-    if it failed, and ``end``."""
-    given = fields.body(payload)
-    run = start(c, thread_id, given, streamed=True)
-    modes = fields.stream_modes(given.get("stream_mode"))
-    return EventSourceResponse(_events(c, run, modes), headers=run.headers)
-
-
-def _events(c: Call, run: Started, modes: tuple[str, ...]) -> Iterator[dict[str, str]]:
-    """The events of one streamed run, in the order LangGraph's clients expect."""
-    partial = "messages-tuple" in modes
-    items = follow(c, run.session.id, run.job.id, after=run.entry.seq - 1, partial=partial)
-    try:
-        yield from _followed(c, run, modes, items)
-    finally:
-        close = getattr(items, "close", None)
-        if close is not None:
-            close()  # unsubscribes
-
-
-def _followed(
-    c: Call, run: Started, modes: tuple[str, ...], items: Iterator[Entry | Partial]
-) -> Iterator[dict[str, str]]:
-    # The input, read through the watch: once it is here the watch has
-    # subscribed, so a client that acts on the metadata event (the run has
-    # begun) misses no partial published after it.
-    next(items)
-    yield _event("metadata", {"run_id": run.job.id, "thread_id": run.session.id})
-    # Up to the input: what the follow yields next starts right after it, so
-    # an entry committed since the write is neither lost nor sent twice.
-    entries = [e for e in c.conversation(run.session.id) if e.seq <= run.entry.seq]
-    if "values" in modes:
-        yield _event("values", mapping.values(entries))
-    try:
-        for item in items:
-            if isinstance(item, Partial):
-                meta = {"run_id": run.job.id, "thread_id": run.session.id, "step": item.step}
-                yield _event("messages", [mapping.chunk(item.job_id, item.step, item.text), meta])
-            else:
-                entries.append(item)
-        job = wait_terminal(c.services, run.job.id, END_SECONDS)
-    except Timeout as exc:
-        yield _event("error", {"error": exc.code, "message": exc.message})
-        return
-    if "values" in modes:
-        yield _event("values", mapping.values(entries))
-    error = outcome(job)
-    if error:
-        yield _event("error", error)
-    yield _event("end", {"run_id": job.id, "status": mapping.RUN_STATUS[job.status]})
-
-
-def _event(name: str, data: object) -> dict[str, str]:
-    return {"event": name, "data": json.dumps(data, separators=(",", ":"))}
 
 
 @router.get("/threads/{thread_id}/runs")

@@ -1,6 +1,7 @@
 """Partials on a real Redis (chaz/coord/partials.py): deltas are coalesced into
 few publishes, each partial is heard on the session's partials channel in
-order, and a Redis that is down costs the publisher nothing but the preview."""
+order and kept in the job's bounded replay buffer, and a Redis that is down
+costs the publisher nothing but the preview."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from chaz.coord.partials import Partial, PartialPublisher, StreamListener
+from chaz.coord import keys
+from chaz.coord.partials import (
+    BUFFER_SECONDS,
+    START,
+    Partial,
+    PartialPublisher,
+    StreamListener,
+    buffered,
+)
 from tests.conftest import free_port
 
 #: Longer than any test lasts: only size, step changes and flushes publish.
@@ -81,3 +90,29 @@ def test_a_redis_that_is_down_loses_only_the_preview() -> None:
     pub.write(0, "nobody hears this")
     pub.flush()
     assert pub.seq == 1
+
+
+def test_partials_are_buffered_per_job_for_replay(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    job = f"job-buf-{time.monotonic_ns()}"
+    pub = PartialPublisher(client, "sess-buf", job, interval=NEVER)
+    for text in ("one ", "two ", "three"):
+        pub.write(0, text)
+        pub.flush()
+    everything = buffered(client, job)
+    assert [(p.seq, p.text) for _, p in everything] == [(1, "one "), (2, "two "), (3, "three")]
+    positions = [pos for pos, _ in everything]
+    assert positions == sorted(positions, key=lambda p: tuple(map(int, p.split("-"))))
+    # After a position: exactly what followed it; `only`: that one.
+    assert [p.text for _, p in buffered(client, job, positions[0])] == ["two ", "three"]
+    assert [p.text for _, p in buffered(client, job, positions[-1])] == []
+    assert [p.text for _, p in buffered(client, job, positions[1], only=True)] == ["two "]
+    assert buffered(client, job, START, only=True) == []
+    ttl = client.ttl(keys.partials_buffer(job))
+    assert 0 < ttl <= BUFFER_SECONDS
+    # Gone (a Redis restart, an expiry): nothing to replay, and no error.
+    client.delete(keys.partials_buffer(job))
+    assert buffered(client, job) == []
+    down = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=1)
+    assert buffered(down, job) == []
+    client.close()

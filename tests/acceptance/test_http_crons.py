@@ -49,6 +49,7 @@ def fired(served: Served, cron: dict[str, Any]) -> ScheduleFire:
         return row if row is not None and row.outcome is not FireOutcome.ADMITTED else None
 
     row = served.stack.wait_for(settled, WAIT, "the fire's turn to end")
+    assert row is not None
     assert row.outcome is FireOutcome.SUCCEEDED, row
     return row
 

@@ -76,9 +76,11 @@ def test_threadless_runs_make_a_thread_each_and_refusals_make_none(served: Serve
         assert parts[0].event == "metadata"
         assert [p.event for p in parts][-2:] == ["values", "end"]
         third = parts[0].data["thread_id"]
-        assert said(parts[-2].data)[-1] == ("ai", "one two three four")
+        final: Any = parts[-2].data
+        assert said(final)[-1] == ("ai", "one two three four")
         assert parts[-1].data == {"run_id": parts[0].data["run_id"], "status": "success"}
-        assert (await sdk.threads.get(third))["metadata"]["graph_id"] == STREAMER.id
+        thread: Any = await sdk.threads.get(third)
+        assert thread["metadata"]["graph_id"] == STREAMER.id
         kept = await sdk.runs.wait(None, ECHO.id, input=ask("k"), on_completion="keep")
         assert said(kept)[-1] == ("ai", "echo: k")
 
@@ -113,7 +115,8 @@ def test_threadless_runs_make_a_thread_each_and_refusals_make_none(served: Serve
 
 def test_threads_update_and_history(served: Served) -> None:
     async def scenario() -> None:
-        sdk = served.sdk(served.key(project()))
+        key = served.key(project())
+        sdk = served.sdk(key)
         tid = (await sdk.threads.create(graph_id=ECHO.id))["thread_id"]
         for text in ("one", "two"):
             await sdk.runs.wait(tid, ECHO.id, input=ask(text))
@@ -121,7 +124,9 @@ def test_threads_update_and_history(served: Served) -> None:
         updated = await sdk.threads.update(tid, metadata={"graph_id": ECHO.id})
         assert updated["thread_id"] == tid
         assert updated["metadata"] == {"graph_id": ECHO.id, "assistant_id": ECHO.id}
-        assert await sdk.threads.update(tid, metadata={}, return_minimal=True) is None
+        with httpx.Client(base_url=served.url, headers={"x-api-key": key}) as http:
+            minimal = http.patch(f"/threads/{tid}", json={}, headers={"prefer": "return=minimal"})
+            assert (minimal.status_code, minimal.content) == (204, b"")
         await expect(sdk.threads.update(tid, metadata={"team": "a"}), 422, "request.unsupported")
         await expect(
             sdk.threads.update(tid, metadata={"graph_id": HOLDER.id}),
@@ -222,7 +227,9 @@ def test_a_run_is_deleted_once_it_has_ended_and_its_messages_stay(served: Served
     run(scenario())
 
 
-SPEC_SCRIPT = [{"steps": [{"say": "copied: {input}"}]}]
+NOPE: Any = ["nope"]
+CHANGED_SCRIPT: Any = [{"steps": [{"say": "changed: {input}"}]}]
+SPEC_SCRIPT: Any = [{"steps": [{"say": "copied: {input}"}]}]
 
 
 def test_assistants_are_written_by_an_operator_only(served: Served) -> None:
@@ -234,15 +241,14 @@ def test_assistants_are_written_by_an_operator_only(served: Served) -> None:
             keyed.assistants.delete(ECHO.id),
         ):
             await expect(call, 403, "auth.forbidden")
-        assert (await keyed.assistants.get(ECHO.id))["context"]["system_prompt"] == (
-            ECHO.system_prompt
-        )
+        echo: Any = await keyed.assistants.get(ECHO.id)
+        assert echo["context"]["system_prompt"] == ECHO.system_prompt
         if served.stack.kind != "embedded":
             # No key is the operator only on the embedded default's loopback listener.
             await expect(served.sdk(None).assistants.delete(ECHO.id), 401, "auth.unauthenticated")
             return
         op = served.sdk(None)
-        copy = await op.assistants.create(
+        copy: Any = await op.assistants.create(
             ECHO.id, assistant_id="routes-copy", context={"script": SPEC_SCRIPT}
         )
         assert (copy["assistant_id"], copy["graph_id"]) == ("routes-copy", "routes-copy")
@@ -252,21 +258,21 @@ def test_assistants_are_written_by_an_operator_only(served: Served) -> None:
         values: Any = await keyed.runs.wait(tid, "routes-copy", input=ask("a"))
         assert said(values)[-1] == ("ai", "copied: a")
 
-        changed = await op.assistants.update(
-            "routes-copy", context={"script": [{"steps": [{"say": "changed: {input}"}]}]}
-        )
+        changed: Any = await op.assistants.update("routes-copy", context={"script": CHANGED_SCRIPT})
         assert changed["context"]["script"][0]["steps"][0]["say"] == "changed: {input}"
         values = await keyed.runs.wait(tid, "routes-copy", input=ask("b"))
         assert said(values)[-1] == ("ai", "changed: b")
 
         await expect(op.assistants.create(ECHO.id, assistant_id="routes-copy"), 409, "conflict")
-        same = await op.assistants.create(None, assistant_id="routes-copy", if_exists="do_nothing")
+        same: Any = await op.assistants.create(
+            None, assistant_id="routes-copy", if_exists="do_nothing"
+        )
         assert same == changed
-        by_name = await op.assistants.create(
+        by_name: Any = await op.assistants.create(
             None, name="routes-named", context={"script": SPEC_SCRIPT}
         )
         assert by_name["assistant_id"] == "routes-named"
-        fresh = await op.assistants.create(None, context={"script": SPEC_SCRIPT})
+        fresh: Any = await op.assistants.create(None, context={"script": SPEC_SCRIPT})
         assert len(fresh["assistant_id"]) == 16
 
         for call, code, field in (
@@ -278,7 +284,7 @@ def test_assistants_are_written_by_an_operator_only(served: Served) -> None:
             ),
             (
                 op.assistants.create(
-                    None, assistant_id="x2", context={"script": SPEC_SCRIPT, "tools": ["nope"]}
+                    None, assistant_id="x2", context={"script": SPEC_SCRIPT, "tools": NOPE}
                 ),
                 "request.invalid",
                 "context.tools",

@@ -151,6 +151,8 @@ class Job(BaseModel):
     usage: Usage | None = None
     #: The URL its run's end is POSTed to (docs/http.md#webhooks; None: none).
     webhook: str | None = None
+    #: When its run was deleted over HTTP (hidden from its thread's runs; None: not).
+    hidden_at: datetime | None = None
 
 
 def missing_job(job_id: str) -> JobNotFound:

@@ -21,7 +21,19 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chaz.errors import BackendUnavailable, ChazError, NotFound, ValidationError
-from chaz.server import producer, producer_more, producer_sessions, runs, streams, threads
+from chaz.server import (
+    assistants,
+    crons,
+    history,
+    producer,
+    producer_more,
+    producer_sessions,
+    run_delete,
+    runs,
+    streams,
+    threadless,
+    threads,
+)
 from chaz.server.errors import body_of, status_of
 from chaz.server.limits import BodyLimit, body_limit
 from chaz.server.state import Server
@@ -57,6 +69,9 @@ def create_app(services: Services, *, anonymous: bool = False) -> FastAPI:
     app.include_router(threads.router)
     app.include_router(runs.router)
     app.include_router(streams.router)
+    # Each a module of its own (docs/http.md#routes): threads.py and runs.py stay small.
+    for more in (history, run_delete, threadless, crons, assistants):
+        app.include_router(more.router)
     app.include_router(producer.router)
     app.include_router(producer_more.router)
     app.include_router(producer_sessions.router)
@@ -83,7 +98,7 @@ def info() -> dict[str, Any]:
     return {
         "version": _version(),
         "server": "chaz",
-        "flags": {"assistants": True, "crons": False, "langsmith": False},
+        "flags": {"assistants": True, "crons": True, "langsmith": False},
     }
 
 

@@ -101,15 +101,18 @@ def run(job: Job, agent_id: str, strategy: str = "enqueue") -> dict[str, Any]:
 
 
 def assistant(spec: AgentSpec) -> dict[str, Any]:
-    """An agent as an assistant: its id is both ``assistant_id`` and ``graph_id``.
+    """An agent as an assistant: its id is both ``assistant_id`` and ``graph_id``,
+    and its ``context`` is the spec without the id (what an update changes).
     chaz keeps no versions or timestamps of agents: ``version`` is 1."""
+    context = spec.model_dump(mode="json")
+    del context["id"]
     return {
         "assistant_id": spec.id,
         "graph_id": spec.id,
         "name": spec.id,
         "description": None,
         "config": {},
-        "context": {},
+        "context": context,
         "metadata": {"model": spec.model},
         "version": 1,
         "created_at": None,

@@ -218,16 +218,17 @@ def list_runs(
         limit=offset + limit,
         newest_first=True,
         project=c.principal.project,
+        hidden=False,
     )[offset:]
     return [mapping.run(j, session.agent_id) for j in jobs]
 
 
 def _run(c: Call, thread_id: str, run_id: str) -> tuple[Session, Job]:
     """The thread and its run, in the principal's project; a run of another
-    thread is answered exactly like a missing one."""
+    thread, or one deleted (hidden), is answered exactly like a missing one."""
     session = c.thread(thread_id)
     job = c.services.store.get_job(check_ref("run_id", run_id), project=c.principal.project)
-    if job.session_id != session.id:
+    if job.session_id != session.id or job.hidden_at is not None:
         raise missing_job(run_id)
     return session, job
 

@@ -6,16 +6,16 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, select, update
 
 from chaz.domain.agents import AgentSpec
 from chaz.domain.entries import EntryType, parse_sender
 from chaz.domain.processing import admits_turn
-from chaz.errors import AgentNotFound
+from chaz.errors import AgentNotFound, Conflict
 from chaz.ids import utcnow
 from chaz.store import statements as st
 from chaz.store.db import Database
-from chaz.store.models import AgentRow
+from chaz.store.models import AgentRow, ApiKeyRow, JobRow, ScheduleRow, SessionRow
 
 
 class SpecCache:
@@ -74,6 +74,37 @@ class Agents:
             data = conn.scalar(select(AgentRow.spec).where(AgentRow.id == agent_id))
         if data is None:
             raise AgentNotFound(f"no agent {agent_id!r}", agent_id=agent_id)
+        return AgentSpec.model_validate(data)
+
+    def delete_agent(self, agent_id: str) -> AgentSpec:
+        """Delete a saved agent that nothing uses, in any project: no session
+        of it (archived ones too: chaz keeps their history), no room it is a
+        member of, no job run for it, no schedule it owns and no unrevoked key
+        that acts as it; otherwise :class:`Conflict` naming what uses it."""
+        with self.db.write() as conn:
+            data = conn.scalar(select(AgentRow.spec).where(AgentRow.id == agent_id))
+            if data is None:
+                raise AgentNotFound(f"no agent {agent_id!r}", agent_id=agent_id)
+            uses = {
+                "sessions": select(func.count()).where(SessionRow.agent_id == agent_id),
+                "jobs": select(func.count()).where(JobRow.member_agent_id == agent_id),
+                "schedules": select(func.count()).where(ScheduleRow.owner_agent_id == agent_id),
+                "keys": select(func.count()).where(
+                    ApiKeyRow.principal == f"agent:{agent_id}", ApiKeyRow.revoked_at.is_(None)
+                ),
+            }
+            counts = {name: int(conn.scalar(q) or 0) for name, q in uses.items()}
+            rooms = conn.scalars(select(SessionRow.members).where(SessionRow.members.is_not(None)))
+            counts["rooms"] = sum(1 for members in rooms if agent_id in (members or ()))
+            used = {name: n for name, n in counts.items() if n}
+            if used:
+                said = ", ".join(f"{n} {name}" for name, n in used.items())
+                raise Conflict(
+                    f"agent {agent_id!r} is in use ({said}): chaz keeps what it did",
+                    agent_id=agent_id,
+                    **used,
+                )
+            conn.execute(delete(AgentRow).where(AgentRow.id == agent_id))
         return AgentSpec.model_validate(data)
 
     def list_agents(self) -> list[AgentSpec]:

@@ -14,8 +14,8 @@ from sqlalchemy import and_, func, or_, select, update
 
 from chaz.domain import events as ev
 from chaz.domain.budgets import Totals
-from chaz.domain.jobs import ACTIVE, Job, JobStatus, check_transition, missing_job
-from chaz.errors import VersionConflict
+from chaz.domain.jobs import ACTIVE, TERMINAL, Job, JobStatus, check_transition, missing_job
+from chaz.errors import Conflict, VersionConflict
 from chaz.ids import utcnow
 from chaz.store import budgets as budget_rows
 from chaz.store import statements as st
@@ -77,9 +77,11 @@ class Jobs:
         limit: int = 100,
         newest_first: bool = False,
         project: str | None = None,
+        hidden: bool | None = None,
     ) -> list[Job]:
         """Jobs in admission order; ``newest_first`` keeps the latest when ``limit`` cuts;
-        ``project`` keeps only that project's."""
+        ``project`` keeps only that project's; ``hidden=False`` leaves out the
+        runs deleted over HTTP (:meth:`hide_job`)."""
         if newest_first:
             order = (JobRow.created_at.desc(), JobRow.ordinal.desc())
         else:
@@ -104,8 +106,39 @@ class Jobs:
             stmt = stmt.where(JobRow.parent_job_id == parent_job_id)
         if project is not None:
             stmt = stmt.where(JobRow.project == project)
+        if hidden is not None:
+            shown = JobRow.hidden_at.is_(None)
+            stmt = stmt.where(~shown if hidden else shown)
         with self.db.read() as conn:
             return [as_job(r) for r in conn.execute(stmt).mappings()]
+
+    def hide_job(self, job_id: str) -> Job:
+        """Hide an ended job from its thread's runs (``DELETE .../runs/{run}``):
+        the job, its entries and its events stay. A job not ended is
+        :class:`Conflict` (it would go on running unseen); one hidden before
+        is :class:`JobNotFound`, as it is to every thread route."""
+        ended = [s.value for s in TERMINAL]
+        stmt = (
+            update(JobRow)
+            .where(JobRow.id == job_id, JobRow.status.in_(ended), JobRow.hidden_at.is_(None))
+            .values(hidden_at=utcnow())
+        )
+        with self.db.write() as conn:
+            done = conn.execute(stmt).rowcount
+            row = conn.execute(select(JobRow).where(JobRow.id == job_id)).mappings().first()
+        if row is None:
+            raise missing_job(job_id)
+        job = as_job(row)
+        if done:
+            return job
+        if job.hidden_at is not None:
+            raise missing_job(job_id)
+        raise Conflict(
+            f"run {job_id} has not ended ({job.status.value}): cancel it first",
+            field="run_id",
+            run_id=job_id,
+            status=job.status.value,
+        )
 
     def usage_totals(
         self, project: str, *, session_id: str | None = None, tree_id: str | None = None

@@ -222,6 +222,9 @@ class JobRow(Base):
     usage: Mapped[dict[str, Any] | None]
     #: The URL its run's end is POSTed to (docs/http.md#webhooks); NULL: none.
     webhook: Mapped[str | None] = mapped_column(Text)
+    #: When its run was deleted over HTTP: hidden from its thread's runs, kept
+    #: (docs/http.md#runs, migration 0016); NULL: not hidden.
+    hidden_at: Mapped[datetime | None]
 
 
 class CommandRow(Base):

@@ -80,6 +80,7 @@ def as_job(row: Any) -> Job:
         finished_at=as_ts(row["finished_at"]),
         usage=row.get("usage"),
         webhook=row.get("webhook"),
+        hidden_at=as_ts(row.get("hidden_at")),
     )
 
 

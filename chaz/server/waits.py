@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import anyio
 import anyio.to_thread
@@ -33,9 +33,14 @@ async def detached(request: Request, call: Callable[[], T]) -> T:
     """``call()`` in a worker thread, told when ``request``'s client goes."""
     gone = threading.Event()
 
-    def run() -> T:
+    def run() -> tuple[T | None, Exception | None]:
+        # The call's error is carried out of the thread, not raised there: raised
+        # inside the task group it would come out wrapped in an ExceptionGroup.
         with while_present(gone.is_set):
-            return call()
+            try:
+                return call(), None
+            except Exception as exc:
+                return None, exc
 
     async def watch_connection() -> None:
         while not await request.is_disconnected():
@@ -45,10 +50,12 @@ async def detached(request: Request, call: Callable[[], T]) -> T:
     async with anyio.create_task_group() as group:
         group.start_soon(watch_connection)
         try:
-            result = await anyio.to_thread.run_sync(run)
+            result, error = await anyio.to_thread.run_sync(run)
         finally:
             group.cancel_scope.cancel()
-    return result
+    if error is not None:
+        raise error
+    return cast(T, result)
 
 
 def set_threads(count: int) -> None:

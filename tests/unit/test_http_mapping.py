@@ -141,7 +141,8 @@ def test_stream_modes() -> None:
         "values",
         "messages-tuple",
     )
-    for mode in ("updates", "events", "custom", "messages", "debug"):
+    assert fields.stream_modes(["updates", "events", "custom"]) == ("updates", "events", "custom")
+    for mode in ("messages", "debug", "tasks"):
         with pytest.raises(errors.Unsupported) as caught:
             fields.stream_modes(["values", mode])
         assert caught.value.field == "stream_mode"

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
-import anyio.to_thread
 from fastapi import APIRouter, Query, Request
 from pydantic_core import to_jsonable_python
 from sse_starlette import EventSourceResponse
@@ -30,7 +29,7 @@ from chaz.errors import ChazError, ValidationError
 from chaz.server import fields
 from chaz.server.errors import body_of
 from chaz.server.state import Call, Caller, Payload
-from chaz.server.waits import detached
+from chaz.server.waits import detached, streamed
 
 #: The prefix of every producer route; a new incompatible version gets a new one.
 PREFIX = "/chaz/v1"
@@ -226,23 +225,6 @@ def watched(items: Iterator[Any]) -> Iterator[dict[str, str]]:
         if close is not None:
             close()  # unsubscribes
     yield {"event": "end", "data": "{}"}
-
-
-async def streamed(
-    events: Iterator[dict[str, str]], gone: threading.Event
-) -> AsyncIterator[dict[str, str]]:
-    """``events`` (a blocking iterator) read in a worker thread. When the
-    client goes, the stream is cancelled and ``gone`` set: the watch asks it at
-    every poll, so the thread is free within about a second, not at the
-    session's next entry."""
-    try:
-        while True:
-            event = await anyio.to_thread.run_sync(next, events, None, abandon_on_cancel=True)
-            if event is None:
-                return
-            yield event
-    finally:
-        gone.set()
 
 
 @router.post("/sessions/{ref}/stop")

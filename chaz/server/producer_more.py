@@ -23,10 +23,10 @@ from chaz.server.producer import (
     kwargs_of,
     only_query,
     present,
-    streamed,
     watched,
 )
 from chaz.server.state import Caller, Payload
+from chaz.server.waits import streamed
 
 router = APIRouter(prefix=PREFIX)
 

@@ -24,6 +24,7 @@ from chaz.domain.validation import check_content, check_ref
 from chaz.errors import SessionBusy, Timeout, Unsupported, ValidationError
 from chaz.server import fields, mapping
 from chaz.server.state import Call, Caller, Payload
+from chaz.server.waits import detached
 from chaz.store.types import JobFields
 from chaz.usecases import admission, webhooks
 from chaz.usecases.control import cancel, wait_terminal
@@ -185,14 +186,23 @@ def create_run(thread_id: str, c: Caller, payload: Payload = None) -> JSONRespon
     return JSONResponse(body, headers=run.headers)
 
 
-@router.post("/threads/{thread_id}/runs/wait")
-def wait_run(thread_id: str, c: Caller, payload: Payload = None) -> JSONResponse:
-    """Start a run and answer when it ends: the thread's values, or ``__error__``."""
-    run = start(c, thread_id, fields.body(payload), streamed=False)
+def run_and_wait(c: Call, thread_id: str, given: dict[str, Any]) -> JSONResponse:
+    """Start a run and block until it ends: the thread's values, or ``__error__``."""
+    run = start(c, thread_id, given, streamed=False)
     for _ in follow(c, run.session.id, run.job.id, after=run.entry.seq):
         pass
     job = wait_terminal(c.services, run.job.id, END_SECONDS)
     return JSONResponse(finished(c, run.session, job), headers=run.headers)
+
+
+@router.post("/threads/{thread_id}/runs/wait")
+async def wait_run(
+    thread_id: str, c: Caller, request: Request, payload: Payload = None
+) -> JSONResponse:
+    """Start a run and answer when it ends: the thread's values, or ``__error__``.
+    A client that leaves frees the server's thread; the run goes on."""
+    given = fields.body(payload)
+    return await detached(request, lambda: run_and_wait(c, thread_id, given))
 
 
 @router.get("/threads/{thread_id}/runs")
@@ -242,12 +252,16 @@ def get_run(thread_id: str, run_id: str, c: Caller) -> dict[str, Any]:
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/join")
-def join_run(thread_id: str, run_id: str, c: Caller) -> dict[str, Any]:
+async def join_run(thread_id: str, run_id: str, c: Caller, request: Request) -> dict[str, Any]:
     """Answer when the run has ended (at once if it has): the thread's values,
     or ``__error__`` for a failed run, as ``/runs/wait`` does."""
     c.principal.require(Grant.HISTORY_READ, "read runs")
-    session, job = _run(c, thread_id, run_id)
-    return finished(c, session, ended(c, session, job))
+
+    def joined() -> dict[str, Any]:
+        session, job = _run(c, thread_id, run_id)
+        return finished(c, session, ended(c, session, job))
+
+    return await detached(request, joined)
 
 
 @router.post("/threads/{thread_id}/runs/{run_id}/cancel", response_model=None)

@@ -37,6 +37,7 @@ from chaz.server import fields, mapping
 from chaz.server.event_ids import HEADER, EventId, parse
 from chaz.server.runs import END_SECONDS, FOLLOW_SECONDS, _ends, _run, outcome, start
 from chaz.server.state import Call, Caller, Payload
+from chaz.server.waits import streamed
 from chaz.usecases.control import wait_terminal
 from chaz.usecases.watch import watch
 
@@ -97,7 +98,7 @@ def stream_run(
         c, run.session, run.job, run.entry.seq, fields.stream_modes(given.get("stream_mode"))
     )
     place = EventId.start(run.job.id, run.entry.seq)
-    return EventSourceResponse(events(stream, place), headers=stream.headers())
+    return EventSourceResponse(streamed(events(stream, place)), headers=stream.headers())
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/stream")
@@ -127,7 +128,7 @@ def join_stream(thread_id: str, run_id: str, c: Caller, request: Request) -> Eve
         else parse(raw, job.id, input_seq=entry.seq, last_seq=session.last_seq)
     )
     stream = Stream(c, session, job, entry.seq, fields.stream_modes(asked or None))
-    return EventSourceResponse(events(stream, place), headers=stream.headers())
+    return EventSourceResponse(streamed(events(stream, place)), headers=stream.headers())
 
 
 def events(st: Stream, place: EventId) -> Iterator[Event]:

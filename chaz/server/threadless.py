@@ -25,6 +25,7 @@ from chaz.domain.validation import check_content, check_ref
 from chaz.errors import ChazError, Unsupported, ValidationError
 from chaz.server import fields, runs, streams
 from chaz.server.state import Call, Caller, Payload
+from chaz.server.waits import detached
 from chaz.usecases import webhooks
 
 router = APIRouter()
@@ -88,9 +89,13 @@ def create_run(c: Caller, payload: Payload = None) -> JSONResponse:
 
 
 @router.post("/runs/wait")
-def wait_run(c: Caller, payload: Payload = None) -> JSONResponse:
+async def wait_run(c: Caller, request: Request, payload: Payload = None) -> JSONResponse:
     """A threadless run, answered when it ends: its thread's values, or ``__error__``."""
-    return _threadless(c, payload, lambda tid, body: runs.wait_run(tid, c, body))
+
+    def waited() -> JSONResponse:
+        return _threadless(c, payload, lambda tid, body: runs.run_and_wait(c, tid, body))
+
+    return await detached(request, waited)
 
 
 @router.post("/runs/stream")

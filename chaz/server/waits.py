@@ -14,7 +14,7 @@ is free.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TypeVar, cast
 
 import anyio
@@ -62,3 +62,27 @@ def set_threads(count: int) -> None:
     """Size the process's pool of threads for blocking work (call it from the
     running event loop, at start-up)."""
     anyio.to_thread.current_default_thread_limiter().total_tokens = count
+
+
+async def streamed(
+    events: Iterator[dict[str, str]], gone: threading.Event | None = None
+) -> AsyncIterator[dict[str, str]]:
+    """``events`` (a blocking iterator of server-sent events) read in worker
+    threads, each ``next`` under the caller-gone hook. When the client goes,
+    the stream is cancelled and ``gone`` set: the watches below ask it at
+    every poll, so the thread is free within about a second, not at the
+    session's next entry."""
+    gone = gone or threading.Event()
+
+    def step() -> dict[str, str] | None:
+        with while_present(gone.is_set):
+            return next(events, None)
+
+    try:
+        while True:
+            event = await anyio.to_thread.run_sync(step, abandon_on_cancel=True)
+            if event is None:
+                return
+            yield event
+    finally:
+        gone.set()

@@ -288,10 +288,10 @@ def test_rooms_search_pages_events_compaction_and_approvals_over_http(served: Se
 
 
 def test_a_client_that_leaves_a_wait_frees_its_server_thread(served: Served) -> None:
-    """Four server threads, four waits abandoned by their clients (two for a
-    reply, two for a job's end, all of a turn held at a gate): the server
-    still answers, because each wait ends once its client has gone; without
-    that, each would hold its thread for the hour it asked for."""
+    """Four server threads, four waits abandoned by their clients (a reply, a
+    job's end, a run's join and a run's stream, all of a turn held at a
+    gate): the server still answers, because each wait ends once its client
+    has gone; without that, each would hold its thread for up to an hour."""
     key = served.key(project())
     with (
         serving(served.stack, CHAZ_HTTP_THREADS="4") as url,
@@ -300,17 +300,20 @@ def test_a_client_that_leaves_a_wait_frees_its_server_thread(served: Served) -> 
         s = client.sessions.create("http-holder")
         posted = client.sessions.post(s.id, "hold on")
         api, headers = f"{url}/chaz/v1", {"x-api-key": key}
+        run = f"{url}/threads/{s.id}/runs/{posted.job_id}"
         waits = [
-            (f"{api}/sessions/{s.id}/reply", {"after": posted.seq, "timeout": 3600}),
-            (f"{api}/sessions/{s.id}/reply", {"after": posted.seq, "timeout": 3600}),
-            (f"{api}/jobs/{posted.job_id}/wait", {"timeout": 3600}),
-            (f"{api}/jobs/{posted.job_id}/wait", {"timeout": 3600}),
+            ("POST", f"{api}/sessions/{s.id}/reply", {"after": posted.seq, "timeout": 3600}),
+            ("POST", f"{api}/jobs/{posted.job_id}/wait", {"timeout": 3600}),
+            ("GET", f"{run}/join", None),
+            ("GET", f"{run}/stream", None),
         ]
 
-        def abandon(route: str, body: dict[str, object]) -> None:
+        def abandon(method: str, route: str, body: dict[str, object] | None) -> None:
             # The client gives up reading after a moment and closes its connection.
             with pytest.raises(httpx.ReadTimeout):
-                httpx.post(route, json=body, headers=headers, timeout=httpx.Timeout(30, read=2))
+                httpx.request(
+                    method, route, json=body, headers=headers, timeout=httpx.Timeout(30, read=2)
+                )
 
         with ThreadPoolExecutor(len(waits)) as pool:
             list(pool.map(lambda w: abandon(*w), waits))

@@ -21,7 +21,7 @@ from typing import Any
 
 from chaz.domain.entries import NewEntry
 from chaz.domain.jobs import Job
-from chaz.domain.multitask import Strategy
+from chaz.domain.multitask import Strategy, can_roll_back
 from chaz.domain.principals import Grant, Principal
 from chaz.errors import ChazError
 from chaz.services import Services
@@ -106,7 +106,8 @@ def roll_back(
     principal.require(Grant.RUNTIME_CONTROL, "roll back runs")
     job = services.store.get_job(job_id)
     control.check_control(principal, job)
-    services.store.roll_back(job.id)
+    if can_roll_back(job.status):
+        services.store.roll_back(job.id)
     outcome = control.cancel(services, job.id, principal=principal, reason=reason)
     outcome["rolled_back"] = services.store.get_job(job.id).rolled_back_at is not None
     return outcome

@@ -82,6 +82,18 @@ def test_interrupt_cancels_the_runs_in_progress_and_runs_the_new_one_next(
         assert said(alone) == ["alone", "saw: user: alone"]
         assert [r["status"] for r in await sdk.runs.list(idle)] == ["success"]
 
+        # It cancels runs: a key that may write but not control is refused, unwritten.
+        writes = ["session.write", "history.read"]
+        _, writer_key = served.stack.client.keys.create("user:writer", project(), writes)
+        writer = served.sdk(writer_key)
+        own = (await writer.threads.create(graph_id=ECHOER.id))["thread_id"]
+        for strategy in ("interrupt", "rollback"):
+            answer = await refused(
+                writer.runs.create(own, ECHOER.id, input=ask("x"), multitask_strategy=strategy)
+            )
+            assert (answer.status_code, answer.json()["code"]) == (403, "auth.forbidden")
+        assert await writer.runs.list(own) == []
+
     run(scenario())
 
 
@@ -168,7 +180,8 @@ def test_cancel_with_rollback_hides_a_named_run(served: Served) -> None:
         tid = (await sdk.threads.create(graph_id=ECHOER.id))["thread_id"]
         running = await held(sdk, tid, "hold private")
         waiting = await held(sdk, tid, "hold queued")
-        ended = await sdk.runs.cancel(tid, running["run_id"], wait=True, action="rollback")
+        runs: Any = sdk.runs  # with wait, cancel answers the run (typed None)
+        ended = await runs.cancel(tid, running["run_id"], wait=True, action="rollback")
         assert ended["status"] == "interrupted"
         # Only the named run: the one queued behind it is neither cancelled nor hidden.
         assert said((await sdk.threads.get_state(tid))["values"]) == ["hold queued"]
@@ -214,7 +227,8 @@ def test_rollback_after_its_worker_was_killed_still_hides_the_run(stack: Stack) 
             later = await sdk.runs.wait(tid, ECHOER.id, input=ask("later"))
             assert said(later) == ["later", "saw: user: later"]
             # Redelivered: the rollback again changes nothing.
-            again = await sdk.runs.cancel(tid, doomed["run_id"], wait=True, action="rollback")
+            runs: Any = sdk.runs  # with wait, cancel answers the run (typed None)
+            again = await runs.cancel(tid, doomed["run_id"], wait=True, action="rollback")
             assert again["status"] == "interrupted"
             assert (await sdk.threads.get_state(tid))["values"] == later
 

@@ -23,7 +23,7 @@ from chaz.domain.entries import NewEntry
 from chaz.domain.jobs import Job
 from chaz.domain.multitask import Strategy, can_roll_back
 from chaz.domain.principals import Grant, Principal
-from chaz.errors import ChazError
+from chaz.errors import ChazError, Unsupported
 from chaz.services import Services
 from chaz.store.admitting import Admitting
 from chaz.store.types import Appended, JobFields
@@ -57,7 +57,8 @@ def admit_displacing(
 
     It cancels runs, so ``principal`` needs ``runtime.control`` as well as
     the write's grant (checked before anything is written). On an idle
-    session it is a plain admission. A cancel that fails after the commit
+    session it is a plain admission; on a room it is ``request.unsupported``
+    and writes nothing. A cancel that fails after the commit
     (the job moved too often, the database went away) is logged and the
     rest go on: the new run is admitted and is not taken back, and the job
     left uncancelled runs before it, as under ``enqueue``.
@@ -67,6 +68,14 @@ def admit_displacing(
     principal.require(Grant.RUNTIME_CONTROL, f"start runs with multitask_strategy {strategy}")
 
     def earlier(tx: Admitting) -> list[Job]:
+        if tx.session.members is not None:
+            # A room's message may wake no agent, or another member than the
+            # one running: there is no one run it stands in for.
+            raise Unsupported(
+                f"multitask_strategy {strategy.value} is not supported on a room "
+                f"(session {tx.session.id} has members)",
+                field="multitask_strategy",
+            )
         jobs = tx.unfinished_jobs()
         if strategy.hides:
             # With the admission: the new run's turn, which runs after them,

@@ -31,11 +31,14 @@ ECHOER = chaz.AgentSpec(
     ],
 )
 
+#: A member of a room (a session with members, docs/rooms.md).
+ROOMIE = chaz.AgentSpec(id="http-mt-roomie", script=[{"steps": [{"say": "hi"}]}])
+
 
 @pytest.fixture(scope="module")
 def served(module_stack: Stack) -> Iterator[Served]:
     module_stack.workers(1, concurrency=4)
-    module_stack.client.agents.put(ECHOER)
+    module_stack.client.agents.put_many([ECHOER, ROOMIE])
     with serving(module_stack) as url:
         yield Served(module_stack, url)
 
@@ -93,6 +96,23 @@ def test_interrupt_cancels_the_runs_in_progress_and_runs_the_new_one_next(
             )
             assert (answer.status_code, answer.json()["code"]) == (403, "auth.forbidden")
         assert await writer.runs.list(own) == []
+
+        # A room has no one run a message stands in for: refused, unwritten.
+        key = served.key(project())
+        with chaz.Client(url=served.url, api_key=key) as client:
+            room = client.sessions.create(ECHOER.id, members=[ROOMIE.id]).id
+        answer = await refused(
+            served.sdk(key).runs.create(
+                room, ECHOER.id, input=ask("x"), multitask_strategy="interrupt"
+            )
+        )
+        body = answer.json()
+        assert (answer.status_code, body["code"], body["details"]["field"]) == (
+            422,
+            "request.unsupported",
+            "multitask_strategy",
+        )
+        assert await served.sdk(key).runs.list(room) == []
 
     run(scenario())
 

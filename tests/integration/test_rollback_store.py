@@ -8,6 +8,7 @@ from __future__ import annotations
 from chaz.domain.entries import EntryType, NewEntry
 from chaz.domain.jobs import JobStatus
 from chaz.store import Store
+from chaz.store.direct import DirectReads
 from chaz.usecases.completion import ended
 
 pytest_plugins = ["tests.support.store_fixtures"]
@@ -52,3 +53,15 @@ def test_a_rolled_back_jobs_entries_are_hidden_from_later_context(store: Store) 
     assert store.get_job(doomed.id).rolled_back_at == first
     assert store.roll_back(kept.id) is False
     assert store.get_job(kept.id).rolled_back_at is None
+
+    # The CLI's direct reader (no SQLAlchemy) reads the mark as the store does.
+    direct = DirectReads.open(store.url)
+    assert direct is not None
+    try:
+        jobs = direct.jobs(
+            session_id=s.id, statuses=None, limit=10, newest_first=False, project=None
+        )
+    finally:
+        direct.close()
+    assert jobs == store.list_jobs(session_id=s.id)
+    assert [j.rolled_back_at is not None for j in jobs] == [False, True, False]

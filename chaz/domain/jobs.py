@@ -153,6 +153,9 @@ class Job(BaseModel):
     webhook: str | None = None
     #: When its run was deleted over HTTP (hidden from its thread's runs; None: not).
     hidden_at: datetime | None = None
+    #: When its run was rolled back (docs/http.md#runs; None: it was not): the
+    #: entries naming it are hidden from its thread's values and later context.
+    rolled_back_at: datetime | None = None
 
 
 def missing_job(job_id: str) -> JobNotFound:

@@ -3,7 +3,8 @@
 A run's input message is written to the thread's session under the
 processing rule (the write admits the turn, in the session's lane and queue),
 and its output is the reply. ``enqueue`` is what the lane does anyway;
-``reject`` refuses a run on a busy thread.
+``reject`` refuses a run on a busy thread; ``interrupt`` and ``rollback``
+cancel the runs in progress (:mod:`chaz.usecases.multitask`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from fastapi.responses import JSONResponse
 from chaz.coord.partials import Partial
 from chaz.domain.entries import Entry, EntryType, KeyScope, NewEntry, is_agent_sender
 from chaz.domain.jobs import Job, JobStatus, missing_job
+from chaz.domain.multitask import CancelAction, Strategy, cancel_action
+from chaz.domain.multitask import strategy as parse_strategy
 from chaz.domain.principals import DEFAULT_PERSON, Grant, grant_names
 from chaz.domain.sessions import Session
 from chaz.domain.validation import check_content, check_ref
@@ -26,7 +29,7 @@ from chaz.server import fields, mapping
 from chaz.server.state import Call, Caller, Payload
 from chaz.server.waits import detached
 from chaz.store.types import JobFields
-from chaz.usecases import admission, webhooks
+from chaz.usecases import admission, multitask, webhooks
 from chaz.usecases.control import cancel, wait_terminal
 from chaz.usecases.watch import watch
 
@@ -40,8 +43,6 @@ RUN_DEFAULTS: dict[str, tuple[object, ...]] = {
     "on_disconnect": ("continue",),
     "stream_resumable": (True,),
 }
-#: The multitask strategies chaz implements; interrupt and rollback are refused.
-STRATEGIES = ("enqueue", "reject")
 #: How long ``/runs/wait`` and ``/runs/stream`` follow a run before ``timeout``.
 FOLLOW_SECONDS = 3600.0
 #: How long a run's end may trail its reply or Error entry.
@@ -69,13 +70,9 @@ def start(c: Call, thread_id: str, given: dict[str, Any], streamed: bool) -> Sta
     """Check a run's body and admit it: the input message written to the thread."""
     c.principal.require(Grant.SESSION_WRITE, "start runs")
     fields.refuse_unknown(given, RUN_FIELDS, defaults=RUN_DEFAULTS)
-    strategy = given.get("multitask_strategy") or "enqueue"
-    if strategy not in STRATEGIES:
-        raise Unsupported(
-            f"multitask_strategy {strategy!r} is not supported by chaz (yet): use "
-            + " or ".join(STRATEGIES),
-            field="multitask_strategy",
-        )
+    strategy = parse_strategy(given.get("multitask_strategy"))
+    if strategy.displaces:
+        c.principal.require(Grant.RUNTIME_CONTROL, f"start runs with {strategy} (it cancels runs)")
     modes = fields.stream_modes(given.get("stream_mode"))
     if not streamed and modes != ("values",):
         raise Unsupported(
@@ -103,7 +100,11 @@ def start(c: Call, thread_id: str, given: dict[str, Any], streamed: bool) -> Sta
         )
     draft = NewEntry(EntryType.MESSAGE, sender, content, None, None, KeyScope.USER)
     job_fields = JobFields(owner=principal.name, grants=grant_names(principal.grants), webhook=hook)
-    if strategy == "reject":
+    if strategy.displaces:
+        done = multitask.admit_displacing(
+            c.services, session.id, draft, strategy, principal=principal, job_fields=job_fields
+        ).done
+    elif strategy is Strategy.REJECT:
         try:
             done = admission.admit_unless_busy(
                 c.services, session.id, draft, job_fields=job_fields, project=principal.project
@@ -122,7 +123,7 @@ def start(c: Call, thread_id: str, given: dict[str, Any], streamed: bool) -> Sta
         # Only in a room whose routing woke no agent: the message stays, as a post's would.
         raise ValidationError("the message was written but woke no agent", field="input")
     job = c.services.store.get_job(done.entry.job_id)
-    return Started(session, done.entry, job, strategy)
+    return Started(session, done.entry, job, strategy.value)
 
 
 def follow(
@@ -274,15 +275,18 @@ def cancel_run(
     action: str = Query("interrupt"),
 ) -> Response | dict[str, Any]:
     """Cancel a run (chaz's ``execution.cancel``: the turn stops, its entries
-    stay; ``action=interrupt``). With ``wait``, answer when it has ended."""
+    stay); ``action=rollback`` also hides its entries from the thread's values
+    and later context. With ``wait``, answer when it has ended."""
     c.principal.require(Grant.RUNTIME_CONTROL, "cancel runs")
     fields.refuse_unknown(request.query_params, ("wait", "action"))
-    if action != "interrupt":
-        raise Unsupported(
-            f"action {action!r} is not supported by chaz (yet): use interrupt", field="action"
-        )
+    chosen = cancel_action(action)
     session, job = _run(c, thread_id, run_id)
-    cancel(c.services, job.id, principal=c.principal, reason="cancelled over HTTP")
+    if chosen is CancelAction.ROLLBACK:
+        multitask.roll_back(
+            c.services, job.id, principal=c.principal, reason="rolled back over HTTP"
+        )
+    else:
+        cancel(c.services, job.id, principal=c.principal, reason="cancelled over HTTP")
     if not wait:
         return Response(status_code=202)
     return mapping.run(ended(c, session, job), session.agent_id)

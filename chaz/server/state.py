@@ -69,9 +69,10 @@ class Call:
         return bool(self.services.store.list_jobs(session_id=session_id, statuses=ACTIVE, limit=1))
 
     def conversation(self, session_id: str) -> list[Entry]:
-        """The session's Messages and Directives, in seq order."""
+        """The session's Messages and Directives, in seq order, but those a
+        rollback hid (chaz/domain/multitask.py)."""
         return self.services.store.entries(
-            session_id, types=(EntryType.MESSAGE, EntryType.DIRECTIVE)
+            session_id, types=(EntryType.MESSAGE, EntryType.DIRECTIVE), visible=True
         )
 
 

@@ -31,7 +31,7 @@ from chaz.store.events import record
 from chaz.store.models import JobRow, unfinished
 from chaz.store.rows import as_entry, as_job, as_session
 from chaz.store.types import Appended, DeliveryGone, JobFields, KeyTaken, SessionBusy
-from chaz.store.writes import append_entry, insert_entry, job_counts, new_job
+from chaz.store.writes import append_entry, insert_entry, job_counts, new_job, roll_back
 
 
 class Admitting:
@@ -76,6 +76,22 @@ class Admitting:
             .limit(1)
         )
         return self._conn.execute(stmt).first() is not None
+
+    def unfinished_jobs(self) -> list[Job]:
+        """The session's jobs that have not ended, in admission order, read
+        under the session's lock: no admission adds one before this
+        transaction ends (a run that interrupts them, docs/http.md#runs)."""
+        stmt = (
+            select(JobRow)
+            .where(JobRow.session_id == self.session.id, unfinished(JobRow.status))
+            .order_by(JobRow.ordinal)
+        )
+        return [as_job(r) for r in self._conn.execute(stmt).mappings()]
+
+    def roll_back(self, job_ids: list[str]) -> int:
+        """Mark those of ``job_ids`` that have not ended rolled back, with this
+        admission (:func:`chaz.store.writes.roll_back`); how many it marked."""
+        return roll_back(self._conn, job_ids)
 
     def stored_limits(self) -> project_store.Stored:
         """The session's project's stored limits, read in this transaction

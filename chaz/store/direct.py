@@ -47,7 +47,7 @@ _JSON = {
 _TIMES = {
     "sessions": ("created_at", "archived_at", "active_at"),
     "entries": ("created_at",),
-    "jobs": ("created_at", "started_at", "finished_at", "hidden_at"),
+    "jobs": ("created_at", "started_at", "finished_at", "hidden_at", "rolled_back_at"),
 }
 _SQLITE = "sqlite:///"
 

@@ -46,13 +46,17 @@ class Entries:
         until: int | None = None,
         limit: int | None = None,
         types: Iterable[EntryType] | None = None,
+        visible: bool = False,
     ) -> list[Entry]:
-        """Entries with ``after < seq <= until``, in seq order."""
+        """Entries with ``after < seq <= until``, in seq order; with ``visible``,
+        not those a rollback hid (chaz/domain/multitask.py)."""
         stmt = (
             select(EntryRow)
             .where(EntryRow.session_id == session_id, EntryRow.seq > after)
             .order_by(EntryRow.seq)
         )
+        if visible:
+            stmt = stmt.where(st.VISIBLE)
         if until is not None:
             stmt = stmt.where(EntryRow.seq <= until)
         if types is not None:

@@ -24,7 +24,7 @@ from chaz.store.ending import Completion, job_ended
 from chaz.store.events import record
 from chaz.store.models import JobRow, SessionRow, unfinished
 from chaz.store.rows import as_job
-from chaz.store.writes import job_counts, lock_job
+from chaz.store.writes import job_counts, lock_job, roll_back
 
 
 class Jobs:
@@ -189,6 +189,12 @@ class Jobs:
             stmt = stmt.where(JobRow.tree_id == tree_id)
         with self.db.read() as conn:
             return [as_job(r) for r in conn.execute(stmt).mappings()]
+
+    def roll_back(self, job_id: str) -> bool:
+        """Mark the job rolled back unless it has ended or is marked already
+        (:func:`chaz.store.writes.roll_back`); whether this call marked it."""
+        with self.db.write() as conn:
+            return roll_back(conn, [job_id]) == 1
 
     def transition(
         self,

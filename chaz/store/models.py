@@ -176,6 +176,14 @@ class JobRow(Base):
             postgresql_where=text("parent_job_id IS NOT NULL"),
             sqlite_where=text("parent_job_id IS NOT NULL"),
         ),
+        # Only a rolled-back run is in it: a context read's anti-join with
+        # the rolled-back jobs reads this, never the whole table (migration 0017).
+        Index(
+            "ix_jobs_rolled_back",
+            "id",
+            postgresql_where=text("rolled_back_at IS NOT NULL"),
+            sqlite_where=text("rolled_back_at IS NOT NULL"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -225,6 +233,9 @@ class JobRow(Base):
     #: When its run was deleted over HTTP: hidden from its thread's runs, kept
     #: (docs/http.md#runs, migration 0016); NULL: not hidden.
     hidden_at: Mapped[datetime | None]
+    #: When its run was rolled back (docs/http.md#runs): the entries naming it
+    #: are hidden from thread values and later context; NULL: not rolled back.
+    rolled_back_at: Mapped[datetime | None]
 
 
 class CommandRow(Base):

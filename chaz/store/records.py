@@ -81,6 +81,7 @@ def as_job(row: Any) -> Job:
         usage=row.get("usage"),
         webhook=row.get("webhook"),
         hidden_at=as_ts(row.get("hidden_at")),
+        rolled_back_at=as_ts(row.get("rolled_back_at")),
     )
 
 

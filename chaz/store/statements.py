@@ -26,6 +26,15 @@ AGENTS = cast(Table, AgentRow.__table__)
 
 CONTEXT_TYPES = [t.value for t in (EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY)]
 
+#: An entry that is not hidden: the job it names, if any, was not rolled back
+#: (the hidden-entries rule, chaz/domain/multitask.py). A probe of the job's
+#: primary key per entry, or an anti-join with ``ix_jobs_rolled_back``.
+VISIBLE = ~(
+    select(JOBS.c.id)
+    .where(JOBS.c.id == ENTRIES.c.job_id, JOBS.c.rolled_back_at.is_not(None))
+    .exists()
+)
+
 #: The session's head job: its oldest unfinished one, by admission order
 #: (``ix_jobs_session_active`` in order: the first entry is the answer).
 HEAD = (
@@ -77,8 +86,9 @@ def _anchor() -> Any:
 
 
 #: One window of a context: Message, Directive and Summary entries with
-#: ``top - window < seq <= top``, where ``top`` is the trigger ``tid``'s seq
-#: (it is one of them, so it comes back too) or, without one, ``upto``;
+#: ``top - window < seq <= top`` that are not hidden (:data:`VISIBLE`),
+#: where ``top`` is the trigger ``tid``'s seq (it is one of them, so it comes
+#: back too) or, without one, ``upto``;
 #: newest first, at most ``lim`` of them, and only the columns a context
 #: needs. The store walks the windows back and stops at the newest Summary,
 #: the context's start (chaz.store.context._context).
@@ -89,6 +99,7 @@ CONTEXT = (
         ENTRIES.c.type.in_(CONTEXT_TYPES),
         ENTRIES.c.seq <= _anchor(),
         ENTRIES.c.seq > _anchor() - bindparam("window"),
+        VISIBLE,
     )
     .order_by(ENTRIES.c.seq.desc())
     .limit(bindparam("lim"))

@@ -2,9 +2,10 @@
 
 A session's next seq (and job ordinal) under its row lock (:func:`bump`),
 an entry and the job it admits (:func:`insert_entry`), a job row
-(:func:`new_job`), a turn's fence (:func:`check_fence`) and a job's row lock
-(:func:`lock_job`). They take a ``Connection`` and never open one: whoever
-holds the transaction decides what commits together.
+(:func:`new_job`), a turn's fence (:func:`check_fence`), a job's row lock
+(:func:`lock_job`) and a run's rollback (:func:`roll_back`). They take a
+``Connection`` and never open one: whoever holds the transaction decides
+what commits together.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, case, func, select
+from sqlalchemy import Connection, and_, case, func, select, update
 
 from chaz.domain import events as ev
 from chaz.domain.entries import NewEntry
@@ -21,6 +22,7 @@ from chaz.errors import LeaseLost, SessionNotFound
 from chaz.ids import new_id, utcnow
 from chaz.store import statements as st
 from chaz.store.events import record
+from chaz.store.models import unfinished
 from chaz.store.types import Fence, JobFields
 
 
@@ -146,6 +148,28 @@ def lock_job(conn: Connection, job_id: str) -> dict[str, Any]:
     if row is None:
         raise missing_job(job_id)
     return dict(row)
+
+
+def roll_back(conn: Connection, job_ids: list[str]) -> int:
+    """Mark those of ``job_ids`` rolled back that have not ended and are not
+    marked yet (chaz/domain/multitask.py); how many it marked.
+
+    A compare-and-set on the job's status: a job whose end committed first
+    is left as it is, and a mark committed first hides what the job writes
+    after it, its end included.
+    """
+    if not job_ids:
+        return 0
+    done = conn.execute(
+        update(st.JOBS)
+        .where(
+            st.JOBS.c.id.in_(job_ids),
+            unfinished(st.JOBS.c.status),
+            st.JOBS.c.rolled_back_at.is_(None),
+        )
+        .values(rolled_back_at=utcnow())
+    )
+    return int(done.rowcount or 0)
 
 
 def job_counts(conn: Connection, session_id: str) -> tuple[int, int]:

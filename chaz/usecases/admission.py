@@ -205,17 +205,42 @@ def admit_unless_busy(
     ``session.busy`` and nothing is written. Checked under the session's
     lock, so of two such admissions at once on an idle session exactly one
     is admitted (an HTTP run's ``multitask_strategy: reject``, docs/http.md)."""
-    if draft.idempotency_key is not None:
-        raise ChazError("admit_unless_busy takes no idempotency key")
 
-    def insert(tx: Admitting) -> Appended:
+    def idle(tx: Admitting) -> None:
         if tx.busy():
             raise SessionBusy(
                 f"session {tx.session.id} has a turn in progress", session_id=tx.session.id
             )
-        return _insert(services, tx, draft, job_fields)
 
-    return announce(services, transact(services, session_id, insert, lambda: None, project=project))
+    done, _ = admit_checked(
+        services, session_id, draft, idle, job_fields=job_fields, project=project
+    )
+    return done
+
+
+def admit_checked(
+    services: Services,
+    session_id: str,
+    draft: NewEntry,
+    first: Callable[[Admitting], T],
+    *,
+    job_fields: JobFields | None = None,
+    project: str | None = None,
+) -> tuple[Appended, T]:
+    """:func:`admit`, with ``first`` applied in the admission's transaction,
+    under the session's lock, before the entry is inserted: what it raises
+    refuses the admission (nothing is written), what it writes commits with
+    it, and what it returns comes back beside the admission. Without an
+    idempotency key: a retry would apply ``first`` again."""
+    if draft.idempotency_key is not None:
+        raise ChazError("admit_checked takes no idempotency key")
+
+    def insert(tx: Admitting) -> tuple[Appended, T]:
+        found = first(tx)
+        return _insert(services, tx, draft, job_fields), found
+
+    done, found = transact(services, session_id, insert, lambda: None, project=project)
+    return announce(services, done), found
 
 
 def transact(

@@ -361,10 +361,7 @@ def test_unsupported_fields_are_refused_with_the_field_named(served: Served) -> 
         said = ask("x")
         cases: list[tuple[Awaitable[Any], str]] = [
             (sdk.runs.wait(tid, SAYER.id, input=said, interrupt_after="*"), "interrupt_after"),
-            (
-                sdk.runs.create(tid, SAYER.id, input=said, multitask_strategy="rollback"),
-                "multitask_strategy",
-            ),
+            (sdk.runs.create(tid, SAYER.id, input=said, after_seconds=5), "after_seconds"),
             (sdk.runs.create(tid, SAYER.id, input=said, interrupt_before="*"), "interrupt_before"),
             (sdk.runs.create(tid, SAYER.id, input=said, durability="exit"), "durability"),
             (sdk.threads.create(graph_id=SAYER.id, ttl=5), "ttl"),

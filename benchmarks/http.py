@@ -492,9 +492,8 @@ def table(sides: list[Side], sizes: Sizes) -> Table:
         for side in sides:
             load: Load = getattr(side, pick)
             ref: Load = getattr(base, pick)
-            first = side.own[0]
-            split = "/".join(_f(load.ms(g), ".2f") for g in (first, *OWN_HTTP[1:]))
-            client = "-" if first == "benchmark" else _f(load.ms("benchmark"), ".2f")
+            split = "/".join(_f(load.ms(g), ".2f") for g in side.own)
+            client = "-" if side.own[0] == "benchmark" else _f(load.ms("benchmark"), ".2f")
             t.add_row(
                 label,
                 side.name,

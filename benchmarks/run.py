@@ -511,6 +511,12 @@ def main(argv: list[str] | None = None) -> int:
         help="sample chaz's workers with py-spy during (b): speedscope files",
     )
     parser.add_argument(
+        "--http",
+        action="store_true",
+        help="only the HTTP case: langgraph-sdk against chaz serve and langgraph dev "
+        "(benchmarks/http.py; --quick: small sizes)",
+    )
+    parser.add_argument(
         "--producer",
         action="store_true",
         help="only (g): a producer's CPU per post + wait_for_reply (chaz's workers only)",
@@ -521,6 +527,10 @@ def main(argv: list[str] | None = None) -> int:
 
         # --stack server: the read commands on PostgreSQL + Redis instead.
         return cli_startup.main(["--server"] if args.stack == "server" else [])
+    if args.http:
+        from benchmarks import http
+
+        return http.main(["--quick"] if args.quick else [])
     if args.boot:
         from benchmarks import worker_boot
 

@@ -34,7 +34,7 @@ from chaz.server import (
     threadless,
     threads,
 )
-from chaz.server.errors import body_of, status_of
+from chaz.server.errors import RESPONSES, body_of, status_of
 from chaz.server.limits import BodyLimit, body_limit
 from chaz.server.state import Server
 from chaz.server.waits import set_threads
@@ -62,6 +62,7 @@ def create_app(services: Services, *, anonymous: bool = False) -> FastAPI:
         version=_version(),
         description="LangGraph Platform's API over chaz (docs/http.md).",
         lifespan=lifespan,
+        responses=RESPONSES,
     )
     app.state.chaz = Server(services, anonymous=anonymous)
     # Before FastAPI reads a body into memory (chaz/server/limits.py).

@@ -265,7 +265,11 @@ async def join_run(thread_id: str, run_id: str, c: Caller, request: Request) -> 
     return await detached(request, joined)
 
 
-@router.post("/threads/{thread_id}/runs/{run_id}/cancel", response_model=None)
+@router.post(
+    "/threads/{thread_id}/runs/{run_id}/cancel",
+    response_model=None,
+    responses={202: {"description": "the cancel is requested (without wait): no body"}},
+)
 def cancel_run(
     thread_id: str,
     run_id: str,

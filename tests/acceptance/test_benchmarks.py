@@ -118,6 +118,34 @@ def test_quick_capacity_benchmark_prints_the_per_turn_costs(tmp_path: Path) -> N
         assert figure in text, out.stdout[-3000:]
 
 
+def test_quick_http_benchmark_prints_chaz_sides_and_the_cpu_goal(tmp_path: Path) -> None:
+    """``benchmarks.http --quick --no-langgraph``: LangGraph's client drives
+    ``chaz serve`` and the same loads run through the in-process producer, on
+    PostgreSQL and a Redis server of its own; every run is answered and the
+    CPU ratio is printed. The chaz side only: ``langgraph dev`` is installed
+    from PyPI on first use, which a test must not need."""
+    from tests.conftest import free_port
+    from tests.support.redis_server import RedisServer
+
+    server = RedisServer(free_port(), tmp_path / "redis").start()
+    try:
+        stdout = bench(
+            tmp_path,
+            "benchmarks.http",
+            "--quick",
+            "--no-langgraph",
+            BENCH_REDIS_URL=server.url,
+            BENCH_PG_DATABASE=f"chaz_bench_http_{os.getpid()}",
+        )
+    finally:
+        server.stop()
+    text = " ".join(stdout.split())  # the console wraps long lines
+    for figure in ("chaz serve", "in-process", "closed", "sequential", "p99 ms"):
+        assert figure in text, stdout[-3000:]
+    for load in ("closed", "sequential"):
+        assert re.search(rf"{load}: chaz CPU per run over HTTP = \d+\.\d\d x in-process", text)
+
+
 def test_cli_read_commands_on_postgresql_print_their_table(tmp_path: Path) -> None:
     """``benchmarks.cli_startup --server``: the three read commands, timed on a
     database of their own, each against the 0.3 s goal."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from chaz.domain.principals import Grant
-from chaz.server.runs import _run
+from chaz.server.runs import thread_run
 from chaz.server.state import Caller
 
 router = APIRouter()
@@ -23,6 +23,6 @@ router = APIRouter()
 def delete_run(thread_id: str, run_id: str, c: Caller) -> Response:
     """Hide an ended run of the thread (409 ``conflict`` for one not ended)."""
     c.principal.require(Grant.RUNTIME_CONTROL, "delete runs")
-    _, job = _run(c, thread_id, run_id)
+    _, job = thread_run(c, thread_id, run_id)
     c.services.store.hide_job(job.id)
     return Response(status_code=204)

@@ -145,7 +145,7 @@ def follow(
                 yield item
             continue
         yield item
-        if item.job_id == job_id and _ends(item):
+        if item.job_id == job_id and ends_run(item):
             return
     raise Timeout(f"run {job_id} did not end within {FOLLOW_SECONDS:g}s", run_id=job_id)
 
@@ -165,7 +165,8 @@ def finished(c: Call, session: Session, job: Job) -> dict[str, Any]:
     return {"__error__": error} if error else mapping.values(c.conversation(session.id))
 
 
-def _ends(entry: Entry) -> bool:
+def ends_run(entry: Entry) -> bool:
+    """Whether ``entry`` is the last a run writes: the agent's reply, or an Error."""
     return entry.type is EntryType.ERROR or (
         entry.type is EntryType.MESSAGE and is_agent_sender(entry.sender)
     )
@@ -234,7 +235,7 @@ def list_runs(
     return [mapping.run(j, session.agent_id) for j in jobs]
 
 
-def _run(c: Call, thread_id: str, run_id: str) -> tuple[Session, Job]:
+def thread_run(c: Call, thread_id: str, run_id: str) -> tuple[Session, Job]:
     """The thread and its run, in the principal's project; a run of another
     thread, or one deleted (hidden), is answered exactly like a missing one."""
     session = c.thread(thread_id)
@@ -248,7 +249,7 @@ def _run(c: Call, thread_id: str, run_id: str) -> tuple[Session, Job]:
 def get_run(thread_id: str, run_id: str, c: Caller) -> dict[str, Any]:
     """One run of the thread."""
     c.principal.require(Grant.HISTORY_READ, "read runs")
-    session, job = _run(c, thread_id, run_id)
+    session, job = thread_run(c, thread_id, run_id)
     return mapping.run(job, session.agent_id)
 
 
@@ -259,7 +260,7 @@ async def join_run(thread_id: str, run_id: str, c: Caller, request: Request) -> 
     c.principal.require(Grant.HISTORY_READ, "read runs")
 
     def joined() -> dict[str, Any]:
-        session, job = _run(c, thread_id, run_id)
+        session, job = thread_run(c, thread_id, run_id)
         return finished(c, session, ended(c, session, job))
 
     return await detached(request, joined)
@@ -284,7 +285,7 @@ def cancel_run(
     c.principal.require(Grant.RUNTIME_CONTROL, "cancel runs")
     fields.refuse_unknown(request.query_params, ("wait", "action"))
     chosen = cancel_action(action)
-    session, job = _run(c, thread_id, run_id)
+    session, job = thread_run(c, thread_id, run_id)
     if chosen is CancelAction.ROLLBACK:
         multitask.roll_back(
             c.services, job.id, principal=c.principal, reason="rolled back over HTTP"

@@ -35,7 +35,7 @@ from chaz.domain.sessions import Session
 from chaz.errors import Timeout, Unsupported, ValidationError
 from chaz.server import fields, mapping
 from chaz.server.event_ids import HEADER, EventId, parse
-from chaz.server.runs import END_SECONDS, FOLLOW_SECONDS, _ends, _run, outcome, start
+from chaz.server.runs import END_SECONDS, FOLLOW_SECONDS, ends_run, outcome, start, thread_run
 from chaz.server.state import Call, Caller, Payload
 from chaz.server.waits import streamed
 from chaz.usecases.control import wait_terminal
@@ -116,7 +116,7 @@ def join_stream(thread_id: str, run_id: str, c: Caller, request: Request) -> Eve
             field="cancel_on_disconnect",
         )
     asked = [m for m in query.getlist("stream_mode") if m]
-    session, job = _run(c, thread_id, run_id)
+    session, job = thread_run(c, thread_id, run_id)
     trigger = job.trigger_entry_id
     entry = None if trigger is None else c.services.store.entry(trigger)
     if entry is None:
@@ -282,7 +282,7 @@ def _lc_event(st: Stream, kind: str, data: dict[str, Any], **meta: object) -> di
 
 
 def _ends_run(st: Stream, entry: Entry) -> bool:
-    return entry.job_id == st.job.id and entry.seq > st.input_seq and _ends(entry)
+    return entry.job_id == st.job.id and entry.seq > st.input_seq and ends_run(entry)
 
 
 def _event(place: EventId, name: str, data: object) -> Event:

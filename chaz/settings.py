@@ -221,6 +221,13 @@ class Settings(BaseSettings):
     webhook_attempts: int = Field(
         8, gt=0, le=100, description="Attempts of a webhook delivery before it is marked dead."
     )
+    webhook_rotation_overlap_seconds: float = Field(
+        86_400.0,
+        ge=0,
+        le=86_400,
+        description="How long a rotated webhook secret keeps signing beside the new one "
+        "(0: not at all), so receivers can move to the new secret without refusing a delivery.",
+    )
     webhook_backoff_seconds: float = Field(
         5.0,
         gt=0,

@@ -7,6 +7,7 @@ from dataclasses import asdict
 
 from chaz.cli.context import Context
 from chaz.cli.output import EXIT_OK
+from chaz.errors import ValidationError
 
 
 def cmd_webhooks_ls(ctx: Context) -> int:
@@ -51,7 +52,9 @@ def cmd_webhooks_retry(ctx: Context) -> int:
 def cmd_webhooks_secret(ctx: Context) -> int:
     """Print the project's signing secret (``--rotate``: a new one first)."""
     hooks = ctx.client.webhooks
-    secret = hooks.rotate_secret() if ctx.args.rotate else hooks.secret()
+    if ctx.args.overlap is not None and not ctx.args.rotate:
+        raise ValidationError("--overlap goes with --rotate", field="overlap")
+    secret = hooks.rotate_secret(ctx.args.overlap) if ctx.args.rotate else hooks.secret()
     if ctx.out.json_mode:
         ctx.out.json({"project": ctx.client.principal.project, "secret": secret})
     else:

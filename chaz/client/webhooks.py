@@ -4,10 +4,11 @@ secret (docs/http.md#webhooks)."""
 from __future__ import annotations
 
 import builtins
+from datetime import timedelta
 
 from chaz.client.base import Acting, translating
 from chaz.domain.principals import Grant
-from chaz.domain.validation import check_limit, check_ref
+from chaz.domain.validation import check_limit, check_ref, check_seconds
 from chaz.domain.webhooks import Webhook, WebhookState
 from chaz.errors import ValidationError
 from chaz.usecases import webhooks as webhook_cases
@@ -42,8 +43,15 @@ class Webhooks(Acting):
         self._principal.require_operator("read the webhook signing secret")
         return self._svc.store.webhooks.secret(self._principal.project)
 
-    def rotate_secret(self) -> str:
-        """A new signing secret for the project; deliveries from now on are
-        signed with it, and the old one verifies none of them."""
+    def rotate_secret(self, overlap_seconds: float | None = None) -> str:
+        """A new signing secret for the project. Deliveries from now on are
+        signed with it and, for ``overlap_seconds`` (default
+        ``CHAZ_WEBHOOK_ROTATION_OVERLAP_SECONDS``, a day; 0 for none), with
+        the replaced one too: give receivers the new secret within that time."""
         self._principal.require_operator("rotate the webhook signing secret")
-        return self._svc.store.webhooks.rotate(self._principal.project)
+        if overlap_seconds is None:
+            overlap_seconds = self._svc.settings.webhook_rotation_overlap_seconds
+        overlap = check_seconds("overlap_seconds", overlap_seconds)
+        return self._svc.store.webhooks.rotate(
+            self._principal.project, overlap=timedelta(seconds=overlap)
+        )

@@ -210,9 +210,12 @@ def signature(secret: str, timestamp: int, body: bytes) -> str:
     return hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
 
 
-def sign(secret: str, timestamp: int, body: bytes) -> str:
-    """The ``chaz-signature`` header's value: ``t=TIMESTAMP,v1=HEX``."""
-    return f"t={timestamp},v1={signature(secret, timestamp, body)}"
+def sign(secrets: str | tuple[str, ...], timestamp: int, body: bytes) -> str:
+    """The ``chaz-signature`` header's value: ``t=TIMESTAMP,v1=HEX``, one
+    ``v1`` per secret (the project's, then one a rotation replaced while its
+    overlap lasts: a receiver holding either accepts it)."""
+    keys = (secrets,) if isinstance(secrets, str) else secrets
+    return ",".join([f"t={timestamp}", *(f"v1={signature(k, timestamp, body)}" for k in keys)])
 
 
 def verify(

@@ -526,3 +526,6 @@ class WebhookSecretRow(Base):
     project: Mapped[str] = mapped_column(String(64), primary_key=True)
     secret: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[datetime]
+    #: The secret a rotation replaced, signing beside the new one until ``previous_until``.
+    previous_secret: Mapped[str | None] = mapped_column(String(128))
+    previous_until: Mapped[datetime | None]

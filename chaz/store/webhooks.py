@@ -40,12 +40,14 @@ MAX_ERROR_CHARS = 1000
 @dataclass(frozen=True)
 class Claim:
     """One attempt of a delivery, claimed: its number, the ended job, and the
-    project's signing secret."""
+    project's signing secrets."""
 
     webhook: Webhook
     attempt: int
     job: Job
-    secret: str
+    #: The secrets that sign it: the project's, and the one a rotation
+    #: replaced while its overlap lasts.
+    secrets: tuple[str, ...]
 
 
 def as_webhook(row: Any) -> Webhook:
@@ -91,17 +93,24 @@ def record(conn: Connection, *, job_id: str, session_id: str, project: str, url:
     )
 
 
-def _secret(conn: Connection, project: str) -> str:
-    """The project's secret, made now if it has none."""
-    found = conn.scalar(select(SECRETS.c.secret).where(SECRETS.c.project == project))
-    if found is not None:
-        return str(found)
-    conn.execute(
-        upsert.insert(conn, SECRETS)
-        .values(project=project, secret=new_secret(), created_at=utcnow())
-        .on_conflict_do_nothing(index_elements=["project"])
+def _secrets(conn: Connection, project: str) -> tuple[str, ...]:
+    """The project's secret (made now if it has none), then the one its last
+    rotation replaced while that one's overlap lasts."""
+    query = select(SECRETS.c.secret, SECRETS.c.previous_secret, SECRETS.c.previous_until).where(
+        SECRETS.c.project == project
     )
-    return str(conn.scalar(select(SECRETS.c.secret).where(SECRETS.c.project == project)))
+    row = conn.execute(query).first()
+    if row is None:
+        conn.execute(
+            upsert.insert(conn, SECRETS)
+            .values(project=project, secret=new_secret(), created_at=utcnow())
+            .on_conflict_do_nothing(index_elements=["project"])
+        )
+        row = conn.execute(query).one()
+    until = row.previous_until
+    if row.previous_secret and until is not None and as_utc(until) > utcnow():
+        return (str(row.secret), str(row.previous_secret))
+    return (str(row.secret),)
 
 
 class WebhookStore:
@@ -141,7 +150,7 @@ class WebhookStore:
                 return None
             webhook = as_webhook(row)
             job = conn.execute(select(JobRow).where(JobRow.id == webhook.job_id)).mappings().one()
-            return Claim(webhook, webhook.attempts, as_job(job), _secret(conn, webhook.project))
+            return Claim(webhook, webhook.attempts, as_job(job), _secrets(conn, webhook.project))
 
     def delivered(self, delivery_id: str, status: int) -> bool:
         """A receiver accepted the delivery; whether this attempt settled it."""
@@ -272,17 +281,31 @@ class WebhookStore:
     def secret(self, project: str) -> str:
         """The project's signing secret, made now if it has none."""
         with self.db.write() as conn:
-            return _secret(conn, project)
+            return _secrets(conn, project)[0]
 
-    def rotate(self, project: str) -> str:
-        """A new signing secret for the project; the old one signs nothing more."""
-        fresh = new_secret()
+    def secrets(self, project: str) -> tuple[str, ...]:
+        """The secrets that sign the project's deliveries now: its own, then
+        the one its last rotation replaced while the overlap lasts."""
         with self.db.write() as conn:
+            return _secrets(conn, project)
+
+    def rotate(self, project: str, *, overlap: timedelta = timedelta(0)) -> str:
+        """A new signing secret for the project. The one it replaces signs
+        beside it for ``overlap`` more (nothing, at zero): a receiver given the
+        new secret within that time refuses no delivery."""
+        fresh = new_secret()
+        now = utcnow()
+        with self.db.write() as conn:
+            old = _secrets(conn, project)[0]
+            keep = overlap > timedelta(0)
             conn.execute(
-                upsert.insert(conn, SECRETS)
-                .values(project=project, secret=fresh, created_at=utcnow())
-                .on_conflict_do_update(
-                    index_elements=["project"], set_={"secret": fresh, "created_at": utcnow()}
+                SECRETS.update()
+                .where(SECRETS.c.project == project)
+                .values(
+                    secret=fresh,
+                    created_at=now,
+                    previous_secret=old if keep else None,
+                    previous_until=now + overlap if keep else None,
                 )
             )
         return fresh

@@ -166,7 +166,7 @@ def deliver(services: Services, job_id: str) -> str:
     headers = {
         "content-type": "application/json",
         "user-agent": USER_AGENT,
-        SIGNATURE_HEADER: sign(claim.secret, stamp, body),
+        SIGNATURE_HEADER: sign(claim.secrets, stamp, body),
         ID_HEADER: claim.webhook.id,
         ATTEMPT_HEADER: str(claim.attempt),
     }

@@ -32,7 +32,7 @@ from chaz.errors import Conflict, WebhookNotFound
 from chaz.ids import utcnow
 from chaz.services import Services
 from chaz.store.types import JobFields
-from chaz.store.webhooks import WEBHOOKS
+from chaz.store.webhooks import SECRETS, WEBHOOKS
 from chaz.usecases import admission, completion, webhooks
 from tests.support.dispatch import RecordingDispatcher
 from tests.support.stack import Stack
@@ -248,3 +248,39 @@ def test_an_https_post_to_the_checked_address_verifies_the_urls_name() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_rotated_secret_signs_beside_the_new_one_until_its_overlap_ends(
+    services: Services, stack: Stack, receiver: Receiver
+) -> None:
+    hooks = services.store.webhooks
+    old = hooks.secret("default")
+    new = hooks.rotate("default", overlap=timedelta(hours=1))
+    assert hooks.secrets("default") == (new, old) and hooks.secret("default") == new
+
+    def delivered() -> tuple[str, bytes]:
+        job_id = _run(services, stack, receiver.url)
+        _end(services, job_id)
+        assert webhooks.deliver(services, job_id) == "delivered"
+        headers, body = receiver.hits[-1]
+        return headers[SIGNATURE_HEADER], body
+
+    # During the overlap a receiver holding either secret accepts the delivery.
+    header, body = delivered()
+    assert header.count("v1=") == 2
+    assert verify(new, header, body) and verify(old, header, body)
+    # Once it is over (moved to the past here, not waited for), only the new one signs.
+    with services.store.db.write() as conn:
+        conn.execute(
+            update(SECRETS)
+            .where(SECRETS.c.project == "default")
+            .values(previous_until=utcnow() - timedelta(seconds=1))
+        )
+    assert hooks.secrets("default") == (new,)
+    header, body = delivered()
+    assert verify(new, header, body) and not verify(old, header, body)
+    # A rotation without overlap leaves only the newest.
+    newest = hooks.rotate("default")
+    assert hooks.secrets("default") == (newest,)
+    header, body = delivered()
+    assert verify(newest, header, body) and not verify(new, header, body)

@@ -25,5 +25,14 @@ def register(commands: Subcommands) -> None:
     p.add_argument("webhook_id", metavar="ID", help="the delivery's id (see `chaz webhooks ls`)")
     p = sub.add("secret", hook("secret"), "print the project's signing secret (operator)")
     p.add_argument(
-        "--rotate", action="store_true", help="replace it first; the old one signs nothing more"
+        "--rotate",
+        action="store_true",
+        help="replace it first; the old one signs beside it for the overlap",
+    )
+    p.add_argument(
+        "--overlap",
+        type=float,
+        metavar="SECONDS",
+        help="with --rotate: how long the old one keeps signing "
+        "(default CHAZ_WEBHOOK_ROTATION_OVERLAP_SECONDS, a day; 0 for not at all)",
     )

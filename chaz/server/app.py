@@ -30,6 +30,7 @@ from chaz.server import (
     producer_sessions,
     run_delete,
     runs,
+    schemas,
     streams,
     threadless,
     threads,
@@ -78,6 +79,8 @@ def create_app(services: Services, *, anonymous: bool = False) -> FastAPI:
     app.include_router(producer_sessions.router)
     app.add_api_route("/ok", ok, methods=["GET"])
     app.add_api_route("/info", info, methods=["GET"])
+    # The bodies the routes check themselves, as /openapi.json says them.
+    schemas.document(app)
     app.add_exception_handler(ChazError, _chaz_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(redis.RedisError, _backend_down)
@@ -134,6 +137,10 @@ async def _routing_error(_: Request, exc: Exception) -> JSONResponse:
     """No such route, or not with that method: the status stays, and the body
     has a stable code like every other error's."""
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:
+        # A body FastAPI could not even decode (not UTF-8, say): the same
+        # answer as a body that is not JSON, 422 naming the body.
+        return _answer(ValidationError(f"body: {exc.detail}", field="body"))
     error: ChazError = (
         NotFound(str(exc.detail)) if exc.status_code == 404 else ValidationError(str(exc.detail))
     )

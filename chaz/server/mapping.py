@@ -16,6 +16,7 @@ from chaz.domain.entries import Entry, EntryType, is_agent_sender
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.runs import RUN_STATUS as RUN_STATUS  # re-exported: moved below the server
 from chaz.domain.sessions import Session
+from chaz.domain.validation import check_ref
 
 #: A run status a client filters by -> the job states it stands for.
 JOB_STATES: dict[str, tuple[JobStatus, ...]] = {}
@@ -25,6 +26,16 @@ for _state, _status in RUN_STATUS.items():
 
 #: The fields of a thread's metadata that name its assistant.
 ASSISTANT_KEYS = ("graph_id", "assistant_id")
+
+
+def named_agents(metadata: dict[str, Any]) -> set[str]:
+    """The agent ids a thread's metadata names (``graph_id``, ``assistant_id``),
+    each checked as an id (``request.invalid`` naming it)."""
+    return {
+        check_ref(f"metadata.{key}", metadata[key])
+        for key in ASSISTANT_KEYS
+        if metadata.get(key) is not None
+    }
 
 
 def iso(moment: datetime | None) -> str | None:

@@ -32,7 +32,7 @@ def create_thread(c: Caller, payload: Payload = None) -> dict[str, Any]:
     if not isinstance(metadata, dict):
         raise ValidationError("metadata must be an object", field="metadata")
     fields.refuse_unknown(metadata, mapping.ASSISTANT_KEYS, prefix="metadata.")
-    named = {metadata[k] for k in mapping.ASSISTANT_KEYS if metadata.get(k) is not None}
+    named = mapping.named_agents(metadata)
     if len(named) != 1:
         raise ValidationError(
             "a chaz thread is a session of one agent: name it in graph_id (or "
@@ -77,7 +77,7 @@ def search_threads(c: Caller, payload: Payload = None) -> list[dict[str, Any]]:
     if not isinstance(metadata, dict):
         raise ValidationError("metadata must be an object", field="metadata")
     fields.refuse_unknown(metadata, mapping.ASSISTANT_KEYS, prefix="metadata.")
-    named = {metadata[k] for k in mapping.ASSISTANT_KEYS if metadata.get(k) is not None}
+    named = mapping.named_agents(metadata)
     if len(named) > 1:
         raise ValidationError("graph_id and assistant_id differ", field="metadata.graph_id")
     agent_id = check_ref("metadata.graph_id", named.pop()) if named else None

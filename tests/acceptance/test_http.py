@@ -389,6 +389,15 @@ def test_unsupported_fields_are_refused_with_the_field_named(served: Served) -> 
             "request.invalid",
             "assistant_id",
         )
+        # An id that is not a string (schemathesis found a dict answered 500).
+        for bad in ({"graph_id": []}, {"assistant_id": {}}):
+            for answer in (
+                await refused(sdk.threads.create(metadata=bad)),
+                await refused(sdk.threads.search(metadata=bad)),
+            ):
+                body = answer.json()
+                assert (answer.status_code, body["code"]) == (422, "request.invalid"), bad
+                assert body["details"]["field"] == f"metadata.{next(iter(bad))}"
         # A webhook to a private address, by default: refused, nothing written
         # (docs/security.md#webhooks; tests/acceptance/test_webhooks.py delivers).
         answer = await refused(sdk.runs.wait(tid, SAYER.id, input=said, webhook="http://10.1/"))

@@ -64,11 +64,16 @@ def test_a_running_worker_is_ready_and_live_and_a_killed_one_is_not(stack: Stack
     assert other.returncode == 1 and "no worker someone-else@nowhere" in other.stderr
 
     # The ready key gone (expired, or Redis flushed): unready, still live, and
-    # ready again after the worker's next beat re-sets it.
-    stack.client.services.redis.delete(keys.worker_ready(node))
-    code, report = probe_json(stack)
-    assert code == 1 and "not announced in Redis" in report["problems"][0]
-    assert probe(stack, "--live").returncode == 0
+    # ready again after the worker's next beat re-sets it. The worker is
+    # stopped meanwhile, so that beat cannot come before the probes look.
+    worker.kill(signal.SIGSTOP)
+    try:
+        stack.client.services.redis.delete(keys.worker_ready(node))
+        code, report = probe_json(stack)
+        assert code == 1 and "not announced in Redis" in report["problems"][0]
+        assert probe(stack, "--live").returncode == 0
+    finally:
+        worker.kill(signal.SIGCONT)
     stack.wait_for(lambda: probe(stack).returncode == 0, NEXT_BEAT, "the ready key re-set")
 
     # SIGKILL leaves the beat file behind; a dead pid's file does not count.

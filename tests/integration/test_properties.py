@@ -458,6 +458,10 @@ NUM = st.one_of(
 SECONDS = st.sampled_from([0, 0.01, -1, float("nan"), float("inf"), 2**70, "0.01", None, True])
 AGENT_REF = st.one_of(st.just("bot"), st.just("bot"), TEXT, WRONG)
 ANY_ARG = st.one_of(ID, STR, NUM)
+# Cron expressions: valid, malformed, and ones that parse but name no date.
+CRON = st.one_of(
+    st.sampled_from(["* * * * *", "0 9 * * 1", "61 * * * *", "0 0 31 2 *", "0 0 30 2 *"]), STR
+)
 
 
 def _m(
@@ -577,7 +581,7 @@ METHODS = st.one_of(
         AGENT_REF,
         unattended=st.one_of(st.booleans(), WRONG),
         prompt=STR,
-        cron=st.one_of(st.sampled_from(["* * * * *", "0 9 * * 1", "61 * * * *"]), STR),
+        cron=CRON,
         interval_seconds=NUM,
         timezone=st.one_of(st.sampled_from(["UTC", "Europe/Paris", "Mars/Base"]), STR),
         target=st.one_of(st.sampled_from(["new", "session"]), STR),
@@ -585,7 +589,7 @@ METHODS = st.one_of(
         max_fires=NUM,
         nope=ANY_ARG,
     ),
-    _m("schedules.update", ID, prompt=STR, enabled=st.one_of(st.booleans(), WRONG), cron=STR),
+    _m("schedules.update", ID, prompt=STR, enabled=st.one_of(st.booleans(), WRONG), cron=CRON),
     _m("schedules.pause", ID),
     _m("schedules.resume", ID),
     _m("schedules.remove", ID),

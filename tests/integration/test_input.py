@@ -451,7 +451,9 @@ def test_the_last_raw_errors_are_request_invalid(
 
 
 @pytest.mark.parametrize("cron", ["0 0 31 2 *", "0 0 30 2 *"])
-def test_a_cron_no_date_matches_is_refused_by_add_and_update(client: chaz.Client, cron: str) -> None:
+def test_a_cron_no_date_matches_is_refused_by_add_and_update(
+    client: chaz.Client, cron: str
+) -> None:
     # It parses, so only the search for its next date finds it impossible
     # (croniter's CroniterBadDateError reached the caller, on both paths).
     kept = client.schedules.add("bot", kind="cron", cron="0 9 * * 1", prompt="weekly")

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -421,8 +422,20 @@ def broker_url_for(settings: Settings) -> str:
 
 def check_http_url(value: str) -> str:
     """A chaz serve's URL, trimmed of spaces and a trailing ``/``; ``ValueError``
-    unless it is an ``http://`` or ``https://`` URL of at most 2048 characters."""
+    unless it is an ``http://`` or ``https://`` URL of at most 2048 characters
+    that names a host, with a port that is a number if it has one."""
     value = value.strip().rstrip("/")
-    if not value.startswith(("http://", "https://")) or len(value) > 2048 or "\n" in value:
+    if not value.startswith(("http://", "https://")) or len(value) > 2048:
         raise ValueError("must be an http:// or https:// URL")
+    # Parsed here, so that what httpx would refuse later (as its own
+    # InvalidURL, not a chaz error) is refused with the rest.
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in value):
+        raise ValueError("must be an http:// or https:// URL without spaces or control characters")
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        raise ValueError("is not a URL that can be parsed (its host or port)") from None
+    if not parts.hostname or port == 0:
+        raise ValueError("must name a host (and a port from 1 to 65535, if any)")
     return value

@@ -338,7 +338,7 @@ def test_another_projects_objects_read_exactly_like_missing_ones(stack: Stack) -
     assert stack.client.approvals.decide(theirs.approval.request_id, "approve").effective
 
 
-def test_cancelling_another_projects_job_is_forbidden_and_it_runs_to_completion(
+def test_cancelling_another_projects_job_is_not_found_and_it_runs_to_completion(
     stack: Stack,
 ) -> None:
     stack.workers(1, concurrency=4, queues="chaz.turns")

@@ -69,9 +69,10 @@ def test_worker_boot_case_prints_its_table_and_the_ratio(tmp_path: Path) -> None
 
 def test_quick_isolation_benchmark_prints_its_table_and_the_ratio(tmp_path: Path) -> None:
     """``benchmarks.isolation --quick`` on the embedded stack: the quiet project's
-    three phases, their ratios to its latency alone, and the noisy project refused."""
+    phases (alone before and after), their ratios to its latency alone, and the
+    noisy project refused."""
     stdout = bench(tmp_path, "benchmarks.isolation", "--stack", "embedded", "--quick")
-    for figure in ("(i0)", "(i1)", "(i2)", "p99 x (i0)", "x alone"):
+    for figure in ("(i0)", "(i1)", "(i2)", "(i3)", "p99 x alone", "x alone"):
         assert figure in stdout, stdout[-3000:]
 
 

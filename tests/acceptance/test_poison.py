@@ -14,6 +14,8 @@ import json
 import chaz
 from chaz.coord import keys
 from chaz.services import Services
+from tests.conftest import free_port
+from tests.support.metrics import scrape
 from tests.support.stack import Stack
 
 ECHO = chaz.AgentSpec(id="echo", script=[{"steps": [{"echo": True}]}])
@@ -38,7 +40,8 @@ POISON = {
 
 
 def test_poisoned_messages_are_set_aside_and_workers_go_on(stack: Stack) -> None:
-    workers = stack.workers(2, concurrency=2)
+    ports = [free_port(), free_port()]
+    workers = stack.workers(2, concurrency=2, metrics_ports=ports)
     client = stack.client
     client.agents.put(ECHO)
     redis = Services(stack.settings).redis
@@ -69,6 +72,15 @@ def test_poisoned_messages_are_set_aside_and_workers_go_on(stack: Stack) -> None
     assert all(w.alive() for w in workers), stack.logs()
     log = stack.logs()
     assert log.count("set aside a malformed broker message") == 4, log
+    # Counted once each, by queue, by whichever worker popped it.
+    counted = {
+        queue: sum(
+            scrape(port).get(("chaz_broker_messages_set_aside_total", (("queue", queue),)), 0)
+            for port in ports
+        )
+        for queue in POISON
+    }
+    assert counted == {"chaz.turns": 3, "chaz.control": 1}, counted
 
 
 def test_dead_letter_list_is_bounded(stack: Stack) -> None:

@@ -4,8 +4,8 @@ docs/executions.md#stop), on real worker processes.
 A cancelled job's message waiting in a busy inbox never runs, and its
 sender's session runs no further turn; a session-wide Stop cancels a
 session's running turn and queued jobs and leaves another session's
-running turn alone. The use case is called directly (``Services``), as the
-client method waits for the client's split.
+running turn alone. Both go through the public entries: ``client.jobs.cancel``,
+``client.sessions.stop`` and ``chaz sessions stop``.
 """
 
 from __future__ import annotations

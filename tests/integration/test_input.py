@@ -19,7 +19,14 @@ from chaz.domain.jobs import JobStatus
 from chaz.errors import ChazError, RequestTooLarge, ValidationError
 from chaz.runtime.backends.base import ToolCallRequest
 from chaz.runtime.registry import Tool, ToolContext
-from chaz.store.models import AgentRow, CommandRow, EntryRow, JobRow, SessionRow
+from chaz.store.models import (
+    AgentRow,
+    CommandRow,
+    EntryRow,
+    JobRow,
+    ScheduleRow,
+    SessionRow,
+)
 from chaz.tools import default_registry
 from chaz.usecases.turns import RunnerDelegation, TurnRunner
 from tests.support.stack import Stack
@@ -43,7 +50,7 @@ def rows(client: chaz.Client) -> dict[str, int]:
     """How many rows each table holds: a refused call must change none."""
     out = {}
     with client.services.store.engine.connect() as conn:
-        for table in (AgentRow, SessionRow, EntryRow, JobRow, CommandRow):
+        for table in (AgentRow, SessionRow, EntryRow, JobRow, CommandRow, ScheduleRow):
             out[table.__tablename__] = int(
                 conn.scalar(select(func.count()).select_from(table)) or 0
             )
@@ -441,6 +448,23 @@ def test_the_last_raw_errors_are_request_invalid(
     error = refused(client, lambda: call(client))
     assert error.code == "request.invalid", (case, error)
     assert str(error.details.get("field", "")).startswith(field), (case, error.details)
+
+
+@pytest.mark.parametrize("cron", ["0 0 31 2 *", "0 0 30 2 *"])
+def test_a_cron_no_date_matches_is_refused_by_add_and_update(
+    client: chaz.Client, cron: str
+) -> None:
+    # It parses, so only the search for its next date finds it impossible
+    # (croniter's CroniterBadDateError reached the caller, on both paths).
+    kept = client.schedules.add("bot", kind="cron", cron="0 9 * * 1", prompt="weekly")
+    for call in (
+        lambda: client.schedules.add("bot", kind="cron", cron=cron, prompt="never"),
+        lambda: client.schedules.update(kept.id, cron=cron),
+    ):
+        error = refused(client, call)
+        assert (error.code, error.field) == ("request.invalid", "cron"), error
+    after = client.schedules.get(kept.id)
+    assert after == kept
 
 
 def test_put_many_takes_mappings_as_put_does(client: chaz.Client) -> None:

@@ -458,6 +458,14 @@ NUM = st.one_of(
 SECONDS = st.sampled_from([0, 0.01, -1, float("nan"), float("inf"), 2**70, "0.01", None, True])
 AGENT_REF = st.one_of(st.just("bot"), st.just("bot"), TEXT, WRONG)
 ANY_ARG = st.one_of(ID, STR, NUM)
+# Cron expressions: valid, malformed, and ones that parse but name no date.
+CRON = st.one_of(
+    st.sampled_from(["* * * * *", "0 9 * * 1", "61 * * * *", "0 0 31 2 *", "0 0 30 2 *"]), STR
+)
+
+
+#: Every ``client.NAMESPACE.METHOD`` that METHODS calls (``sessions.post``: POST).
+GENERATED: set[str] = {"sessions.post"}
 
 
 def _m(
@@ -467,6 +475,7 @@ def _m(
     **kwargs: st.SearchStrategy[Any],
 ) -> Any:
     """A strategy of calls to ``path``; each of ``kwargs`` is present or not."""
+    GENERATED.add(path)
     return st.builds(
         _method,
         st.just(path),
@@ -530,6 +539,7 @@ METHODS = st.one_of(
     _m("jobs.get", ID),
     _m("jobs.list", limit=NUM),
     _m("jobs.wait", ID, SECONDS),
+    _m("jobs.totals", st.one_of(st.none(), ID), st.one_of(st.none(), ID)),
     # Always a timeout: the default waits 30 s for a job that never runs here.
     _m(
         "jobs.output",
@@ -571,13 +581,20 @@ METHODS = st.one_of(
     _m("deliveries.status", ID),
     # events
     _m("events.list", ID, NUM, NUM),
+    # Always a timeout: followed without one, it waits for events that never come.
+    _m(
+        "events.follow",
+        ID,
+        NUM,
+        st.sampled_from([0, 0.01, -1, float("nan"), float("inf"), 2**70, "0.01", True]),
+    ),
     # schedules
     _m(
         "schedules.add",
         AGENT_REF,
         unattended=st.one_of(st.booleans(), WRONG),
         prompt=STR,
-        cron=st.one_of(st.sampled_from(["* * * * *", "0 9 * * 1", "61 * * * *"]), STR),
+        cron=CRON,
         interval_seconds=NUM,
         timezone=st.one_of(st.sampled_from(["UTC", "Europe/Paris", "Mars/Base"]), STR),
         target=st.one_of(st.sampled_from(["new", "session"]), STR),
@@ -585,7 +602,7 @@ METHODS = st.one_of(
         max_fires=NUM,
         nope=ANY_ARG,
     ),
-    _m("schedules.update", ID, prompt=STR, enabled=st.one_of(st.booleans(), WRONG), cron=STR),
+    _m("schedules.update", ID, prompt=STR, enabled=st.one_of(st.booleans(), WRONG), cron=CRON),
     _m("schedules.pause", ID),
     _m("schedules.resume", ID),
     _m("schedules.remove", ID),
@@ -614,6 +631,11 @@ METHODS = st.one_of(
     _m("projects.get", st.one_of(st.just("default"), STR)),
     _m("projects.list"),
     _m("projects.set_limits", st.one_of(TEXT, WRONG), NUM, NUM),
+    # webhooks: the outbox's reads, a retry of an unknown delivery, the signing secret
+    _m("webhooks.list", state=st.one_of(st.none(), STR), limit=LIMIT),
+    _m("webhooks.retry", ID),
+    _m("webhooks.secret"),
+    _m("webhooks.rotate_secret"),
 )
 
 
@@ -626,6 +648,20 @@ def test_every_public_call_gets_a_code_agrees_across_stacks_and_writes_nothing_w
         result = agree(sides, call)
         detail = result[1] if result[0] == "error" else ""
         event(f"{call.__qualname__.rsplit('.', 1)[0]}: {result[0]} {detail}")
+
+
+def test_every_public_method_of_the_client_is_generated(sides: list[Side]) -> None:
+    """A method added to a namespace of ``chaz.Client`` must join METHODS."""
+    client = sides[0].client
+    public = {
+        f"{name}.{method}"
+        for name, namespace in vars(client).items()
+        if not name.startswith("_") and type(namespace).__module__.startswith("chaz.client.")
+        for method in dir(namespace)
+        if not method.startswith("_") and callable(getattr(namespace, method))
+    }
+    assert len(public) > 50, sorted(public)
+    assert public - GENERATED == set()
 
 
 # -- every registered tool in an interactive turn ------------------------------------

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import chaz
 from chaz import errors
 from chaz.client.agents import Agents
 from chaz.client.approvals import Approvals
@@ -112,6 +113,33 @@ def test_refs_that_cannot_travel_in_a_path_are_refused() -> None:
         with pytest.raises(errors.ValidationError) as refused:
             segment("session", bad)
         assert refused.value.field == "session"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://[::1",  # an unclosed IPv6 host
+        "http://h:notaport",
+        "http://h:70000",
+        "http://h:0",
+        "http:///no-host",
+        "http://h\x00/",
+        "http://a b/",
+        "ftp://h",
+    ],
+)
+def test_a_url_that_cannot_be_parsed_is_request_invalid_naming_url(url: str) -> None:
+    # httpx's own InvalidURL reached the caller for the first four.
+    with pytest.raises(errors.ValidationError) as refused:
+        chaz.Client(url=url, api_key="chz_x_y")
+    assert (refused.value.code, refused.value.field) == ("request.invalid", "url")
+
+
+def test_an_unreachable_servers_error_masks_its_urls_password() -> None:
+    with pytest.raises(errors.BackendUnavailable) as caught:
+        chaz.Client(url="http://proxy:s3cret@127.0.0.1:9", api_key="chz_x_y")
+    said = json.dumps(caught.value.to_dict())
+    assert "s3cret" not in said and "proxy:****@127.0.0.1:9" in said, said
 
 
 def test_server_sent_events_are_parsed_with_comments_as_pings() -> None:

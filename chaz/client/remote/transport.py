@@ -11,6 +11,7 @@ import httpx
 
 from chaz.client.remote.errors import error_of
 from chaz.errors import BackendUnavailable
+from chaz.settings import mask_url
 
 #: The producer routes' prefix (``chaz.server.producer.PREFIX``).
 PREFIX = "/chaz/v1"
@@ -79,9 +80,10 @@ class Transport:
             raise self._unreachable(exc) from exc
 
     def _unreachable(self, exc: httpx.HTTPError) -> BackendUnavailable:
+        # A URL may carry a password (a proxy's basic auth): never in an error.
+        url = mask_url(self.url)
         return BackendUnavailable(
-            f"chaz serve at {self.url} is unavailable: {type(exc).__name__}: {exc}",
-            url=self.url,
+            f"chaz serve at {url} is unavailable: {type(exc).__name__}: {exc}", url=url
         )
 
     def close(self) -> None:

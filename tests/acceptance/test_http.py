@@ -390,7 +390,8 @@ def test_unsupported_fields_are_refused_with_the_field_named(served: Served) -> 
             "assistant_id",
         )
         # An id that is not a string (schemathesis found a dict answered 500).
-        for bad in ({"graph_id": []}, {"assistant_id": {}}):
+        bads: list[dict[str, Any]] = [{"graph_id": []}, {"assistant_id": {}}]
+        for bad in bads:
             for answer in (
                 await refused(sdk.threads.create(metadata=bad)),
                 await refused(sdk.threads.search(metadata=bad)),

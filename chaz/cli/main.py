@@ -28,6 +28,7 @@ from chaz.cli.exits import (
 from chaz.cli.parsers import (
     agents,
     approvals,
+    bridges,
     deliveries,
     entries,
     events,
@@ -67,6 +68,7 @@ GROUPS = (
     projects,
     jobs,
     webhooks,
+    bridges,
 )
 
 

@@ -55,7 +55,8 @@ RATE_LIMITS = (
 
 
 def cache_dir() -> Path:
-    """Where the tests keep what they install once: ``$CHAZ_TEST_CACHE`` or ``~/.cache/chaz-test``."""
+    """Where the tests keep what they install once: ``$CHAZ_TEST_CACHE``, else
+    ``~/.cache/chaz-test``."""
     given = os.environ.get("CHAZ_TEST_CACHE")
     return Path(given) if given else Path.home() / ".cache" / "chaz-test"
 

@@ -1,0 +1,282 @@
+"""The platform-independent half of a bridge: rooms to sessions, people to
+principals, cursors, transaction ids, order and back-off (docs/bridges.md).
+
+Inbound, one thread (the caller's) polls the platform and admits each mapped
+person's message with ``sessions.post`` through that person's own key, its
+event id the idempotency key; the platform's token is saved only after the
+batch is admitted, so a restart redelivers at most what was admitted already,
+and admits nothing twice. Outbound, one thread per bound room watches its
+session after the room's cursor and sends each visible entry in seq order
+under :func:`~chaz.bridges.base.txn_id`; the cursor is saved after the send,
+so a bridge killed between the two resends under the same id and the platform
+shows the message once.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import random
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from chaz.bridges.base import (
+    Bridge,
+    Incoming,
+    PlatformRefused,
+    PlatformUnavailable,
+    idempotency_key,
+    render,
+    txn_id,
+    visible,
+)
+from chaz.bridges.config import BridgeConfig, RoomBinding
+from chaz.bridges.state import State
+from chaz.errors import ChazError, ConfigError, NameTaken
+
+if TYPE_CHECKING:
+    from chaz import Client
+
+__all__ = ["Relay"]
+
+log = logging.getLogger("chaz.bridges")
+T = TypeVar("T")
+
+#: Back-off between retries: doubling from the first to the last, each with
+#: up to half again of jitter, so many bridges do not retry in step.
+FIRST_DELAY = 0.5
+LAST_DELAY = 30.0
+
+
+class _Stopped(Exception):
+    """The bridge was asked to stop while it waited to retry."""
+
+
+class Relay:
+    """One bridge process's work over a platform :class:`Bridge`."""
+
+    def __init__(
+        self,
+        bridge: Bridge,
+        config: BridgeConfig,
+        state: State,
+        connect: Callable[[str, str], Client],
+    ) -> None:
+        self.bridge = bridge
+        self.config = config
+        self.state = state
+        self._connect = connect
+        self._stop = threading.Event()
+        self._outbound: dict[str, threading.Thread] = {}
+        self._refused: set[tuple[str, str]] = set()
+        # Every key is checked now (whoami), so a wrong one fails at start.
+        self.client = connect(config.chaz.url, config.chaz.api_key)
+        self._people = {
+            user: connect(config.chaz.url, m.api_key) for user, m in config.users.items()
+        }
+        self.bot = ""
+
+    def stop(self) -> None:
+        """Ask the relay to stop: it finishes what it sends and returns from :meth:`run`."""
+        self._stop.set()
+
+    def run(self) -> None:
+        """Relay until :meth:`stop`: join the bound rooms, start their outbound
+        threads, then poll the platform and admit what people say."""
+        self.bot = self._retrying("log in", self.bridge.start)
+        try:
+            for binding in self.config.rooms:
+                self._join(binding.room)
+                if binding.session is not None:
+                    self._bind_existing(binding)
+            for room in self.state.rooms():
+                if self.config.binding(room) is not None:
+                    self._start_outbound(room)
+            self._inbound()
+        except _Stopped:
+            pass
+        finally:
+            self._stop.set()
+            for thread in self._outbound.values():
+                thread.join()
+
+    def _inbound(self) -> None:
+        name = f"{self.bridge.platform}.sync"
+        token = self.state.token(name)
+        first = token is None
+        while not self._stop.is_set():
+            poll = functools.partial(self.bridge.poll, token, self.config.poll_seconds)
+            batch = self._retrying("poll", poll)
+            for room in batch.invites:
+                if self.config.binding(room) is not None:
+                    self._join(room)
+            if not first:  # the first poll's messages came before the bridge
+                for message in batch.messages:
+                    self._admit(message)
+            self.state.save_token(name, batch.token)
+            token = batch.token
+            if first:
+                log.warning("chaz bridge %s: ready as %s", self.bridge.platform, self.bot)
+                first = False
+
+    def _admit(self, message: Incoming) -> None:
+        binding = self.config.binding(message.room)
+        if binding is None:
+            return
+        person = self._people.get(message.user)
+        if person is None:
+            self._refuse_stranger(message)
+            return
+        session_id = self._session_of(binding)
+        metadata = {
+            "bridge": self.bridge.platform,
+            "room": message.room,
+            "platform_user": message.user,
+            "event_id": message.event_id,
+        }
+        key = idempotency_key(self.bridge.platform, message.event_id)
+        try:
+            self._retrying(
+                f"post to {session_id}",
+                lambda: person.sessions.post(
+                    session_id, message.text, metadata=metadata, idempotency_key=key
+                ),
+            )
+        except ChazError as exc:
+            # Refused for good (quota, grant, bad input): said once in the room,
+            # under an id of this message, so a redelivery says it once too.
+            log.warning("chaz bridge: %s's message %s refused: %s", message.user, key, exc)
+            text = f"Not delivered: {exc.message} ({exc.code})"
+            self._send(message.room, f"chaz.refused.{_digest(message.event_id)}", text, True)
+
+    def _refuse_stranger(self, message: Incoming) -> None:
+        if self.config.unknown_users == "ignore":
+            return
+        if (message.room, message.user) in self._refused:
+            return  # once per person and room in a run, not per message
+        self._refused.add((message.room, message.user))
+        txn = f"chaz.stranger.{_digest(message.event_id)}"
+        self._send(message.room, txn, self.config.refusal, True)
+
+    def _session_of(self, binding: RoomBinding) -> str:
+        """The session of ``binding``'s room, made on its first message when the
+        room is bound to an agent."""
+        known = self.state.session_of(binding.room)
+        if known is not None:
+            return known[0]
+        assert binding.agent is not None  # a session binding is bound at start
+        agent = binding.agent
+        # A name derived from the room: a bridge killed between creating the
+        # session and saving it finds the same session again, never a second.
+        name = f"{self.bridge.platform} {binding.room}".replace("/", "_")
+
+        def create() -> str:
+            try:
+                return str(self.client.sessions.create(agent, name=name).id)
+            except NameTaken:
+                return str(self.client.sessions.get(name).id)
+
+        session_id = self._retrying(f"create a session of {agent}", create)
+        session_id, _ = self.state.bind(binding.room, session_id, 0)
+        self._start_outbound(binding.room)
+        return session_id
+
+    def _bind_existing(self, binding: RoomBinding) -> None:
+        assert binding.session is not None
+        known = self.state.session_of(binding.room)
+        if known is not None:
+            if known[0] != binding.session:
+                raise ConfigError(
+                    f"room {binding.room} is bound to session {known[0]} in the state file,"
+                    f" not {binding.session}",
+                    field="rooms",
+                )
+            return
+        ref = binding.session
+        # From the session's head: what was said before the binding stays out of the room.
+        head = self._retrying(f"read {ref}", lambda: self.client.sessions.get(ref))
+        self.state.bind(binding.room, head.id, head.last_seq)
+
+    def _start_outbound(self, room: str) -> None:
+        if room in self._outbound:
+            return
+        thread = threading.Thread(
+            target=self._outbound_loop, args=(room,), name=f"out {room}", daemon=True
+        )
+        self._outbound[room] = thread
+        thread.start()
+
+    def _outbound_loop(self, room: str) -> None:
+        bound = self.state.session_of(room)
+        assert bound is not None
+        session_id, cursor = bound
+        delay = FIRST_DELAY
+        try:
+            while not self._stop.is_set():
+                try:
+                    for entry in self.client.sessions.watch(
+                        session_id, after=cursor, timeout=self.config.poll_seconds
+                    ):
+                        if visible(entry):
+                            text, notice = render(entry)
+                            self._send(room, txn_id(room, session_id, entry.seq), text, notice)
+                        self.state.advance(room, entry.seq)
+                        cursor = entry.seq
+                    delay = FIRST_DELAY
+                except ChazError as exc:
+                    if not exc.retryable:
+                        raise
+                    wait = _jitter(delay)
+                    log.warning("chaz bridge: watch %s: %s; again in %.1f s", session_id, exc, wait)
+                    delay = min(delay * 2, LAST_DELAY)
+                    self._stop.wait(wait)
+        except _Stopped:
+            return
+        except Exception:
+            log.exception("chaz bridge: the outbound thread of %s failed", room)
+            self._stop.set()
+
+    def _send(self, room: str, txn: str, text: str, notice: bool) -> None:
+        self._retrying(f"send to {room}", lambda: self.bridge.send(room, txn, text, notice=notice))
+
+    def _join(self, room: str) -> None:
+        try:
+            self._retrying(f"join {room}", lambda: self.bridge.join(room), refused_fails=True)
+        except PlatformRefused as exc:
+            # Not invited yet: joined when the invite comes (a poll's invites).
+            log.warning("chaz bridge: cannot join %s yet: %s", room, exc)
+
+    def _retrying(self, what: str, call: Callable[[], T], *, refused_fails: bool = False) -> T:
+        """``call()``, retried with back-off while it fails transiently (and, unless
+        ``refused_fails``, while the platform refuses: an outbound message is
+        never dropped, a room that refuses stalls until it takes it)."""
+        delay = FIRST_DELAY
+        while not self._stop.is_set():
+            try:
+                return call()
+            except PlatformUnavailable as exc:
+                wait = exc.retry_after if exc.retry_after is not None else _jitter(delay)
+                log.warning("chaz bridge: %s: %s; again in %.1f s", what, exc, wait)
+            except PlatformRefused as exc:
+                if refused_fails:
+                    raise
+                wait = _jitter(LAST_DELAY)
+                log.warning("chaz bridge: %s refused: %s; again in %.1f s", what, exc, wait)
+            except ChazError as exc:
+                if not exc.retryable:
+                    raise
+                wait = _jitter(delay)
+                log.warning("chaz bridge: %s: %s; again in %.1f s", what, exc, wait)
+            delay = min(delay * 2, LAST_DELAY)
+            self._stop.wait(wait)
+        raise _Stopped
+
+
+def _jitter(delay: float) -> float:
+    return delay * (1 + random.random() / 2)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:24]

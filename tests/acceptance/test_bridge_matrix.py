@@ -1,0 +1,185 @@
+"""Issue 23's first slice: ``chaz bridge matrix`` against a real Synapse on
+127.0.0.1, a real ``chaz serve`` and real workers (docs/bridges.md).
+
+The bridge runs as a child process whose environment holds no database or
+Redis settings: only the config file, with chaz's URL and API keys. People are
+Matrix users of their own (``tests/support/synapse.py``) and everything is
+checked as a person's Matrix client sees the room. Replies that must pile up
+wait at a gate the test opens, so nothing races the clock.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import chaz
+from chaz.domain.principals import ALL_GRANTS
+from tests.acceptance.test_cli import INTERRUPTIBLE_CLI, cli_env
+from tests.support.serve import serving
+from tests.support.stack import Stack
+from tests.support.synapse import MatrixUser, Synapse, running_synapse, synapse_or_skip
+
+pytestmark = pytest.mark.bridge
+
+#: How long a worker, the bridge or the homeserver may take on a loaded machine.
+WAIT = 90
+ECHO = chaz.AgentSpec(id="bridge-echo", script=[{"steps": [{"say": "echo: {input}"}]}])
+HELD = chaz.AgentSpec(
+    id="bridge-held",
+    script=[{"steps": [{"wait": "hold-{session_id}"}, {"say": "held: {input}"}]}],
+)
+REFUSAL = "Sorry, you are not allowed to talk to this agent."
+
+
+@dataclass
+class World:
+    """Synapse, the module's fleet and ``chaz serve`` in front of it."""
+
+    synapse: Synapse
+    stack: Stack
+    url: str
+    home: Path
+    bridges: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def key(self, project: str, principal: str) -> str:
+        """A new API key of ``principal`` in ``project`` with every grant."""
+        _, plaintext = self.stack.client.keys.create(principal, project, list(ALL_GRANTS))
+        return plaintext
+
+    def start_bridge(self, config: Path) -> subprocess.Popen[bytes]:
+        """``chaz bridge matrix --config FILE`` with no CHAZ_* settings at all;
+        returned once it has synced and is ready."""
+        log_path = config.with_suffix(f".{len(self.bridges)}.log")
+        log = log_path.open("w")
+        child = subprocess.Popen(
+            [*INTERRUPTIBLE_CLI, "bridge", "matrix", "--config", str(config)],
+            env=cli_env(home=config.parent / "chaz-home"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        self.bridges.append(child)
+
+        def ready() -> bool:
+            assert child.poll() is None, f"the bridge exited: {log_path.read_text()[-3000:]}"
+            return "ready as" in log_path.read_text()
+
+        self.stack.wait_for(ready, WAIT, "the bridge to sync")
+        return child
+
+
+@pytest.fixture(scope="module")
+def world(module_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    synapse_or_skip()
+    home = tmp_path_factory.mktemp("bridge")
+    module_stack.workers(1, concurrency=4)
+    for spec in (ECHO, HELD):
+        module_stack.client.agents.put(spec)
+    with running_synapse(home / "synapse") as synapse, serving(module_stack) as url:
+        w = World(synapse, module_stack, url, home)
+        try:
+            yield w
+        finally:
+            for child in w.bridges:
+                if child.poll() is None:
+                    child.kill()
+                    child.wait()
+
+
+@dataclass
+class Scene:
+    """One test's project, bot, people and config."""
+
+    world: World
+    project: str
+    bot: MatrixUser
+    bridge_key: str
+    config: Path
+    people: dict[str, MatrixUser]
+
+    def write(self, rooms: list[dict[str, str]], mapped: list[str], **extra: Any) -> None:
+        """The bridge's config: ``rooms``, and the ``mapped`` people with keys of their own."""
+        users = {
+            self.people[p].user_id: {"api_key": self.world.key(self.project, f"user:{p}")}
+            for p in mapped
+        }
+        body = {
+            "chaz": {"url": self.world.url, "api_key": self.bridge_key},
+            "matrix": {
+                "homeserver": self.world.synapse.url,
+                "user_id": self.bot.user_id,
+                "access_token": self.bot.token,
+            },
+            "rooms": rooms,
+            "users": users,
+            "state": "state.sqlite",
+            "poll_seconds": 1,
+            **extra,
+        }
+        self.config.write_text(json.dumps(body))
+
+    def reader(self) -> chaz.Client:
+        """The bridge's own key as a remote client, to read its sessions."""
+        return chaz.Client(url=self.world.url, api_key=self.bridge_key)
+
+    def session_of(self, room: str) -> str:
+        """The session the bridge made for ``room``."""
+        return self.reader().sessions.get(f"matrix {room}").id
+
+    def cursor(self, room: str) -> int:
+        """The bridge's saved cursor of ``room`` (0 before it bound the room)."""
+        with sqlite3.connect(self.config.parent / "state.sqlite") as db:
+            row = db.execute("SELECT sent_seq FROM rooms WHERE room = ?", (room,)).fetchone()
+        return int(row[0]) if row else 0
+
+
+@pytest.fixture
+def scene(world: World) -> Scene:
+    tag = uuid.uuid4().hex[:8]
+    folder = world.home / tag
+    folder.mkdir()
+    bot = world.synapse.register(f"bot{tag}")
+    people = {p: world.synapse.register(f"{p}{tag}") for p in ("alice", "carol", "mallory")}
+    project = f"bridge-{tag}"
+    bridge_key = world.key(project, "user:bridge")
+    return Scene(world, project, bot, bridge_key, folder / "bridge.json", people)
+
+
+def eventually(stack: Stack, what: str, check: Callable[[], bool]) -> None:
+    stack.wait_for(check, WAIT, what)
+
+
+def test_a_persons_message_gets_the_agents_reply_in_the_room(scene: Scene) -> None:
+    alice, mallory = scene.people["alice"], scene.people["mallory"]
+    room = alice.create_room(scene.bot.user_id, mallory.user_id)
+    mallory.join(room)
+    scene.write([{"room": room, "agent": ECHO.id}], ["alice"], unknown_users="refuse")
+    scene.world.start_bridge(scene.config)
+
+    mallory.say(room, "let me in")  # not mapped: refused, never admitted
+    alice.say(room, "hello agent")
+    stack = scene.world.stack
+    eventually(
+        stack, "the reply", lambda: "echo: hello agent" in alice.said_by(room, scene.bot.user_id)
+    )
+
+    # As alice's own client sees the room: the refusal of mallory, then the reply, once each.
+    assert alice.said_by(room, scene.bot.user_id) == [REFUSAL, "echo: hello agent"]
+    kinds = [
+        e["content"]["msgtype"] for e in alice.messages(room) if e["sender"] == scene.bot.user_id
+    ]
+    assert kinds == ["m.notice", "m.text"]
+    entries = scene.reader().sessions.entries(scene.session_of(room))
+    people = [e for e in entries if e.type == "message" and not e.sender.startswith("agent:")]
+    assert [(e.sender, e.content) for e in people] == [("user:alice", "hello agent")]
+    assert people[0].metadata["platform_user"] == alice.user_id

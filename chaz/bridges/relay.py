@@ -105,21 +105,24 @@ class Relay:
     def _inbound(self) -> None:
         name = f"{self.bridge.platform}.sync"
         token = self.state.token(name)
-        first = token is None
+        # Without a token this is the bridge's first poll ever: what it finds
+        # was said before the bridge existed, and is not admitted.
+        admit = token is not None
+        ready = False
         while not self._stop.is_set():
             poll = functools.partial(self.bridge.poll, token, self.config.poll_seconds)
             batch = self._retrying("poll", poll)
             for room in batch.invites:
                 if self.config.binding(room) is not None:
                     self._join(room)
-            if not first:  # the first poll's messages came before the bridge
+            if admit:
                 for message in batch.messages:
                     self._admit(message)
             self.state.save_token(name, batch.token)
-            token = batch.token
-            if first:
+            token, admit = batch.token, True
+            if not ready:
                 log.warning("chaz bridge %s: ready as %s", self.bridge.platform, self.bot)
-                first = False
+                ready = True
 
     def _admit(self, message: Incoming) -> None:
         binding = self.config.binding(message.room)

@@ -14,7 +14,14 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from chaz.errors import ConfigError
 
@@ -91,13 +98,14 @@ class BridgeConfig(_Strict):
     #: the most a clean stop waits for.
     poll_seconds: float = Field(5.0, gt=0, le=60)
 
-    @model_validator(mode="after")
-    def _rooms_once(self) -> BridgeConfig:
-        seen = [b.room for b in self.rooms]
+    @field_validator("rooms")
+    @classmethod
+    def _rooms_once(cls, rooms: list[RoomBinding]) -> list[RoomBinding]:
+        seen = [b.room for b in rooms]
         twice = sorted({r for r in seen if seen.count(r) > 1})
         if twice:
             raise ValueError(f"rooms bound more than once: {twice}")
-        return self
+        return rooms
 
     def binding(self, room: str) -> RoomBinding | None:
         """The binding of ``room``, or None where the room is not bridged."""

@@ -50,6 +50,7 @@ class World:
     url: str
     home: Path
     bridges: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    logs: dict[int, Path] = field(default_factory=dict)
 
     def key(self, project: str, principal: str) -> str:
         """A new API key of ``principal`` in ``project`` with every grant."""
@@ -69,6 +70,7 @@ class World:
         )
         log.close()
         self.bridges.append(child)
+        self.logs[child.pid] = log_path
 
         def ready() -> bool:
             assert child.poll() is None, f"the bridge exited: {log_path.read_text()[-3000:]}"
@@ -101,6 +103,7 @@ class Scene:
     """One test's project, bot, people and config."""
 
     world: World
+    synapse: Synapse
     project: str
     bot: MatrixUser
     bridge_key: str
@@ -116,7 +119,7 @@ class Scene:
         body = {
             "chaz": {"url": self.world.url, "api_key": self.bridge_key},
             "matrix": {
-                "homeserver": self.world.synapse.url,
+                "homeserver": self.synapse.url,
                 "user_id": self.bot.user_id,
                 "access_token": self.bot.token,
             },
@@ -145,14 +148,19 @@ class Scene:
 
 @pytest.fixture
 def scene(world: World) -> Scene:
+    return make_scene(world, world.synapse)
+
+
+def make_scene(world: World, synapse: Synapse) -> Scene:
+    """A project, a bot and three people of their own on ``synapse``."""
     tag = uuid.uuid4().hex[:8]
     folder = world.home / tag
     folder.mkdir()
-    bot = world.synapse.register(f"bot{tag}")
-    people = {p: world.synapse.register(f"{p}{tag}") for p in ("alice", "carol", "mallory")}
+    bot = synapse.register(f"bot{tag}")
+    people = {p: synapse.register(f"{p}{tag}") for p in ("alice", "carol", "mallory")}
     project = f"bridge-{tag}"
     bridge_key = world.key(project, "user:bridge")
-    return Scene(world, project, bot, bridge_key, folder / "bridge.json", people)
+    return Scene(world, synapse, project, bot, bridge_key, folder / "bridge.json", people)
 
 
 def eventually(stack: Stack, what: str, check: Callable[[], bool]) -> None:
@@ -250,6 +258,55 @@ def test_a_bridge_killed_mid_burst_resends_nothing_twice_and_loses_nothing(
     assert admitted() == texts  # the redelivered events admitted nothing twice
 
 
+def test_replies_made_while_the_homeserver_is_down_arrive_once_in_order(scene: Scene) -> None:
+    alice = scene.people["alice"]
+    room = alice.create_room(scene.bot.user_id)
+    scene.write([{"room": room, "agent": HELD.id}], ["alice"])
+    world, stack = scene.world, scene.world.stack
+    child = world.start_bridge(scene.config)
+    texts = [f"while down {i}" for i in range(10)]
+    for text in texts:
+        alice.say(room, text)
+    eventually(stack, "the bridge to bind the room", lambda: scene.cursor(room) > 0)
+    session = scene.session_of(room)
+    eventually(stack, "all admitted", lambda: len(_said_in_chaz(scene, session, "user:")) == 10)
+
+    scene.synapse.stop()
+    try:
+        stack.open_gate(f"hold-{session}")
+        eventually(stack, "every reply", lambda: len(_said_in_chaz(scene, session, "agent:")) == 10)
+        log = world.logs[child.pid]
+        eventually(stack, "a failed send", lambda: "homeserver is unavailable" in log.read_text())
+    finally:
+        scene.synapse.start()
+    _settle(scene, room, 10)
+    assert _bot_says(scene, room) == [f"held: {text}" for text in texts]
+    assert child.poll() is None
+
+
+def test_a_rate_limited_bridge_waits_as_told_and_sends_each_reply_once(world: World) -> None:
+    limits = {"rc_message": {"per_second": 2, "burst_count": 2}}
+    with running_synapse(world.home / f"limited-{uuid.uuid4().hex[:6]}", rate_limits=limits) as hs:
+        scene = make_scene(world, hs)
+        alice = scene.people["alice"]
+        room = alice.create_room(scene.bot.user_id)
+        scene.write([{"room": room, "agent": HELD.id}], ["alice"])
+        child = world.start_bridge(scene.config)
+        texts = [f"limited {i}" for i in range(8)]
+        for text in texts:
+            alice.say(room, text)  # retried on 429 by the person's client
+        stack = world.stack
+        eventually(stack, "the bridge to bind the room", lambda: scene.cursor(room) > 0)
+        session = scene.session_of(room)
+        eventually(stack, "all admitted", lambda: len(_said_in_chaz(scene, session, "user:")) == 8)
+        stack.open_gate(f"hold-{session}")
+        _settle(scene, room, 8)
+        assert _bot_says(scene, room) == [f"held: {text}" for text in texts]
+        assert "M_LIMIT_EXCEEDED" in world.logs[child.pid].read_text()
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=WAIT) == 0
+
+
 def test_sigterm_stops_the_bridge_cleanly(scene: Scene) -> None:
     alice = scene.people["alice"]
     room = alice.create_room(scene.bot.user_id)
@@ -268,6 +325,12 @@ def _settle(scene: Scene, room: str, replies: int) -> str:
     last = scene.reader().sessions.get(session).last_seq
     eventually(stack, "the cursor at the end", lambda: scene.cursor(room) >= last)
     return session
+
+
+def _said_in_chaz(scene: Scene, session: str, prefix: str) -> list[str]:
+    """The contents of the session's Messages whose sender starts with ``prefix``."""
+    entries = scene.reader().sessions.entries(session)
+    return [e.content for e in entries if e.type == "message" and e.sender.startswith(prefix)]
 
 
 def _bot_says(scene: Scene, room: str) -> list[str]:

@@ -106,14 +106,40 @@ def synapse_or_skip() -> Path:
 
 @dataclass
 class Synapse:
-    """A running homeserver: its URL, server name and registration secret."""
+    """A homeserver: its URL, server name and registration secret; it can be
+    stopped and started again on the same port and database."""
 
     url: str
     server_name: str
     shared_secret: str
     python: Path
-    config: Path
-    process: subprocess.Popen[bytes]
+    home: Path
+    configs: list[Path]
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start it and wait until it answers."""
+        with (self.home / "synapse.out").open("a") as log:
+            args = [a for c in self.configs for a in ("-c", str(c))]
+            self.process = subprocess.Popen(
+                [str(self.python), "-m", "synapse.app.homeserver", *args],
+                cwd=self.home,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        _wait_until_up(self.url, self.process, self.home)
+
+    def stop(self) -> None:
+        """Stop it (SIGTERM, then SIGKILL if it hangs)."""
+        if self.process is None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
 
     def register(self, localpart: str, *, admin: bool = False) -> MatrixUser:
         """A new user (``register_new_matrix_user`` with the shared secret), logged in."""
@@ -160,16 +186,20 @@ class MatrixUser:
     password: str
 
     def call(self, method: str, path: str, **kw: Any) -> Any:
-        """One authenticated request; the answer's JSON (an error status raises)."""
-        answer = httpx.request(
-            method,
-            f"{self.url}/_matrix/client/v3{path}",
-            headers={"Authorization": f"Bearer {self.token}"},
-            timeout=60,
-            **kw,
-        )
-        answer.raise_for_status()
-        return answer.json()
+        """One authenticated request; the answer's JSON (an error status raises).
+        A 429 is retried after the homeserver's ``retry_after_ms``, as a client does."""
+        while True:
+            answer = httpx.request(
+                method,
+                f"{self.url}/_matrix/client/v3{path}",
+                headers={"Authorization": f"Bearer {self.token}"},
+                timeout=60,
+                **kw,
+            )
+            if answer.status_code != 429:
+                answer.raise_for_status()
+                return answer.json()
+            time.sleep(answer.json().get("retry_after_ms", 1000) / 1000)
 
     def create_room(self, *invite: str) -> str:
         """A new private room with ``invite`` invited; its id."""
@@ -205,9 +235,10 @@ class MatrixUser:
 
 
 @contextmanager
-def running_synapse(home: Path, *, rate_limited: bool = False) -> Iterator[Synapse]:
+def running_synapse(home: Path, *, rate_limits: dict[str, Any] | None = None) -> Iterator[Synapse]:
     """A Synapse on 127.0.0.1 and a free port, with a config and SQLite database
-    generated under ``home``; stopped (SIGTERM) on exit."""
+    generated under ``home``; stopped (SIGTERM) on exit. Rate limits are raised
+    out of reach, but for those ``rate_limits`` sets (``{"rc_message": {...}}``)."""
     python = synapse_python()
     home.mkdir(parents=True, exist_ok=True)
     config = home / "homeserver.yaml"
@@ -252,33 +283,21 @@ def running_synapse(home: Path, *, rate_limited: bool = False) -> Iterator[Synap
         "report_stats": False,
         "presence": {"enabled": False},
     }
-    if not rate_limited:
-        overrides.update({name: UNLIMITED for name in RATE_LIMITS})
-        overrides["rc_login"] = {k: UNLIMITED for k in ("address", "account", "failed_attempts")}
-        overrides["rc_joins"] = {"local": UNLIMITED, "remote": UNLIMITED}
-        overrides["rc_invites"] = {k: UNLIMITED for k in ("per_room", "per_user", "per_issuer")}
+    overrides.update({name: UNLIMITED for name in RATE_LIMITS})
+    overrides["rc_login"] = {k: UNLIMITED for k in ("address", "account", "failed_attempts")}
+    overrides["rc_joins"] = {"local": UNLIMITED, "remote": UNLIMITED}
+    overrides["rc_invites"] = {k: UNLIMITED for k in ("per_room", "per_user", "per_issuer")}
+    overrides.update(rate_limits or {})
     # JSON is YAML: a second config file whose top-level keys replace the generated ones.
     extra = home / "overrides.yaml"
     extra.write_text(json.dumps(overrides, indent=2))
-    log = (home / "synapse.out").open("w")
-    process = subprocess.Popen(
-        [str(python), "-m", "synapse.app.homeserver", "-c", str(config), "-c", str(extra)],
-        cwd=home,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
     url = f"http://127.0.0.1:{port}"
+    synapse = Synapse(url, "localhost", secret, python, home, [config, extra])
     try:
-        _wait_until_up(url, process, home)
-        yield Synapse(url, "localhost", secret, python, config, process)
+        synapse.start()
+        yield synapse
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+        synapse.stop()
 
 
 def _wait_until_up(url: str, process: subprocess.Popen[bytes], home: Path) -> None:

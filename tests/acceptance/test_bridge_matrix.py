@@ -276,7 +276,9 @@ def test_replies_made_while_the_homeserver_is_down_arrive_once_in_order(scene: S
         stack.open_gate(f"hold-{session}")
         eventually(stack, "every reply", lambda: len(_said_in_chaz(scene, session, "agent:")) == 10)
         log = world.logs[child.pid]
-        eventually(stack, "a failed send", lambda: "homeserver is unavailable" in log.read_text())
+        # A send of a reply was tried, and failed, while the homeserver was away.
+        failed = f"send to {room}: [bridge.platform_unavailable]"
+        eventually(stack, "a failed send", lambda: failed in log.read_text())
     finally:
         scene.synapse.start()
     _settle(scene, room, 10)

@@ -152,7 +152,7 @@ class Relay:
             # under an id of this message, so a redelivery says it once too.
             log.warning("chaz bridge: %s's message %s refused: %s", message.user, key, exc)
             text = f"Not delivered: {exc.message} ({exc.code})"
-            self._send(message.room, f"chaz.refused.{_digest(message.event_id)}", text, True)
+            self._notify(message.room, f"chaz.refused.{_digest(message.event_id)}", text)
 
     def _refuse_stranger(self, message: Incoming) -> None:
         if self.config.unknown_users == "ignore":
@@ -161,7 +161,7 @@ class Relay:
             return  # once per person and room in a run, not per message
         self._refused.add((message.room, message.user))
         txn = f"chaz.stranger.{_digest(message.event_id)}"
-        self._send(message.room, txn, self.config.refusal, True)
+        self._notify(message.room, txn, self.config.refusal)
 
     def _session_of(self, binding: RoomBinding) -> str:
         """The session of ``binding``'s room, made on its first message when the
@@ -188,19 +188,16 @@ class Relay:
 
     def _bind_existing(self, binding: RoomBinding) -> None:
         assert binding.session is not None
-        known = self.state.session_of(binding.room)
-        if known is not None:
-            if known[0] != binding.session:
-                raise ConfigError(
-                    f"room {binding.room} is bound to session {known[0]} in the state file,"
-                    f" not {binding.session}",
-                    field="rooms",
-                )
-            return
         ref = binding.session
-        # From the session's head: what was said before the binding stays out of the room.
         head = self._retrying(f"read {ref}", lambda: self.client.sessions.get(ref))
-        self.state.bind(binding.room, head.id, head.last_seq)
+        # From the session's head: what was said before the binding stays out of the room.
+        session_id, _ = self.state.bind(binding.room, head.id, head.last_seq)
+        if session_id != head.id:
+            raise ConfigError(
+                f"room {binding.room} is bound to session {session_id} in the state file,"
+                f" not {ref} ({head.id})",
+                field="rooms",
+            )
 
     def _start_outbound(self, room: str) -> None:
         if room in self._outbound:
@@ -243,6 +240,19 @@ class Relay:
 
     def _send(self, room: str, txn: str, text: str, notice: bool) -> None:
         self._retrying(f"send to {room}", lambda: self.bridge.send(room, txn, text, notice=notice))
+
+    def _notify(self, room: str, txn: str, text: str) -> None:
+        """A notice of the bridge's own (a refusal): retried while the platform
+        is away, but dropped if it refuses, so a room the bot cannot write to
+        does not hold up what people say in the others."""
+        try:
+            self._retrying(
+                f"notify {room}",
+                lambda: self.bridge.send(room, txn, text, notice=True),
+                refused_fails=True,
+            )
+        except PlatformRefused as exc:
+            log.warning("chaz bridge: a notice to %s was refused: %s", room, exc)
 
     def _join(self, room: str) -> None:
         try:

@@ -193,6 +193,22 @@ def test_a_persons_message_gets_the_agents_reply_in_the_room(scene: Scene) -> No
     assert people[0].metadata["platform_user"] == alice.user_id
 
 
+def test_a_room_bound_to_an_existing_session_starts_at_its_end(scene: Scene) -> None:
+    alice = scene.people["alice"]
+    room = alice.create_room(scene.bot.user_id)
+    reader = scene.reader()
+    name = f"kept-{uuid.uuid4().hex[:6]}"
+    session = reader.sessions.create(ECHO.id, name=name)
+    earlier = reader.sessions.post(session.id, "said before the bridge")
+    reader.sessions.wait_for_reply(session.id, after=earlier.seq, timeout=WAIT)
+    scene.write([{"room": room, "session": name}], ["alice"])  # by name: resolved at start
+    scene.world.start_bridge(scene.config)
+    alice.say(room, "and now from matrix")
+    _settle(scene, room, 1, session=session.id)
+    # The reply before the binding stays out of the room: only the new one is there.
+    assert _bot_says(scene, room) == ["echo: and now from matrix"]
+
+
 def test_messages_of_two_people_in_two_rooms_arrive_in_order_and_replies_once(
     scene: Scene,
 ) -> None:
@@ -318,12 +334,12 @@ def test_sigterm_stops_the_bridge_cleanly(scene: Scene) -> None:
     assert child.wait(timeout=WAIT) == 0
 
 
-def _settle(scene: Scene, room: str, replies: int) -> str:
+def _settle(scene: Scene, room: str, replies: int, *, session: str | None = None) -> str:
     """Wait for ``replies`` of the bot in ``room`` and for the bridge's cursor to
     pass the session's last entry (from then on it sends nothing more); the session."""
     stack = scene.world.stack
     eventually(stack, "every reply", lambda: len(_bot_says(scene, room)) >= replies)
-    session = scene.session_of(room)
+    session = session or scene.session_of(room)
     last = scene.reader().sessions.get(session).last_seq
     eventually(stack, "the cursor at the end", lambda: scene.cursor(room) >= last)
     return session

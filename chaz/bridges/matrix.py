@@ -32,7 +32,8 @@ FILTER = {
     "presence": {"types": []},
     "account_data": {"types": []},
     "room": {
-        "timeline": {"limit": TIMELINE_LIMIT, "types": ["m.room.message"]},
+        # Members too: the bot's own join marks where a room's relaying starts.
+        "timeline": {"limit": TIMELINE_LIMIT, "types": ["m.room.message", "m.room.member"]},
         "state": {"lazy_load_members": True},
         "ephemeral": {"types": []},
         "account_data": {"types": []},
@@ -91,7 +92,7 @@ class MatrixBridge(Bridge):
             if timeline.get("limited") and token is not None and timeline.get("prev_batch"):
                 events = self._gap(room, token, str(timeline["prev_batch"])) + events
             seen: set[str] = set()
-            for event in events:
+            for event in self._since_joined(events):
                 message = self._incoming(room, event)
                 if message is not None and message.event_id not in seen:
                     seen.add(message.event_id)
@@ -118,7 +119,7 @@ class MatrixBridge(Bridge):
         takes sync tokens), so a burst larger than a timeline loses nothing."""
         events: list[dict[str, Any]] = []
         params: dict[str, Any] = {"dir": "f", "from": since, "to": until, "limit": 100}
-        params["filter"] = json.dumps({"types": ["m.room.message"]})
+        params["filter"] = json.dumps({"types": ["m.room.message", "m.room.member"]})
         while True:
             page = self._call("GET", f"/rooms/{quote(room, safe='')}/messages", params=params)
             chunk = page.get("chunk", [])
@@ -126,6 +127,24 @@ class MatrixBridge(Bridge):
             if not chunk or "end" not in page:
                 return events
             params["from"] = page["end"]
+
+    def _since_joined(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``events`` after the bot's own join, if it is among them: a room's
+        first sync after a join also gives its recent history, said before the
+        bot was there, which is not the bridge's to admit."""
+        for i in range(len(events) - 1, -1, -1):
+            event = events[i]
+            content = event.get("content")
+            if (
+                event.get("type") == "m.room.member"
+                and event.get("state_key") == self.user_id
+                and isinstance(content, dict)
+                and content.get("membership") == "join"
+                and (event.get("unsigned") or {}).get("prev_content", {}).get("membership")
+                != "join"
+            ):
+                return events[i + 1 :]
+        return events
 
     def _incoming(self, room: str, event: dict[str, Any]) -> Incoming | None:
         """A person's new text message, or None: the bot's own, notices, other

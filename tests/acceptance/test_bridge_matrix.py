@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -207,6 +208,27 @@ def test_a_room_bound_to_an_existing_session_starts_at_its_end(scene: Scene) -> 
     _settle(scene, room, 1, session=session.id)
     # The reply before the binding stays out of the room: only the new one is there.
     assert _bot_says(scene, room) == ["echo: and now from matrix"]
+
+
+def test_a_room_joined_on_an_invite_relays_only_what_is_said_after_the_join(
+    scene: Scene,
+) -> None:
+    alice = scene.people["alice"]
+    room = alice.create_room()  # the bot is not invited yet: it cannot join at start
+    scene.write([{"room": room, "agent": ECHO.id}], ["alice"])
+    scene.world.start_bridge(scene.config)
+    alice.say(room, "said before the bot was here")
+    alice.call("POST", f"/rooms/{quote(room)}/invite", json={"user_id": scene.bot.user_id})
+
+    def joined() -> bool:
+        members = alice.call("GET", f"/rooms/{quote(room)}/joined_members")["joined"]
+        return scene.bot.user_id in members
+
+    eventually(scene.world.stack, "the bot to join on the invite", joined)
+    alice.say(room, "said after the join")
+    session = _settle(scene, room, 1)
+    assert _bot_says(scene, room) == ["echo: said after the join"]
+    assert _said_in_chaz(scene, session, "user:") == ["said after the join"]
 
 
 def test_messages_of_two_people_in_two_rooms_arrive_in_order_and_replies_once(

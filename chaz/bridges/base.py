@@ -10,6 +10,8 @@ whom, the cursors, the transaction ids, the order, retries with back-off) is
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,6 +27,7 @@ __all__ = [
     "Incoming",
     "PlatformRefused",
     "PlatformUnavailable",
+    "decision_of",
     "idempotency_key",
     "render",
     "txn_id",
@@ -122,12 +125,18 @@ def idempotency_key(platform: str, event_id: str) -> str:
     return f"{platform}:sha256:{hashlib.sha256(event_id.encode()).hexdigest()}"
 
 
+#: A person's answer to an approval request: ``approve``, ``deny`` or
+#: ``approve all``, optionally followed by the request's id.
+DECISION = re.compile(r"\s*(approve\s+all|approve|deny)(?:\s+(\S+))?\s*", re.IGNORECASE)
+
+
 def visible(entry: Entry) -> bool:
-    """Whether a person in the room should see ``entry``: an agent's Message or an Error.
+    """Whether a person in the room should see ``entry``: an agent's Message,
+    an Error, or an approval request.
 
     People's own messages are there already; tool calls, Acks and the rest are
     the turn's workings, not conversation."""
-    if entry.type is EntryType.ERROR:
+    if entry.type in (EntryType.ERROR, EntryType.APPROVAL_REQUEST):
         return True
     return entry.type is EntryType.MESSAGE and entry.sender.startswith("agent:")
 
@@ -136,4 +145,25 @@ def render(entry: Entry) -> tuple[str, bool]:
     """The text to send for ``entry`` and whether it is a notice (not a person's words)."""
     if entry.type is EntryType.ERROR:
         return f"⚠ {entry.content}", True
+    if entry.type is EntryType.APPROVAL_REQUEST:
+        try:
+            shown = json.loads(entry.content)
+            tool, arguments = shown["tool"], json.dumps(shown["arguments"], ensure_ascii=False)
+        except (ValueError, KeyError, TypeError):
+            tool, arguments = entry.metadata.get("tool", "?"), entry.content
+        request = entry.metadata.get("request_id", "?")
+        return (
+            f"Approval needed: {tool} {arguments} (request {request}). "
+            f"Answer approve, deny or approve all (optionally with the request id).",
+            True,
+        )
     return entry.content, False
+
+
+def decision_of(text: str) -> tuple[str, str | None] | None:
+    """``(decision, request_id or None)`` if ``text`` answers an approval request, else None."""
+    found = DECISION.fullmatch(text)
+    if found is None:
+        return None
+    word = found.group(1).lower()
+    return ("approve_all" if word not in ("approve", "deny") else word), found.group(2)

@@ -27,6 +27,7 @@ from chaz.bridges.base import (
     Incoming,
     PlatformRefused,
     PlatformUnavailable,
+    decision_of,
     idempotency_key,
     render,
     txn_id,
@@ -133,6 +134,10 @@ class Relay:
             self._refuse_stranger(message)
             return
         session_id = self._session_of(binding)
+        decision = decision_of(message.text)
+        if decision is not None:
+            self._decide(message, person, session_id, *decision)
+            return
         metadata = {
             "bridge": self.bridge.platform,
             "room": message.room,
@@ -153,6 +158,42 @@ class Relay:
             log.warning("chaz bridge: %s's message %s refused: %s", message.user, key, exc)
             text = f"Not delivered: {exc.message} ({exc.code})"
             self._notify(message.room, f"chaz.refused.{_digest(message.event_id)}", text)
+
+    def _decide(
+        self,
+        message: Incoming,
+        person: Client,
+        session_id: str,
+        decision: str,
+        request_id: str | None,
+    ) -> None:
+        """A person's ``approve``/``deny``/``approve all``: decided through the
+        person's own key (``approvals.decide``, the one decision path: one
+        decision wins, a key without ``approval.decide`` changes nothing), on
+        the named request or the session's oldest pending one; the outcome is
+        answered under an id of the message, so a redelivery answers once."""
+        txn = f"chaz.decided.{_digest(message.event_id)}"
+
+        def decide() -> str:
+            target = request_id
+            if target is None:
+                pending = person.approvals.pending(session_id)
+                if not pending:
+                    return "Nothing is waiting for approval here."
+                target = pending[0].request_id
+            done = person.approvals.decide(target, decision)
+            state = done.approval.state.value
+            mine = done.approval.decided_by == person.principal.name
+            if done.effective or (mine and done.approval.decision == decision):
+                return f"{state.capitalize()} by {message.user} (request {target})."
+            return f"Request {target} was already decided: {state}."
+
+        try:
+            answer = self._retrying(f"decide for {message.user}", decide)
+        except ChazError as exc:
+            log.warning("chaz bridge: %s's decision refused: %s", message.user, exc)
+            answer = f"Not decided: {exc.message} ({exc.code})"
+        self._notify(message.room, txn, answer)
 
     def _refuse_stranger(self, message: Incoming) -> None:
         if self.config.unknown_users == "ignore":

@@ -24,6 +24,7 @@ from urllib.parse import quote
 import pytest
 
 import chaz
+from chaz.domain.entries import EntryType
 from chaz.domain.principals import ALL_GRANTS
 from tests.acceptance.test_cli import INTERRUPTIBLE_CLI, cli_env
 from tests.support.serve import serving
@@ -39,6 +40,14 @@ HELD = chaz.AgentSpec(
     id="bridge-held",
     script=[{"steps": [{"wait": "hold-{session_id}"}, {"say": "held: {input}"}]}],
 )
+CAREFUL = chaz.AgentSpec(
+    id="bridge-careful",
+    tools=["echo"],
+    script=[
+        {"steps": [{"call": "echo", "args": {"text": "{input}"}}, {"say": "after {last_result}"}]}
+    ],
+    tool_policies={"echo": {"approval": "always", "timeout": 300, "show": ["text"]}},
+)
 REFUSAL = "Sorry, you are not allowed to talk to this agent."
 
 
@@ -53,9 +62,10 @@ class World:
     bridges: list[subprocess.Popen[bytes]] = field(default_factory=list)
     logs: dict[int, Path] = field(default_factory=dict)
 
-    def key(self, project: str, principal: str) -> str:
-        """A new API key of ``principal`` in ``project`` with every grant."""
-        _, plaintext = self.stack.client.keys.create(principal, project, list(ALL_GRANTS))
+    def key(self, project: str, principal: str, without: tuple[str, ...] = ()) -> str:
+        """A new API key of ``principal`` in ``project`` with every grant but ``without``."""
+        grants = [g for g in ALL_GRANTS if g not in without]
+        _, plaintext = self.stack.client.keys.create(principal, project, grants)
         return plaintext
 
     def start_bridge(self, config: Path) -> subprocess.Popen[bytes]:
@@ -86,7 +96,7 @@ def world(module_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iter
     synapse_or_skip()
     home = tmp_path_factory.mktemp("bridge")
     module_stack.workers(1, concurrency=4)
-    for spec in (ECHO, HELD):
+    for spec in (ECHO, HELD, CAREFUL):
         module_stack.client.agents.put(spec)
     with running_synapse(home / "synapse") as synapse, serving(module_stack) as url:
         w = World(synapse, module_stack, url, home)
@@ -111,10 +121,20 @@ class Scene:
     config: Path
     people: dict[str, MatrixUser]
 
-    def write(self, rooms: list[dict[str, str]], mapped: list[str], **extra: Any) -> None:
-        """The bridge's config: ``rooms``, and the ``mapped`` people with keys of their own."""
+    def write(
+        self,
+        rooms: list[dict[str, str]],
+        mapped: list[str],
+        *,
+        without: dict[str, tuple[str, ...]] | None = None,
+        **extra: Any,
+    ) -> None:
+        """The bridge's config: ``rooms``, and the ``mapped`` people with keys of
+        their own (with every grant but those ``without`` names for them)."""
         users = {
-            self.people[p].user_id: {"api_key": self.world.key(self.project, f"user:{p}")}
+            self.people[p].user_id: {
+                "api_key": self.world.key(self.project, f"user:{p}", (without or {}).get(p, ()))
+            }
             for p in mapped
         }
         body = {
@@ -347,6 +367,45 @@ def test_a_rate_limited_bridge_waits_as_told_and_sends_each_reply_once(world: Wo
         assert child.wait(timeout=WAIT) == 0
 
 
+def test_an_approval_is_asked_in_the_room_and_decided_there_by_who_may(scene: Scene) -> None:
+    alice, carol = scene.people["alice"], scene.people["carol"]
+    room = alice.create_room(scene.bot.user_id, carol.user_id)
+    carol.join(room)
+    scene.write(
+        [{"room": room, "agent": CAREFUL.id}],
+        ["alice", "carol"],
+        without={"carol": ("approval.decide",)},
+    )
+    stack = scene.world.stack
+    scene.world.start_bridge(scene.config)
+    alice.say(room, "mind the gap")
+    eventually(
+        stack, "the request", lambda: any("Approval needed" in t for t in _bot_says(scene, room))
+    )
+    [asked] = _bot_says(scene, room)
+    assert 'echo {"text": "mind the gap"}' in asked
+    session = scene.session_of(room)
+    [pending] = scene.reader().approvals.pending(session)
+    assert pending.request_id in asked
+
+    carol.say(room, "approve")  # a key without approval.decide: nothing changes
+    eventually(
+        stack, "carol's answer", lambda: any("Not decided" in t for t in _bot_says(scene, room))
+    )
+    assert scene.reader().approvals.get(pending.request_id).state.value == "pending"
+    alice.say(room, f"approve {pending.request_id}")
+    _settle(scene, room, 4)
+    said = _bot_says(scene, room)
+    # The decision's answer and the reply are sent by two threads: either order.
+    assert said[:2] == [asked, said[1]] and "auth.forbidden" in said[1]
+    assert sorted(said[2:]) == sorted(
+        ["after mind the gap", f"Approved by {alice.user_id} (request {pending.request_id})."]
+    )
+    entries = scene.reader().sessions.entries(session)
+    assert [e.type for e in entries].count(EntryType.TOOL_RESULT) == 1  # the tool ran once
+    assert scene.reader().approvals.get(pending.request_id).decided_by == "user:alice"
+
+
 def test_sigterm_stops_the_bridge_cleanly(scene: Scene) -> None:
     alice = scene.people["alice"]
     room = alice.create_room(scene.bot.user_id)
@@ -371,6 +430,10 @@ def _said_in_chaz(scene: Scene, session: str, prefix: str) -> list[str]:
     """The contents of the session's Messages whose sender starts with ``prefix``."""
     entries = scene.reader().sessions.entries(session)
     return [e.content for e in entries if e.type == "message" and e.sender.startswith(prefix)]
+
+
+def _bot_said(scene: Scene, room: str, words: str) -> bool:
+    return any(words in text for text in _bot_says(scene, room))
 
 
 def _bot_says(scene: Scene, room: str) -> list[str]:

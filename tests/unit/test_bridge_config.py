@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chaz.bridges.base import idempotency_key, render, txn_id, visible
+from chaz.bridges.base import decision_of, idempotency_key, render, txn_id, visible
 from chaz.bridges.config import load
 from chaz.domain.entries import Entry, EntryType
 from chaz.errors import ConfigError
@@ -98,3 +98,28 @@ def test_ids_are_derived_so_a_resend_repeats_them() -> None:
     assert idempotency_key("matrix", "$e:m") == "matrix:$e:m"
     long = idempotency_key("matrix", "$" + "x" * 300)
     assert len(long) <= 200 and long == idempotency_key("matrix", "$" + "x" * 300)
+
+
+def test_a_decision_is_a_whole_message_of_approve_deny_or_approve_all() -> None:
+    assert decision_of("approve") == ("approve", None)
+    assert decision_of(" Approve  ALL ") == ("approve_all", None)
+    assert decision_of("deny r1") == ("deny", "r1")
+    assert decision_of("approve all r1") == ("approve_all", "r1")
+    assert decision_of("approve this please") is None
+    assert decision_of("I approve") is None
+
+
+def test_an_approval_request_shows_the_tool_arguments_and_request() -> None:
+    entry = Entry(
+        id="e",
+        session_id="s",
+        seq=4,
+        type=EntryType.APPROVAL_REQUEST,
+        sender="agent:a",
+        content='{"tool": "echo", "arguments": {"text": "hi"}}',
+        metadata={"request_id": "r1", "tool": "echo"},
+        created_at=datetime.now(UTC),
+    )
+    assert visible(entry)
+    text, notice = render(entry)
+    assert notice and 'echo {"text": "hi"}' in text and "request r1" in text

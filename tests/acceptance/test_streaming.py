@@ -14,18 +14,17 @@ import json
 import signal
 import subprocess
 import threading
-import uuid
 from collections.abc import Generator, Iterator
 
 import pytest
 
 import chaz
 from chaz.domain.entries import EntryType
-from chaz.domain.principals import ALL_GRANTS
 from tests.acceptance.test_cli import INTERRUPTIBLE_CLI, LineReader, cli_env
 from tests.support.fake_openai import FakeOpenAI
-from tests.support.serve import serving
 from tests.support.stack import Stack
+
+pytest_plugins = ["tests.support.producers"]
 
 #: How long a worker may take to do its part on a loaded machine.
 WAIT = 60
@@ -40,25 +39,9 @@ def fleet(module_stack: Stack) -> Stack:
     return module_stack
 
 
-@pytest.fixture(scope="module")
-def http_url(fleet: Stack) -> Iterator[str]:
-    with serving(fleet) as url:
-        yield url
-
-
-@pytest.fixture(params=["in-process", "http"])
-def producer(request: pytest.FixtureRequest, fleet: Stack) -> Iterator[chaz.Client]:
-    """The producer API in this process, or over HTTP (docs/http.md#producer)
-    with a key of ``user:alice`` in a project of its own; agents are saved by
-    the fleet's operator client either way."""
-    if request.param == "in-process":
-        yield fleet.client
-        return
-    url = request.getfixturevalue("http_url")
-    project = f"s-{uuid.uuid4().hex[:10]}"
-    _, key = fleet.client.keys.create("user:alice", project, [g.value for g in ALL_GRANTS])
-    with chaz.Client(url=url, api_key=key) as client:
-        yield client
+#: Over HTTP in the default run too: the watch's partials are what a key
+#: holder most needs to see arrive (docs/http.md#producer).
+BOTH_CLIENTS = pytest.mark.parametrize("producer", ["in-process", "http"], indirect=True)
 
 
 def _until_posted(watch: Iterator[chaz.Entry | chaz.Partial], seq: int) -> None:
@@ -69,6 +52,7 @@ def _until_posted(watch: Iterator[chaz.Entry | chaz.Partial], seq: int) -> None:
     raise AssertionError(f"the watch ended before entry #{seq}")
 
 
+@BOTH_CLIENTS
 def test_a_watch_with_partials_sees_the_answer_grow_before_it_is_stored(
     fleet: Stack, producer: chaz.Client
 ) -> None:
@@ -129,6 +113,7 @@ def test_a_watch_with_partials_sees_the_answer_grow_before_it_is_stored(
     assert got == everything
 
 
+@BOTH_CLIENTS
 def test_a_cancel_during_a_stream_stops_it_and_writes_no_reply(
     fleet: Stack, producer: chaz.Client
 ) -> None:

@@ -19,6 +19,8 @@ from chaz.domain.entries import EntryType
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.stack import Stack
 
+pytest_plugins = ["tests.support.producers"]
+
 #: What the turn would wait for without the cancel.
 LONG = 30
 #: How long the job may take to end once cancelled: a third of LONG.
@@ -27,9 +29,9 @@ PROMPT = 10
 WAIT = 60
 
 
-def _running(stack: Stack, job_id: str) -> chaz.Job:
+def _running(stack: Stack, client: chaz.Client, job_id: str) -> chaz.Job:
     job = stack.wait_for(
-        lambda: (j := stack.client.jobs.get(job_id)).status is chaz.JobStatus.RUNNING and j,
+        lambda: (j := client.jobs.get(job_id)).status is chaz.JobStatus.RUNNING and j,
         WAIT,
         f"job {job_id} to run",
     )
@@ -37,10 +39,11 @@ def _running(stack: Stack, job_id: str) -> chaz.Job:
     return job
 
 
-def _cancelled_without_reply(stack: Stack, session_id: str, job_id: str, agent: str) -> None:
+def _cancelled_without_reply(
+    stack: Stack, client: chaz.Client, session_id: str, job_id: str, agent: str
+) -> None:
     """The cancel took: the job ends ``cancelled`` well before its wait could
     have, with its Error entry and no reply."""
-    client = stack.client
     assert client.jobs.cancel(job_id, reason="stop now")["status"] == "stopping"
     done = client.jobs.wait(job_id, timeout=PROMPT)
     assert done.status is chaz.JobStatus.CANCELLED, stack.logs()
@@ -57,25 +60,25 @@ def fleet(module_stack: Stack) -> Stack:
     return module_stack
 
 
-def test_a_cancel_ends_a_scripted_sleep_at_once(tenant: Stack) -> None:
-    client = tenant.client
-    client.agents.put(
+def test_a_cancel_ends_a_scripted_sleep_at_once(fleet: Stack, producer: chaz.Client) -> None:
+    client = producer
+    fleet.client.agents.put(
         chaz.AgentSpec(id="sleepy", script=[{"steps": [{"sleep": LONG}, {"say": "too late"}]}])
     )
     s = client.sessions.create("sleepy")
     posted = client.sessions.post(s.id, "nap", sender="user:alice")
     job_id = posted.job_id or ""
-    _running(tenant, job_id)
-    _cancelled_without_reply(tenant, s.id, job_id, "agent:sleepy")
+    _running(fleet, client, job_id)
+    _cancelled_without_reply(fleet, client, s.id, job_id, "agent:sleepy")
     # The session is free again: its next message is answered at once.
-    client.agents.put(chaz.AgentSpec(id="sleepy", script=[{"steps": [{"echo": True}]}]))
+    fleet.client.agents.put(chaz.AgentSpec(id="sleepy", script=[{"steps": [{"echo": True}]}]))
     again = client.sessions.post(s.id, "awake", sender="user:alice")
     assert client.sessions.wait_for_reply(s.id, after=again.seq, timeout=WAIT).content == "awake"
 
 
-def test_a_cancel_stops_a_tool_waiting_on_its_token(tenant: Stack) -> None:
-    client = tenant.client
-    client.agents.put(
+def test_a_cancel_stops_a_tool_waiting_on_its_token(fleet: Stack, producer: chaz.Client) -> None:
+    client = producer
+    fleet.client.agents.put(
         chaz.AgentSpec(
             id="napper",
             tools=["sleep"],
@@ -86,22 +89,24 @@ def test_a_cancel_stops_a_tool_waiting_on_its_token(tenant: Stack) -> None:
     posted = client.sessions.post(s.id, "nap", sender="user:alice")
     job_id = posted.job_id or ""
     # The ToolCall entry is written as the call starts: the tool is in flight.
-    tenant.wait_for(
+    fleet.wait_for(
         lambda: any(e.type is EntryType.TOOL_CALL for e in client.sessions.entries(s.id)),
         WAIT,
         "the sleep tool to start",
     )
-    _cancelled_without_reply(tenant, s.id, job_id, "agent:napper")
+    _cancelled_without_reply(fleet, client, s.id, job_id, "agent:napper")
     # The tool said why it stopped, and nothing ran after it.
     [result] = [e for e in client.sessions.entries(s.id) if e.type is EntryType.TOOL_RESULT]
     assert result.metadata["is_error"] is True
     assert json.loads(result.content)["error"]["code"] == "job.cancelled"
 
 
-def test_a_cancel_interrupts_an_in_flight_model_request(tenant: Stack) -> None:
-    client = tenant.client
+def test_a_cancel_interrupts_an_in_flight_model_request(
+    fleet: Stack, producer: chaz.Client
+) -> None:
+    client = producer
     with FakeOpenAI(model="fake-model") as srv:
-        client.agents.put(
+        fleet.client.agents.put(
             chaz.AgentSpec(
                 id="gpt",
                 model="openai:fake-model",
@@ -118,17 +123,19 @@ def test_a_cancel_interrupts_an_in_flight_model_request(tenant: Stack) -> None:
         s = client.sessions.create("gpt")
         posted = client.sessions.post(s.id, "hello", sender="user:alice")
         job_id = posted.job_id or ""
-        tenant.wait_for(lambda: srv.received, WAIT, "the model request")
-        _cancelled_without_reply(tenant, s.id, job_id, "agent:gpt")
+        fleet.wait_for(lambda: srv.received, WAIT, "the model request")
+        _cancelled_without_reply(fleet, client, s.id, job_id, "agent:gpt")
         # The request was cut on the wire: the server saw the worker hang up.
-        tenant.wait_for(lambda: srv.hangups == 1, WAIT, "the server to see the hang-up")
+        fleet.wait_for(lambda: srv.hangups == 1, WAIT, "the server to see the hang-up")
 
 
-def test_a_cancel_before_the_answer_is_seen_keeps_the_step_boundary_rule(tenant: Stack) -> None:
+def test_a_cancel_before_the_answer_is_seen_keeps_the_step_boundary_rule(
+    fleet: Stack, producer: chaz.Client
+) -> None:
     """A turn held at a gate is cancelled, then let go: it ends ``cancelled``
     at once (the gate's wait ends on the token), never with its reply."""
-    client = tenant.client
-    client.agents.put(
+    client = producer
+    fleet.client.agents.put(
         chaz.AgentSpec(
             id="held",
             script=[{"steps": [{"wait": "hold-{session_id}", "timeout": 300}, {"say": "done"}]}],
@@ -137,8 +144,8 @@ def test_a_cancel_before_the_answer_is_seen_keeps_the_step_boundary_rule(tenant:
     s = client.sessions.create("held")
     posted = client.sessions.post(s.id, "go", sender="user:alice")
     job_id = posted.job_id or ""
-    _running(tenant, job_id)
-    _cancelled_without_reply(tenant, s.id, job_id, "agent:held")
+    _running(fleet, client, job_id)
+    _cancelled_without_reply(fleet, client, s.id, job_id, "agent:held")
     # Opening the gate afterwards changes nothing: the turn is over.
-    tenant.open_gate(f"hold-{s.id}")
+    fleet.open_gate(f"hold-{s.id}")
     assert client.jobs.get(job_id).status is chaz.JobStatus.CANCELLED

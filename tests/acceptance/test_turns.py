@@ -13,6 +13,8 @@ import chaz
 from chaz.domain.entries import EntryType
 from tests.support.stack import Stack
 
+pytest_plugins = ["tests.support.producers"]
+
 ECHO = chaz.AgentSpec(id="echo", script=[{"steps": [{"echo": True}]}])
 COUNTER = chaz.AgentSpec(
     id="counter",
@@ -73,9 +75,11 @@ def test_directive_from_another_agent_starts_a_turn(tenant: Stack) -> None:
     assert len(client.jobs.list(session_id=s.id)) == 1
 
 
-def test_failures_end_as_clear_entries_and_the_session_goes_on(tenant: Stack) -> None:
-    client = tenant.client
-    client.agents.put(COUNTER)
+def test_failures_end_as_clear_entries_and_the_session_goes_on(
+    fleet: Stack, producer: chaz.Client
+) -> None:
+    client = producer
+    fleet.client.agents.put(COUNTER)
     s = client.sessions.create(agent_id="counter")
 
     e = client.sessions.post(s.id, "bad call", sender="user:alice")
@@ -106,9 +110,10 @@ def test_failures_end_as_clear_entries_and_the_session_goes_on(tenant: Stack) ->
     assert r.content == "3"
 
 
-def test_no_matching_rule_is_an_error_entry(tenant: Stack) -> None:
-    client = tenant.client
-    client.agents.put(
+@pytest.mark.parametrize("producer_principal", ["user:bob"])
+def test_no_matching_rule_is_an_error_entry(fleet: Stack, producer: chaz.Client) -> None:
+    client = producer
+    fleet.client.agents.put(
         chaz.AgentSpec(id="picky", script=[{"match": "^yes$", "steps": [{"say": "y"}]}])
     )
     s = client.sessions.create(agent_id="picky")
@@ -166,10 +171,11 @@ def test_turns_of_one_session_never_overlap_and_keep_admission_order(stack: Stac
         assert types(by_job[job]) == ["ack", "message"]
 
 
-def test_many_sessions_run_in_parallel(stack: Stack) -> None:
+@pytest.mark.parametrize("producer_principal", ["user:a"])
+def test_many_sessions_run_in_parallel(stack: Stack, producer: chaz.Client) -> None:
     stack.workers(2, concurrency=8)
-    client = stack.client
-    client.agents.put(
+    client = producer
+    stack.client.agents.put(
         chaz.AgentSpec(id="nap", script=[{"steps": [{"sleep": 0.2}, {"echo": True}]}])
     )
     sessions = [client.sessions.create(agent_id="nap") for _ in range(200)]
@@ -188,11 +194,13 @@ def test_many_sessions_run_in_parallel(stack: Stack) -> None:
     assert most >= 4, f"at most {most} turns ran at once"
 
 
-def test_a_turn_held_at_a_gate_waits_for_the_test_and_the_queue_behind_it(stack: Stack) -> None:
+def test_a_turn_held_at_a_gate_waits_for_the_test_and_the_queue_behind_it(
+    stack: Stack, producer: chaz.Client
+) -> None:
     """A worker process sees the gates of its CHAZ_HOME: the turn holds until opened."""
     stack.workers(1)
-    client = stack.client
-    client.agents.put(
+    client = producer
+    stack.client.agents.put(
         chaz.AgentSpec(
             id="gated",
             script=[{"steps": [{"wait": "go-{session_id}"}, {"say": "through {input}"}]}],

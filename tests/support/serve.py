@@ -23,6 +23,8 @@ def serving(stack: Stack, **env: str) -> Iterator[str]:
     """The URL of a ``chaz serve`` over ``stack``'s settings (and ``env``'s
     variables besides), stopped on exit."""
     port = free_port()
+    # A server stack's home exists only once something wrote there.
+    stack.settings.home.mkdir(parents=True, exist_ok=True)
     log = (stack.settings.home / f"serve-{port}.log").open("w")
     child = subprocess.Popen(
         [*INTERRUPTIBLE_CLI, "serve", "--port", str(port), "--loglevel", "warning"],

@@ -19,9 +19,11 @@ from chaz.domain.entries import EntryType
 from chaz.domain.principals import Grant, Principal
 from chaz.errors import ApprovalNotFound, Forbidden
 from chaz.usecases import approvals
-from tests.acceptance.test_cli import chaz_cli, cli_env, ok
+from tests.acceptance.test_cli import chaz_cli, ok
 from tests.support.principals import post_as, session_in
 from tests.support.stack import Stack
+
+pytest_plugins = ["tests.support.producers"]
 
 ECHO_AFTER = [
     {"match": "^quick", "steps": [{"echo": True}]},
@@ -43,9 +45,8 @@ def careful(agent_id: str, timeout: int = 300) -> chaz.AgentSpec:
     )
 
 
-def _waiting(stack: Stack, job_id: str) -> Approval:
+def _waiting(stack: Stack, client: chaz.Client, job_id: str) -> Approval:
     """The job's approval request, once its turn has suspended on it."""
-    client = stack.client
 
     def found() -> Approval | None:
         if client.jobs.get(job_id).status is not chaz.JobStatus.WAITING_APPROVAL:
@@ -70,7 +71,7 @@ def test_a_waiting_turn_holds_no_worker_survives_them_all_and_resumes_once(
     s = client.sessions.create(agent_id="careful")
     posted = client.sessions.post(s.id, "launch", sender="user:alice")
     job_id = posted.job_id or ""
-    request = _waiting(stack, job_id)
+    request = _waiting(stack, client, job_id)
     assert request.tool == "echo" and request.arguments == {"text": "launch"}
     [asked] = [e for e in client.sessions.entries(s.id) if e.type is EntryType.APPROVAL_REQUEST]
     assert asked.metadata["request_id"] == request.request_id
@@ -137,17 +138,19 @@ def test_a_waiting_turn_holds_no_worker_survives_them_all_and_resumes_once(
     assert nxt.content == "quick later" and nxt.seq > reply.seq
 
 
-def test_denied_expired_and_cancelled_requests(stack: Stack) -> None:
-    client = stack.client
-    client.agents.put(careful("careful"))
-    client.agents.put(careful("hasty", timeout=1))
+def test_denied_expired_and_cancelled_requests(
+    stack: Stack, producer: chaz.Client, producer_env: dict[str, str]
+) -> None:
+    client = producer
+    stack.client.agents.put(careful("careful"))
+    stack.client.agents.put(careful("hasty", timeout=1))
     stack.workers(1, concurrency=2, queues="chaz.turns")
 
     # Denied: the model reads a tool error it can explain; the tool never runs.
     s = client.sessions.create(agent_id="careful")
     posted = client.sessions.post(s.id, "drop tables", sender="user:alice")
-    request = _waiting(stack, posted.job_id or "")
-    env = cli_env(settings=stack.settings)
+    request = _waiting(stack, client, posted.job_id or "")
+    env = producer_env
     listed = json.loads(ok(chaz_cli("approvals", "ls", "--json", env=env)))
     assert [(r["request_id"], r["arguments"]) for r in listed] == [
         (request.request_id, {"text": "drop tables"})
@@ -167,7 +170,7 @@ def test_denied_expired_and_cancelled_requests(stack: Stack) -> None:
     # Timed out: the reconciler closes it as denied; a late decision changes nothing.
     h = client.sessions.create(agent_id="hasty")
     slow = client.sessions.post(h.id, "too late", sender="user:alice")
-    late = _waiting(stack, slow.job_id or "")
+    late = _waiting(stack, client, slow.job_id or "")
     stack.housekeeper()
     reply = client.sessions.wait_for_reply(h.id, after=slow.seq, timeout=60)
     assert "approval.expired" in reply.content, reply.content
@@ -186,7 +189,7 @@ def test_denied_expired_and_cancelled_requests(stack: Stack) -> None:
     # Cancelled while waiting: it ends at once, with no worker involved.
     c = client.sessions.create(agent_id="careful")
     held = client.sessions.post(c.id, "hold me", sender="user:alice")
-    pending = _waiting(stack, held.job_id or "")
+    pending = _waiting(stack, client, held.job_id or "")
     outcome = client.jobs.cancel(held.job_id or "")
     assert outcome["previous"] == "waiting_approval" and outcome["status"] == "cancelled"
     assert client.jobs.get(held.job_id or "").status is chaz.JobStatus.CANCELLED
@@ -210,10 +213,10 @@ THRICE = [
 
 
 def test_unless_auto_approved_runs_unasked_under_bypass_and_waits_otherwise(
-    stack: Stack,
+    stack: Stack, producer: chaz.Client
 ) -> None:
-    client = stack.client
-    client.agents.put(
+    client = producer
+    stack.client.agents.put(
         chaz.AgentSpec(
             id="auto",
             tools=["echo"],
@@ -233,16 +236,18 @@ def test_unless_auto_approved_runs_unasked_under_bypass_and_waits_otherwise(
 
     asked = client.sessions.create(agent_id="auto")
     held = client.sessions.post(asked.id, "wait", sender="user:alice")
-    request = _waiting(stack, held.job_id or "")
+    request = _waiting(stack, client, held.job_id or "")
     assert request.tool == "echo"
     client.approvals.decide(request.request_id, "approve")
     reply = client.sessions.wait_for_reply(asked.id, after=held.seq, timeout=30)
     assert reply.content == "after wait", reply.content
 
 
-def test_approve_all_lets_the_rest_of_the_turn_run_decided_once(stack: Stack) -> None:
-    client = stack.client
-    client.agents.put(
+def test_approve_all_lets_the_rest_of_the_turn_run_decided_once(
+    stack: Stack, producer: chaz.Client, producer_env: dict[str, str]
+) -> None:
+    client = producer
+    stack.client.agents.put(
         chaz.AgentSpec(
             id="thrice",
             tools=["echo"],
@@ -253,9 +258,9 @@ def test_approve_all_lets_the_rest_of_the_turn_run_decided_once(stack: Stack) ->
     stack.workers(1, concurrency=2, queues="chaz.turns")
     s = client.sessions.create(agent_id="thrice")
     posted = client.sessions.post(s.id, "go", sender="user:alice")
-    request = _waiting(stack, posted.job_id or "")
+    request = _waiting(stack, client, posted.job_id or "")
     assert request.arguments == {"text": "one"}
-    env = cli_env(settings=stack.settings)
+    env = producer_env
     decided = json.loads(
         ok(chaz_cli("approvals", "decide", request.request_id, "approve_all", "--json", env=env))
     )
@@ -272,7 +277,7 @@ def test_approve_all_lets_the_rest_of_the_turn_run_decided_once(stack: Stack) ->
     assert client.approvals.get(request.request_id).decision == "approve_all"
     # The next turn asks again: approve_all is for one turn.
     again = client.sessions.post(s.id, "again", sender="user:alice")
-    nxt = _waiting(stack, again.job_id or "")
+    nxt = _waiting(stack, client, again.job_id or "")
     assert nxt.request_id != request.request_id
     client.jobs.cancel(again.job_id or "")
 
@@ -341,11 +346,13 @@ FOUR_THEN_HOLD = [
 ]
 
 
-def test_resumes_after_decisions_are_no_attempts_and_a_kill_still_is_one(stack: Stack) -> None:
+def test_resumes_after_decisions_are_no_attempts_and_a_kill_still_is_one(
+    stack: Stack, producer: chaz.Client
+) -> None:
     # Four decisions are four resumes, more than the attempt limit (3): none
     # of them is an attempt. The worker killed mid-turn afterwards spends one.
-    client = stack.client
-    client.agents.put(
+    client = producer
+    stack.client.agents.put(
         chaz.AgentSpec(
             id="fourfold",
             tools=["echo"],
@@ -358,7 +365,7 @@ def test_resumes_after_decisions_are_no_attempts_and_a_kill_still_is_one(stack: 
     posted = client.sessions.post(s.id, "go", sender="user:alice")
     job_id = posted.job_id or ""
     for i in range(4):
-        request = _waiting(stack, job_id)
+        request = _waiting(stack, client, job_id)
         assert request.arguments == {"text": f"n{i}"}
         assert client.approvals.decide(request.request_id, "approve", by="user:alice").effective
 

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 
 import chaz
 from chaz.domain.entries import Entry, EntryType
 from chaz.domain.results import RESULT_CAP
-from chaz.stack import settings_env
 from tests.support.stack import Stack
+
+pytest_plugins = ["tests.support.producers"]
 
 _LINES = "".join(f"{i:09d}\n" for i in range(20_000))
 #: 200,000 characters (one of them two bytes in UTF-8) with a known head and tail.
@@ -70,9 +70,8 @@ def tool_results(client: chaz.Client, session_id: str) -> list[Entry]:
     return [e for e in client.sessions.entries(session_id) if e.type is EntryType.TOOL_RESULT]
 
 
-def ask(stack: Stack, session_id: str, text: str) -> Entry:
+def ask(stack: Stack, client: chaz.Client, session_id: str, text: str) -> Entry:
     """Post ``text`` and wait for the turn's reply."""
-    client = stack.client
     posted = client.sessions.post(session_id, text, sender="user:alice")
     reply = client.sessions.wait_for_reply(session_id, after=posted.seq, timeout=90)
     assert reply.type is EntryType.MESSAGE, f"{reply.content}\n{stack.logs()}"
@@ -80,19 +79,19 @@ def ask(stack: Stack, session_id: str, text: str) -> Entry:
 
 
 def test_a_200k_child_result_is_capped_in_job_output_and_whole_for_authorized_readers(
-    stack: Stack,
+    stack: Stack, producer: chaz.Client, producer_env: dict[str, str]
 ) -> None:
     assert len(BIG) == 200_000
     stack.workers(1, concurrency=2)
-    client = stack.client
+    client = producer
     for spec in (WRITER, BOSS, SNOOP):
-        client.agents.put(spec)
+        stack.client.agents.put(spec)
     boss = client.sessions.create(agent_id="boss")
 
-    started = json.loads(ask(stack, boss.id, "start").content)
+    started = json.loads(ask(stack, client, boss.id, "start").content)
     execution_id = started["execution_id"]
     assert client.jobs.wait(execution_id, timeout=60).result == BIG
-    ask(stack, boss.id, execution_id)
+    ask(stack, client, boss.id, execution_id)
 
     data = BIG.encode("utf-8")
     # The first turn's result was the spawn's; the second turn's, the two reads.
@@ -107,7 +106,7 @@ def test_a_200k_child_result_is_capped_in_job_output_and_whole_for_authorized_re
 
     # An unrelated tree cannot tell the job exists, full or not.
     snoop = client.sessions.create(agent_id="snoop")
-    ask(stack, snoop.id, execution_id)
+    ask(stack, client, snoop.id, execution_id)
     (denied,) = tool_results(client, snoop.id)
     assert denied.metadata["is_error"] is True
     assert json.loads(denied.content)["error"]["code"] == "job.not_found"
@@ -115,11 +114,9 @@ def test_a_200k_child_result_is_capped_in_job_output_and_whole_for_authorized_re
     # The operator's twins: the producer API and the CLI.
     assert client.jobs.output(execution_id)["result"] == capped["result"]
     assert client.jobs.output(execution_id, full=True)["result"] == BIG
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CHAZ_")}
-    env.update(settings_env(stack.settings))
     cli = subprocess.run(
         [sys.executable, "-m", "chaz.cli", "jobs", "output", execution_id, "--full"],
-        env=env,
+        env=producer_env,
         capture_output=True,
         text=True,
         encoding="utf-8",

@@ -21,6 +21,8 @@ from chaz.tools.branches import (
 from tests.acceptance.test_cli import chaz_cli, cli_env, ok
 from tests.support.stack import Stack
 
+pytest_plugins = ["tests.support.producers"]
+
 
 def relay(agent_id: str, to: str) -> chaz.AgentSpec:
     """An agent that always hands the room to ``to``."""
@@ -154,10 +156,12 @@ def test_room_routes_by_mention_within_the_burst_budget(stack: Stack) -> None:
     assert client.jobs.wait(asked.job_id or "", timeout=60).member_agent_id is None
 
 
-def test_wait_for_reply_returns_the_mentioned_members_reply(stack: Stack) -> None:
+def test_wait_for_reply_returns_the_mentioned_members_reply(
+    stack: Stack, producer: chaz.Client, producer_env: dict[str, str]
+) -> None:
     stack.workers(1, concurrency=2)
-    client = stack.client
-    client.agents.put_many(
+    client = producer
+    stack.client.agents.put_many(
         [HOST, chaz.AgentSpec(id="beta", script=[{"steps": [{"say": "beta here: {input}"}]}])]
     )
     room = client.sessions.create(agent_id="host", members=["beta"])
@@ -166,14 +170,14 @@ def test_wait_for_reply_returns_the_mentioned_members_reply(stack: Stack) -> Non
     assert (reply.sender, reply.content) == ("agent:beta", "beta here: @beta hi"), reply
     assert reply.job_id == asked.job_id
     # The CLI's --wait is the same wait.
-    env = cli_env(settings=stack.settings)
+    env = producer_env
     out = ok(chaz_cli("--json", "send", room.id, "@beta again", "--wait", env=env))
     assert json.loads(out)["reply"]["sender"] == "agent:beta", out
 
 
-def test_room_membership_is_checked(stack: Stack) -> None:
-    client = stack.client
-    client.agents.put_many([HOST, relay("a", "b")])
+def test_room_membership_is_checked(stack: Stack, producer: chaz.Client) -> None:
+    client = producer
+    stack.client.agents.put_many([HOST, relay("a", "b")])
     for members, code in (
         (["host"], "request.invalid"),
         (["a", "A"], "request.invalid"),

@@ -21,8 +21,10 @@ import chaz.errors
 from chaz.coord import keys
 from chaz.domain.entries import EntryType
 from chaz.settings import ModelPrice
-from tests.acceptance.test_cli import chaz_cli, cli_env, ok
+from tests.acceptance.test_cli import chaz_cli, ok
 from tests.support.stack import Stack
+
+pytest_plugins = ["tests.support.producers"]
 
 #: What the turn would sleep for without its budget.
 LONG = 60
@@ -30,11 +32,12 @@ LONG = 60
 WAIT = 40
 
 
-def _run(stack: Stack, agent: str, steps: list[dict[str, Any]], **limits: int) -> chaz.Job:
-    """Post to a new session of ``agent`` and wait for its job's end."""
+def _run(
+    stack: Stack, client: chaz.Client, agent: str, steps: list[dict[str, Any]], **limits: int
+) -> chaz.Job:
+    """Post to a new session of ``agent`` through ``client`` and wait for its job's end."""
     stack.workers(1, concurrency=2)
-    client = stack.client
-    client.agents.put(
+    stack.client.agents.put(
         chaz.AgentSpec(
             id=agent, tools=["echo"], script=[{"steps": steps}], limits=chaz.Limits(**limits)
         )
@@ -44,19 +47,22 @@ def _run(stack: Stack, agent: str, steps: list[dict[str, Any]], **limits: int) -
     return client.jobs.wait(posted.job_id or "", timeout=WAIT)
 
 
-def _ended_by(stack: Stack, job: chaz.Job, code: str) -> None:
+def _ended_by(stack: Stack, client: chaz.Client, job: chaz.Job, code: str) -> None:
     """The job failed with ``code``: an Error entry, and no reply after it."""
     assert job.status is chaz.JobStatus.FAILED, stack.logs()
     assert job.error is not None and job.error["code"] == code
-    entries = stack.client.sessions.entries(job.session_id)
+    entries = client.sessions.entries(job.session_id)
     assert not [e for e in entries if e.type is EntryType.MESSAGE and e.sender.startswith("agent:")]
     [error] = [e for e in entries if e.type is EntryType.ERROR]
     assert error.metadata["code"] == code and error.job_id == job.id
 
 
-def test_a_turns_usage_is_summed_over_its_steps_and_shown_on_its_job(stack: Stack) -> None:
+def test_a_turns_usage_is_summed_over_its_steps_and_shown_on_its_job(
+    stack: Stack, producer: chaz.Client
+) -> None:
     job = _run(
         stack,
+        producer,
         "counter",
         [
             {"call": "echo", "args": {"text": "hi"}, "usage": {"input": 100, "output": 20}},
@@ -67,12 +73,15 @@ def test_a_turns_usage_is_summed_over_its_steps_and_shown_on_its_job(stack: Stac
     assert job.usage is not None
     assert (job.usage.input_tokens, job.usage.output_tokens) == (230, 25)
     assert job.usage.runtime_seconds > 0
-    assert stack.client.jobs.get(job.id).usage == job.usage
+    assert producer.jobs.get(job.id).usage == job.usage
 
 
-def test_a_turn_past_its_token_budget_ends_budget_tokens(stack: Stack) -> None:
+def test_a_turn_past_its_token_budget_ends_budget_tokens(
+    stack: Stack, producer: chaz.Client
+) -> None:
     job = _run(
         stack,
+        producer,
         "spender",
         [
             {"call": "echo", "args": {"text": "a"}, "usage": {"input": 60, "output": 10}},
@@ -81,23 +90,29 @@ def test_a_turn_past_its_token_budget_ends_budget_tokens(stack: Stack) -> None:
         ],
         max_tokens_per_turn=100,
     )
-    _ended_by(stack, job, "budget.tokens")
+    _ended_by(stack, producer, job, "budget.tokens")
     assert job.usage is not None and job.usage.tokens == 120
 
 
-def test_a_turn_idle_past_its_budget_is_cut(stack: Stack) -> None:
-    job = _run(stack, "idler", [{"sleep": LONG}, {"say": "too late"}], max_idle_seconds=1)
-    _ended_by(stack, job, "budget.idle")
+def test_a_turn_idle_past_its_budget_is_cut(stack: Stack, producer: chaz.Client) -> None:
+    steps: list[dict[str, Any]] = [{"sleep": LONG}, {"say": "too late"}]
+    job = _run(stack, producer, "idler", steps, max_idle_seconds=1)
+    _ended_by(stack, producer, job, "budget.idle")
 
 
-def test_a_turn_running_past_its_budget_is_cut(stack: Stack) -> None:
+def test_a_turn_running_past_its_budget_is_cut(stack: Stack, producer: chaz.Client) -> None:
     # A tool result every second keeps it from idling: only its runtime
     # (twenty seconds of steps in all) can end it.
     steps: list[dict[str, Any]] = [{"sleep": 1}, {"call": "echo", "args": {"text": "x"}}] * 20
     job = _run(
-        stack, "runner", [*steps, {"say": "too late"}], max_runtime_seconds=2, max_idle_seconds=5
+        stack,
+        producer,
+        "runner",
+        [*steps, {"say": "too late"}],
+        max_runtime_seconds=2,
+        max_idle_seconds=5,
     )
-    _ended_by(stack, job, "budget.runtime")
+    _ended_by(stack, producer, job, "budget.runtime")
 
 
 # -- cumulative budgets, cost and a child's reservation (docs/runtime.md#budgets)
@@ -133,19 +148,19 @@ def _post(client: chaz.Client, session_id: str) -> chaz.Job:
 
 
 def test_a_session_past_its_cumulative_budget_ends_its_turns_and_costs_are_priced(
-    tenant: Stack,
+    fleet: Stack, producer: chaz.Client, producer_env: dict[str, str]
 ) -> None:
-    client = tenant.client
+    client = producer
     steps = [{"say": "ok", "usage": {"input": 50, "output": 30}}]
-    _agent(client, "saver", steps, max_tokens_per_session=100)
+    _agent(fleet.client, "saver", steps, max_tokens_per_session=100)
     s = client.sessions.create("saver")
     first = _post(client, s.id)
-    assert first.status is chaz.JobStatus.SUCCEEDED, tenant.logs()
+    assert first.status is chaz.JobStatus.SUCCEEDED, fleet.logs()
     # 50 input and 30 output tokens at 1000 and 4000 per million.
     assert first.usage is not None and first.usage.cost == pytest.approx(0.17)
     # 80 spent, 20 left: this turn's 80 crosses it, its answer unsaid.
     second = _post(client, s.id)
-    _ended_by_in(tenant, second, "budget.tokens")
+    _ended_by_in(fleet, client, second, "budget.tokens")
     # Nothing left: the next turn ends before its first step.
     third = _post(client, s.id)
     assert third.status is chaz.JobStatus.FAILED and third.error is not None
@@ -160,16 +175,18 @@ def test_a_session_past_its_cumulative_budget_ends_its_turns_and_costs_are_price
             client.jobs.totals(**bad)
         assert refused.value.field == "tree_id"
     # The CLI reads the same sums.
-    env = cli_env(settings=tenant.settings, CHAZ_PROJECT=client.jobs._project)
+    env = producer_env
     shown = json.loads(ok(chaz_cli("--json", "jobs", "usage", "--session", s.id, env=env)))
     assert (shown["tokens"], shown["jobs"]) == (160, 3)
     both = chaz_cli("jobs", "usage", "--session", s.id, "--tree", s.tree_id, env=env)
     assert both.returncode == 2
 
 
-def test_a_child_whose_caller_has_100_tokens_left_cannot_spend_500(tenant: Stack) -> None:
-    client = tenant.client
-    _agent(client, "big-child", [{"say": "spent", "usage": {"input": 400, "output": 100}}])
+def test_a_child_whose_caller_has_100_tokens_left_cannot_spend_500(
+    fleet: Stack, producer: chaz.Client
+) -> None:
+    client = producer
+    _agent(fleet.client, "big-child", [{"say": "spent", "usage": {"input": 400, "output": 100}}])
     parent_steps: list[dict[str, Any]] = [
         # 200 of the turn's 300 spent before it spawns: 100 left to hand on.
         {
@@ -179,17 +196,17 @@ def test_a_child_whose_caller_has_100_tokens_left_cannot_spend_500(tenant: Stack
         },
         {"say": "parent got: {last_result}"},
     ]
-    _agent(client, "thrifty", parent_steps, max_tokens_per_turn=300)
+    _agent(fleet.client, "thrifty", parent_steps, max_tokens_per_turn=300)
     s = client.sessions.create("thrifty")
     parent = _post(client, s.id)
     [child] = [j for j in client.jobs.list() if j.parent_job_id == parent.id]
-    assert child.status is chaz.JobStatus.FAILED and child.error is not None, tenant.logs()
+    assert child.status is chaz.JobStatus.FAILED and child.error is not None, fleet.logs()
     assert child.error["code"] == "budget.tokens", child.error
     assert child.usage is not None and child.usage.reserved_tokens == 100
     # What the child spent is its caller's: the step that crossed still
     # spent its 500, so the caller is past its 300 too, and its next step
     # ends it without a reply.
-    _ended_by_in(tenant, parent, "budget.tokens")
+    _ended_by_in(fleet, client, parent, "budget.tokens")
     assert parent.error is not None and parent.error["details"]["children"] == 500
     # The tree's totals hold both turns, the child's 500 as it reported them.
     tree = client.jobs.totals(tree_id=s.tree_id)
@@ -197,10 +214,10 @@ def test_a_child_whose_caller_has_100_tokens_left_cannot_spend_500(tenant: Stack
 
 
 def test_a_childs_spend_is_charged_to_its_caller_while_it_runs_and_after(
-    tenant: Stack,
+    fleet: Stack, producer: chaz.Client
 ) -> None:
-    client = tenant.client
-    _agent(client, "small-child", [{"say": "spent", "usage": {"input": 100, "output": 50}}])
+    client = producer
+    _agent(fleet.client, "small-child", [{"say": "spent", "usage": {"input": 100, "output": 50}}])
     parent_steps: list[dict[str, Any]] = [
         {
             "call": "spawn_agent",
@@ -211,44 +228,47 @@ def test_a_childs_spend_is_charged_to_its_caller_while_it_runs_and_after(
         # the child's share the turn would have spent 200 and replied.
         {"say": "never said", "usage": {"input": 90, "output": 10}},
     ]
-    _agent(client, "sharer", parent_steps, max_tokens_per_turn=300)
+    _agent(fleet.client, "sharer", parent_steps, max_tokens_per_turn=300)
     s = client.sessions.create("sharer")
     parent = _post(client, s.id)
     [child] = [j for j in client.jobs.list() if j.parent_job_id == parent.id]
-    assert child.status is chaz.JobStatus.SUCCEEDED, tenant.logs()
+    assert child.status is chaz.JobStatus.SUCCEEDED, fleet.logs()
     assert child.usage is not None and child.usage.reserved_tokens == 200
-    _ended_by_in(tenant, parent, "budget.tokens")
+    _ended_by_in(fleet, client, parent, "budget.tokens")
     assert parent.usage is not None and parent.usage.tokens == 200  # its own, not the child's
 
 
-def _ended_by_in(stack: Stack, job: chaz.Job, code: str) -> None:
+def _ended_by_in(stack: Stack, client: chaz.Client, job: chaz.Job, code: str) -> None:
     """As :func:`_ended_by`, in a session that may hold earlier turns' replies."""
     assert job.status is chaz.JobStatus.FAILED, stack.logs()
     assert job.error is not None and job.error["code"] == code
-    entries = stack.client.sessions.entries(job.session_id)
+    entries = client.sessions.entries(job.session_id)
     replies = [e for e in entries if e.type is EntryType.MESSAGE and e.sender.startswith("agent:")]
     assert not [e for e in replies if e.job_id == job.id]
     [error] = [e for e in entries if e.type is EntryType.ERROR and e.job_id == job.id]
     assert error.metadata["code"] == code
 
 
-def test_a_project_past_its_tokens_per_minute_is_refused_with_retry_after(tenant: Stack) -> None:
-    client = tenant.client
-    project = client.jobs._project
-    client.projects.set_limits(project, tokens_per_minute=100)
-    _agent(client, "gulper", [{"say": "ok", "usage": {"input": 400, "output": 100}}])
+def test_a_project_past_its_tokens_per_minute_is_refused_with_retry_after(
+    fleet: Stack, producer: chaz.Client
+) -> None:
+    client = producer
+    project = client.principal.project
+    # The project's limits, its bucket in Redis: an operator's, on the fleet's client.
+    fleet.client.projects.set_limits(project, tokens_per_minute=100)
+    _agent(fleet.client, "gulper", [{"say": "ok", "usage": {"input": 400, "output": 100}}])
     s = client.sessions.create("gulper")
     # Tokens are known only once the turn has spent them: it runs to its reply.
     first = _post(client, s.id)
-    assert first.status is chaz.JobStatus.SUCCEEDED, tenant.logs()
+    assert first.status is chaz.JobStatus.SUCCEEDED, fleet.logs()
     bucket = keys.project_tokens(project)
-    redis = client.services.redis
+    redis = fleet.client.services.redis
 
     def in_debt() -> bool:
         held = redis.hget(bucket, "tokens")
         return held is not None and float(held) < 0
 
-    tenant.wait_for(in_debt, WAIT, "the turn's tokens debited from its project's bucket")
+    fleet.wait_for(in_debt, WAIT, "the turn's tokens debited from its project's bucket")
     with pytest.raises(chaz.errors.ProjectRateExceeded) as info:
         client.sessions.post(s.id, "again", sender="user:alice")
     assert info.value.code == "quota.project_rate"
@@ -257,18 +277,20 @@ def test_a_project_past_its_tokens_per_minute_is_refused_with_retry_after(tenant
     assert len(client.jobs.list(session_id=s.id)) == 1
 
 
-def test_a_project_past_its_cumulative_budget_ends_its_turns(tenant: Stack) -> None:
-    client = tenant.client
-    project = client.jobs._project
+def test_a_project_past_its_cumulative_budget_ends_its_turns(
+    fleet: Stack, producer: chaz.Client
+) -> None:
+    client = producer
+    project = client.principal.project
     # At 1000 and 4000 per million a turn of 60 + 20 tokens costs 0.14.
-    shown = client.projects.set_limits(project, max_tokens=1000, max_cost=0.2)
+    shown = fleet.client.projects.set_limits(project, max_tokens=1000, max_cost=0.2)
     assert (shown.effective_max_tokens, shown.effective_max_cost) == (1000, 0.2)
-    _agent(client, "spendthrift", [{"say": "ok", "usage": {"input": 60, "output": 20}}])
+    _agent(fleet.client, "spendthrift", [{"say": "ok", "usage": {"input": 60, "output": 20}}])
     # Three sessions: only the project's limit binds them together.
     first = _post(client, client.sessions.create("spendthrift").id)
-    assert first.status is chaz.JobStatus.SUCCEEDED, tenant.logs()
+    assert first.status is chaz.JobStatus.SUCCEEDED, fleet.logs()
     second = _post(client, client.sessions.create("spendthrift").id)
-    _ended_by_in(tenant, second, "budget.cost")
+    _ended_by_in(fleet, client, second, "budget.cost")
     assert second.error is not None and second.error["details"]["scope"] == "project"
     # 0.28 spent of 0.2: the next turn ends before its first step.
     third = _post(client, client.sessions.create("spendthrift").id)

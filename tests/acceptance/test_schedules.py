@@ -11,6 +11,8 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 import chaz
 from chaz.domain.entries import EntryType
 from chaz.domain.jobs import JobStatus
@@ -18,6 +20,8 @@ from chaz.domain.schedules import FireOutcome, ScheduleFire
 from chaz.domain.sessions import Origin
 from chaz.ids import utcnow
 from tests.support.stack import Stack
+
+pytest_plugins = ["tests.support.producers"]
 
 SLOTS = 8
 
@@ -54,10 +58,12 @@ TICKER = chaz.AgentSpec(
 )
 
 
-def test_two_beats_fire_each_slot_once_through_the_standalone_path(stack: Stack) -> None:
-    client = stack.client
-    client.agents.put(TICKER)
-    client.agents.put(PLANNER)
+def test_two_beats_fire_each_slot_once_through_the_standalone_path(
+    stack: Stack, producer: chaz.Client
+) -> None:
+    client = producer
+    stack.client.agents.put(TICKER)
+    stack.client.agents.put(PLANNER)
     stack.workers(1, concurrency=4)
     # Two beat processes at once, each reading the schedules table.
     stack.housekeeper()
@@ -148,10 +154,13 @@ def test_two_beats_fire_each_slot_once_through_the_standalone_path(stack: Stack)
     assert EntryType.DIRECTIVE not in {e.type for e in entries}
 
 
-def test_an_agent_schedules_itself_and_sees_only_its_own(stack: Stack) -> None:
-    client = stack.client
-    client.agents.put(PLANNER)
-    client.agents.put(PLANNER.model_copy(update={"id": "rival"}))
+@pytest.mark.parametrize("producer_principal", ["user:ann"])
+def test_an_agent_schedules_itself_and_sees_only_its_own(
+    stack: Stack, producer: chaz.Client
+) -> None:
+    client = producer
+    stack.client.agents.put(PLANNER)
+    stack.client.agents.put(PLANNER.model_copy(update={"id": "rival"}))
     stack.workers(1, concurrency=2)
     stack.housekeeper()
     s = client.sessions.create("planner")

@@ -17,6 +17,8 @@ from chaz.usecases import admission
 from chaz.usecases.control import check_ownership
 from tests.support.stack import Stack
 
+pytest_plugins = ["tests.support.producers"]
+
 
 @pytest.fixture(scope="module")
 def fleet(module_stack: Stack) -> Stack:
@@ -47,11 +49,13 @@ LEAF = chaz.AgentSpec(
 )
 
 
-def test_foreground_chain_of_depth_two_runs_on_one_worker_thread(stack: Stack) -> None:
+def test_foreground_chain_of_depth_two_runs_on_one_worker_thread(
+    stack: Stack, producer: chaz.Client
+) -> None:
     stack.workers(1, concurrency=1)
-    client = stack.client
+    client = producer
     for spec in (spawner("root", "mid"), spawner("mid", "leaf"), LEAF):
-        client.agents.put(spec)
+        stack.client.agents.put(spec)
     s = client.sessions.create(agent_id="root")
     e = client.sessions.post(s.id, "the task", sender="user:alice")
     reply = client.sessions.wait_for_reply(s.id, after=e.seq, timeout=60)
@@ -70,10 +74,12 @@ def test_foreground_chain_of_depth_two_runs_on_one_worker_thread(stack: Stack) -
     assert leaf_session.tools == ["echo"]
 
 
-def test_third_level_beyond_max_call_depth_is_refused_and_spawns_nothing(tenant: Stack) -> None:
-    client = tenant.client
+def test_third_level_beyond_max_call_depth_is_refused_and_spawns_nothing(
+    fleet: Stack, producer: chaz.Client
+) -> None:
+    client = producer
     for spec in (spawner("a", "b"), spawner("b", "c"), spawner("c", "leaf"), LEAF):
-        client.agents.put(spec)
+        fleet.client.agents.put(spec)
     s = client.sessions.create(agent_id="a")
     e = client.sessions.post(s.id, "go deep", sender="user:alice")
     reply = client.sessions.wait_for_reply(s.id, after=e.seq, timeout=60)
@@ -85,10 +91,12 @@ def test_third_level_beyond_max_call_depth_is_refused_and_spawns_nothing(tenant:
     assert json.loads(results[0].content)["error"]["code"] == "topology.depth"
 
 
-def test_background_spawn_returns_execution_id_and_job_output_reads_it(tenant: Stack) -> None:
-    client = tenant.client
-    client.agents.put(LEAF)
-    client.agents.put(
+def test_background_spawn_returns_execution_id_and_job_output_reads_it(
+    fleet: Stack, producer: chaz.Client
+) -> None:
+    client = producer
+    fleet.client.agents.put(LEAF)
+    fleet.client.agents.put(
         chaz.AgentSpec(
             id="boss",
             tools=["spawn_agent", "job_output"],
@@ -154,11 +162,13 @@ def test_job_output_ownership(stack: Stack) -> None:
         check_ownership(svc, svc.store.get_job(deepest.id), stranger.id)
 
 
-def test_cancel_root_cancels_child_first_and_both_end_cancelled(stack: Stack) -> None:
+def test_cancel_root_cancels_child_first_and_both_end_cancelled(
+    stack: Stack, producer: chaz.Client
+) -> None:
     stack.workers(1, concurrency=2)
-    client = stack.client
-    client.agents.put(spawner("root", "sleeper"))
-    client.agents.put(
+    client = producer
+    stack.client.agents.put(spawner("root", "sleeper"))
+    stack.client.agents.put(
         chaz.AgentSpec(
             id="sleeper",
             tools=["sleep"],
@@ -206,9 +216,10 @@ def test_cancel_root_cancels_child_first_and_both_end_cancelled(stack: Stack) ->
     assert late["changed"] is False and late["status"] == "cancelled"
 
 
-def test_cancel_a_queued_job_leaves_the_rest_in_order(tenant: Stack) -> None:
-    client = tenant.client
-    client.agents.put(
+@pytest.mark.parametrize("producer_principal", ["user:a"])
+def test_cancel_a_queued_job_leaves_the_rest_in_order(fleet: Stack, producer: chaz.Client) -> None:
+    client = producer
+    fleet.client.agents.put(
         chaz.AgentSpec(id="slow", script=[{"steps": [{"sleep": 1.0}, {"echo": True}]}])
     )
     s = client.sessions.create(agent_id="slow")
@@ -216,7 +227,7 @@ def test_cancel_a_queued_job_leaves_the_rest_in_order(tenant: Stack) -> None:
     jobs = [p.job_id or "" for p in posted]
     deadline = time.monotonic() + 30
     while client.jobs.get(jobs[0]).status is not chaz.JobStatus.RUNNING:
-        assert time.monotonic() < deadline, tenant.logs()
+        assert time.monotonic() < deadline, fleet.logs()
         time.sleep(0.02)
     queue = client.sessions.queue(s.id)
     assert [j.id for j in queue] == jobs
@@ -234,9 +245,12 @@ def test_cancel_a_queued_job_leaves_the_rest_in_order(tenant: Stack) -> None:
     assert replies == ["m0", "m1", "m3"]
 
 
-def test_concurrent_cancel_commands_with_one_id_apply_once(stack: Stack) -> None:
-    client = stack.client
-    client.agents.put(LEAF)
+@pytest.mark.parametrize("producer_principal", ["user:a"])
+def test_concurrent_cancel_commands_with_one_id_apply_once(
+    stack: Stack, producer: chaz.Client
+) -> None:
+    client = producer
+    stack.client.agents.put(LEAF)
     s = client.sessions.create(agent_id="leaf")
     job_id = client.sessions.post(s.id, "never runs", sender="user:a").job_id or ""
     outcomes: list[dict[str, object]] = []
@@ -255,14 +269,17 @@ def test_concurrent_cancel_commands_with_one_id_apply_once(stack: Stack) -> None
     assert len(errors) == 1
 
 
-def test_fanout_and_message_limits_refuse_only_new_branches(tenant: Stack) -> None:
-    client = tenant.client
-    client.agents.put(LEAF)
+@pytest.mark.parametrize("producer_principal", ["user:a"])
+def test_fanout_and_message_limits_refuse_only_new_branches(
+    fleet: Stack, producer: chaz.Client
+) -> None:
+    client = producer
+    fleet.client.agents.put(LEAF)
     spawn = [
         {"call": "spawn_agent", "args": {"agent_id": "leaf", "task": f"t{i}", "async": True}}
         for i in range(3)
     ]
-    client.agents.put(
+    fleet.client.agents.put(
         chaz.AgentSpec(
             id="fan",
             tools=["spawn_agent", "list_jobs", "job_output", "echo"],
@@ -282,7 +299,7 @@ def test_fanout_and_message_limits_refuse_only_new_branches(tenant: Stack) -> No
     assert len([j for j in listed if j["parent_job_id"] == e.job_id]) == 2
 
     # Message depth: each spawn passes its count + 1 down the lineage.
-    client.agents.put(
+    fleet.client.agents.put(
         chaz.AgentSpec(
             id="talky",
             tools=["spawn_agent", "echo", "sleep"],

@@ -24,6 +24,8 @@ from tests.acceptance.test_approvals import _for_call, _waiting
 from tests.support.principals import post_as
 from tests.support.stack import Stack
 
+pytest_plugins = ["tests.support.producers"]
+
 TARGET = "unattended-target"
 
 COURIER = chaz.AgentSpec(
@@ -61,9 +63,8 @@ COURIER = chaz.AgentSpec(
 SINK = chaz.AgentSpec(id="sink", script=[{"steps": [{"say": "sink got {input}"}]}])
 
 
-def _next_request(stack: Stack, job_id: str, seen: set[str]) -> Approval:
+def _next_request(stack: Stack, client: chaz.Client, job_id: str, seen: set[str]) -> Approval:
     """The job's next pending request (one not in ``seen``)."""
-    client = stack.client
 
     def found() -> Approval | None:
         if client.jobs.get(job_id).status is not chaz.JobStatus.WAITING_APPROVAL:
@@ -84,17 +85,17 @@ def _next_request(stack: Stack, job_id: str, seen: set[str]) -> Approval:
 
 
 def test_bypass_does_not_lift_the_unattended_hold_and_approval_lets_it_send(
-    stack: Stack,
+    stack: Stack, producer: chaz.Client
 ) -> None:
-    client = stack.client
-    client.agents.put_many([COURIER, SINK])
+    client = producer
+    stack.client.agents.put_many([COURIER, SINK])
     stack.workers(1, concurrency=2)
     target = client.sessions.create("sink", name=TARGET)
     s = client.sessions.create("courier", unattended=True, permission_mode="bypass")
     assert s.unattended and s.permission_mode == "bypass"
 
     posted = client.sessions.post(s.id, "send hello", sender="user:alice")
-    request = _waiting(stack, posted.job_id or "")
+    request = _waiting(stack, client, posted.job_id or "")
     # No policy for send_message: the unattended hold's default one.
     assert request.tool == "send_message"
     assert request.arguments == {"to": TARGET, "message": "send hello"}
@@ -119,7 +120,7 @@ def test_a_denied_send_reaches_the_model_as_a_tool_error(stack: Stack) -> None:
     posted = post_as(client, s.id, "send secrets", unattended=True)
     job_id = posted.entry.job_id or ""
     assert client.jobs.get(job_id).unattended
-    request = _waiting(stack, job_id)
+    request = _waiting(stack, client, job_id)
     assert client.approvals.decide(request.request_id, "deny").effective
     reply = client.sessions.wait_for_reply(s.id, after=posted.entry.seq, timeout=60)
     assert "approval.denied" in reply.content, reply.content
@@ -129,9 +130,9 @@ def test_a_denied_send_reaches_the_model_as_a_tool_error(stack: Stack) -> None:
     assert client.deliveries.list(target.id) == []
 
 
-def test_approve_all_does_not_lift_the_unattended_hold(stack: Stack) -> None:
-    client = stack.client
-    client.agents.put_many([COURIER, SINK])
+def test_approve_all_does_not_lift_the_unattended_hold(stack: Stack, producer: chaz.Client) -> None:
+    client = producer
+    stack.client.agents.put_many([COURIER, SINK])
     stack.workers(1, concurrency=2)
     target = client.sessions.create("sink", name=TARGET)
     s = client.sessions.create("courier", unattended=True)
@@ -139,12 +140,12 @@ def test_approve_all_does_not_lift_the_unattended_hold(stack: Stack) -> None:
     job_id = posted.job_id or ""
     seen: set[str] = set()
 
-    first = _next_request(stack, job_id, seen)
+    first = _next_request(stack, client, job_id, seen)
     assert first.tool == "echo"
     assert client.approvals.decide(first.request_id, "approve_all").effective
     assert client.approvals.get(first.request_id).decision == "approve_all"
     # approve_all covers echo, not the send: it is held on its own.
-    held = _next_request(stack, job_id, seen)
+    held = _next_request(stack, client, job_id, seen)
     assert held.tool == "send_message"
     assert client.deliveries.list(target.id) == []
     assert client.approvals.decide(held.request_id, "approve").effective
@@ -163,7 +164,7 @@ def test_an_unattended_spawn_is_held_and_its_child_stays_unattended(stack: Stack
     s = client.sessions.create("courier", unattended=True, permission_mode="bypass")
     before = {x.id for x in client.sessions.list()}
     posted = client.sessions.post(s.id, "spawn one", sender="user:alice")
-    request = _waiting(stack, posted.job_id or "")
+    request = _waiting(stack, client, posted.job_id or "")
     assert request.tool == "spawn_agent"
     assert {x.id for x in client.sessions.list()} == before  # nothing made yet
     client.approvals.decide(request.request_id, "approve")
@@ -196,21 +197,23 @@ def test_an_unattended_schedule_fires_held_turns_in_unattended_sessions(stack: S
     assert fired.job is not None and fired.job.unattended
     fresh = client.sessions.get(fired.job.session_id)
     assert fresh.unattended and fresh.project == made.project and fresh.owner == made.owner
-    request = _waiting(stack, fired.job.id)
+    request = _waiting(stack, client, fired.job.id)
     assert request.tool == "send_message"
     assert client.deliveries.list(target.id) == []
 
 
-def test_a_bad_permission_mode_is_refused_naming_it(stack: Stack) -> None:
-    client = stack.client
-    client.agents.put(SINK)
+def test_a_bad_permission_mode_is_refused_naming_it(stack: Stack, producer: chaz.Client) -> None:
+    client = producer
+    stack.client.agents.put(SINK)
     with pytest.raises(ValidationError) as refused:
         client.sessions.create("sink", permission_mode="yolo")
     assert refused.value.details["field"] == "permission_mode"
 
 
-def test_a_held_tool_the_agent_lacks_is_refused_without_asking(stack: Stack) -> None:
-    client = stack.client
+def test_a_held_tool_the_agent_lacks_is_refused_without_asking(
+    stack: Stack, producer: chaz.Client
+) -> None:
+    client = producer
     lacking = chaz.AgentSpec(
         id="lacking",
         tools=["echo"],
@@ -223,7 +226,7 @@ def test_a_held_tool_the_agent_lacks_is_refused_without_asking(stack: Stack) -> 
             }
         ],
     )
-    client.agents.put_many([lacking, SINK])
+    stack.client.agents.put_many([lacking, SINK])
     stack.workers(1, concurrency=2)
     client.sessions.create("sink", name=TARGET)
     s = client.sessions.create("lacking", unattended=True)

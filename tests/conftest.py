@@ -94,11 +94,29 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("stack", params, indirect=True)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark ``fleet`` every acceptance test: they drive real worker processes and the CLI."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``fleet`` every acceptance test: they drive real worker processes and
+    the CLI. And run a test's producer over HTTP on its module's first stack
+    only: the HTTP client is the same code on both, and the other stack's
+    runs would double the extras' time (tests/support/producers.py)."""
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
     for item in items:
         if ACCEPTANCE in item.path.parents:
             item.add_marker(pytest.mark.fleet)
+        (dropped if _http_on_second_stack(item) else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+def _http_on_second_stack(item: pytest.Item) -> bool:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if params.get("producer") != "http":
+        return False
+    stack = params.get("stack", params.get("module_stack"))
+    first = "embedded" if item.path.stem in EMBEDDED_FIRST else "server"
+    return stack is not None and stack != first
 
 
 @pytest.hookimpl(tryfirst=True)

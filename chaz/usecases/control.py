@@ -24,6 +24,7 @@ from typing import Any
 
 from chaz.access import visibility
 from chaz.domain.artifacts import Artifact, is_excerpt
+from chaz.domain.commands import command_key
 from chaz.domain.entries import EntryType, NewEntry
 from chaz.domain.jobs import Job, JobStatus, missing_job
 from chaz.domain.principals import LOCAL, Grant, Principal
@@ -121,12 +122,13 @@ def cancel(
     store = services.store
     job = store.get_job(job_id)
     check_control(principal, job)
-    if command_id is not None:
-        first = store.get_command(command_id)
+    key = None if command_id is None else command_key(job.project, command_id)
+    if key is not None:
+        first = store.get_command(key)
         if first is not None:
             if first.get("execution_id") != job.id:
-                # Command ids are global: another job's outcome (perhaps another
-                # project's) is not this command's to return.
+                # The id named another job of the project: its outcome is
+                # not this command's to return.
                 raise IdempotencyMismatch(
                     f"command {command_id!r} was used for another job",
                     command_id=command_id,
@@ -141,8 +143,8 @@ def cancel(
     outcome = cancel_lineage(
         services, job, reason=reason, by=command_id or job.id, expected_version=expected_version
     )
-    if command_id is not None:
-        outcome = store.record_command(command_id, CANCEL_ACTION, job_id, outcome)
+    if key is not None:
+        outcome = store.record_command(key, CANCEL_ACTION, job_id, outcome)
     return outcome
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from chaz.domain.commands import command_key
 from chaz.domain.jobs import ACTIVE, JobStatus
 from chaz.domain.principals import Grant, Principal
 from chaz.domain.sessions import missing_session
@@ -54,8 +55,9 @@ def stop_session(
     session = store.get_session(session_id)
     if not principal.same_project(session.project):
         raise missing_session(session_id)
-    if command_id is not None:
-        first = store.get_command(command_id)
+    key = None if command_id is None else command_key(session.project, command_id)
+    if key is not None:
+        first = store.get_command(key)
         if first is not None:
             if (first.get("action"), first.get("session_id")) != (STOP_ACTION, session.id):
                 raise IdempotencyMismatch(
@@ -92,6 +94,6 @@ def stop_session(
         "withdrawn": withdrawn,
         "changed": bool(withdrawn) or any(o["changed"] for o in cancelled.values()),
     }
-    if command_id is not None:
-        result = store.record_command(command_id, STOP_ACTION, session.id, result)
+    if key is not None:
+        result = store.record_command(key, STOP_ACTION, session.id, result)
     return result

@@ -252,12 +252,19 @@ def test_stop_is_authorized_like_a_cancel(services: Services, stack: Stack) -> N
     with pytest.raises(Forbidden):
         stop_session(services, mine.id, principal=Principal(grants=frozenset()))
     assert services.store.get_job(job or "").status is JobStatus.QUEUED
-    stop_session(services, theirs.id, principal=other, command_id="stop-theirs")
+    # A command id is its project's own: used again in the project for another
+    # command it is a mismatch; another project's use of it is not seen at all.
+    stop_session(services, theirs.id, principal=other, command_id="stop-1")
+    elsewhere = session_in(stack.client, "quiet", "other-project")
     with pytest.raises(IdempotencyMismatch):
-        stop_session(services, mine.id, principal=LOCAL, command_id="stop-theirs")
-    with pytest.raises(IdempotencyMismatch):
-        control.cancel(services, job or "", command_id="stop-theirs")
+        stop_session(services, elsewhere.id, principal=other, command_id="stop-1")
     assert services.store.get_job(job or "").status is JobStatus.QUEUED
+    done = control.cancel(services, job or "", command_id="stop-1")
+    assert done["changed"] is True
+    assert services.store.get_job(job or "").status is JobStatus.CANCELLED
+    assert control.cancel(services, job or "", command_id="stop-1") == done  # its retry
+    with pytest.raises(IdempotencyMismatch):
+        stop_session(services, mine.id, principal=LOCAL, command_id="stop-1")
 
 
 def _running_sender(services: Services, stack: Stack) -> tuple[str, Sender, chaz.Session]:

@@ -201,7 +201,7 @@ def ended(c: Call, session: Session, job: Job) -> Job:
 def finished(c: Call, session: Session, job: Job) -> dict[str, Any]:
     """What a run that ended answers: the thread's values, or ``__error__``."""
     error = outcome(job)
-    return {"__error__": error} if error else mapping.values(c.conversation(session.id))
+    return {"__error__": error} if error else mapping.values(c.said(session.id))
 
 
 def ends_run(entry: Entry) -> bool:
@@ -230,10 +230,16 @@ def create_run(thread_id: str, c: Caller, payload: Payload = None) -> JSONRespon
 def run_and_wait(c: Call, thread_id: str, given: dict[str, Any]) -> JSONResponse:
     """Start a run and block until it ends: the thread's values, or ``__error__``."""
     run = start(c, thread_id, given, streamed=False)
-    for _ in follow(
+    last: Entry | Partial | None = None
+    for item in follow(
         c, run.session.id, run.job.id, after=run.entry.seq, written_after=run.written_after
     ):
-        pass
+        last = item
+    if isinstance(last, Entry) and last.type is EntryType.MESSAGE:
+        # The reply commits in the transaction that ends its job succeeded (a
+        # turn's end_turn; a cancel that wins writes an Error instead): the run
+        # has ended, and its status needs no read.
+        return JSONResponse(mapping.values(c.said(run.session.id)), headers=run.headers)
     job = wait_terminal(c.services, run.job.id, END_SECONDS)
     return JSONResponse(finished(c, run.session, job), headers=run.headers)
 

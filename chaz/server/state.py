@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import anyio.to_thread
 from fastapi import Body, Depends, Request
 
-from chaz.domain.entries import Entry, EntryType
+from chaz.domain.entries import Entry, EntryType, Said
 from chaz.domain.jobs import ACTIVE
 from chaz.domain.principals import ALL_GRANTS, DEFAULT_PRINCIPAL, DEFAULT_PROJECT, Principal
 from chaz.domain.sessions import Session, missing_session
@@ -92,6 +92,13 @@ class Call:
         rollback hid (chaz/domain/multitask.py)."""
         return self.services.store.entries(
             session_id, types=(EntryType.MESSAGE, EntryType.DIRECTIVE), visible=True
+        )
+
+    def said(self, session_id: str) -> list[Said]:
+        """:meth:`conversation` with only what a thread's values show of each
+        entry (no metadata or timestamps): cheaper to read and to build."""
+        return self.services.store.said(
+            session_id, (EntryType.MESSAGE, EntryType.DIRECTIVE), visible=True
         )
 
 

@@ -244,6 +244,14 @@ class Settings(BaseSettings):
         "request's database reads, and each wait (wait_for_reply, jobs.wait, runs/wait, "
         "a stream) for as long as it waits.",
     )
+    http_key_cache_seconds: float = Field(
+        10.0,
+        ge=0,
+        le=3600,
+        description="How long one chaz serve process remembers an API key it found valid "
+        "(a revoked key keeps working there for at most this long; 0: every request "
+        "reads the key from the database).",
+    )
     # -- who a client acts as (docs/security.md)
     api_key: SecretStr | None = Field(
         None,

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from chaz.domain.agents import AgentSpec
-from chaz.domain.entries import Entry, EntryType, is_agent_sender
+from chaz.domain.entries import Entry, EntryType, Said, is_agent_sender
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.runs import RUN_STATUS as RUN_STATUS  # re-exported: moved below the server
 from chaz.domain.sessions import Session
@@ -43,7 +43,7 @@ def iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
 
 
-def message(entry: Entry) -> dict[str, Any] | None:
+def message(entry: Entry | Said) -> dict[str, Any] | None:
     """A Message or Directive as a chat message (an agent's is ``ai``, anyone
     else's ``human``); None for an entry that is not conversation."""
     if entry.type not in (EntryType.MESSAGE, EntryType.DIRECTIVE):
@@ -62,7 +62,7 @@ def message(entry: Entry) -> dict[str, Any] | None:
     return out
 
 
-def values(entries: Iterable[Entry]) -> dict[str, Any]:
+def values(entries: Iterable[Entry | Said]) -> dict[str, Any]:
     """A thread's values: ``{"messages": [...]}``, the conversation in seq order."""
     return {"messages": [m for m in map(message, entries) if m is not None]}
 

@@ -9,6 +9,7 @@ cancel the runs in progress (:mod:`chaz.usecases.multitask`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,13 +23,13 @@ from chaz.domain.jobs import Job, JobStatus, missing_job
 from chaz.domain.multitask import CancelAction, Strategy, cancel_action
 from chaz.domain.multitask import strategy as parse_strategy
 from chaz.domain.principals import DEFAULT_PERSON, Grant, grant_names
-from chaz.domain.sessions import Session
+from chaz.domain.sessions import Session, missing_session
 from chaz.domain.validation import check_content, check_ref
 from chaz.errors import SessionBusy, Timeout, Unsupported, ValidationError
 from chaz.server import fields, mapping
 from chaz.server.state import Call, Caller, Payload
 from chaz.server.waits import detached
-from chaz.store.types import JobFields
+from chaz.store.types import Appended, JobFields
 from chaz.usecases import admission, multitask, webhooks
 from chaz.usecases.control import cancel, wait_terminal
 from chaz.usecases.watch import watch
@@ -59,6 +60,8 @@ class Started:
     entry: Entry
     job: Job
     strategy: str
+    #: A ``time.monotonic()`` before the input entry was written (see :func:`follow`).
+    written_after: float | None = None
 
     @property
     def headers(self) -> dict[str, str]:
@@ -81,14 +84,8 @@ def start(c: Call, thread_id: str, given: dict[str, Any], streamed: bool) -> Sta
         )
     raw_hook = given.get("webhook")
     hook = None if raw_hook is None else webhooks.check(c.services.settings, raw_hook)
-    session = c.thread(thread_id)
+    thread_id = check_ref("thread_id", thread_id)
     assistant = check_ref("assistant_id", given.get("assistant_id"))
-    if assistant != session.agent_id:
-        raise ValidationError(
-            f"thread {session.id} is a session of {session.agent_id!r}: runs on it use that "
-            "assistant",
-            field="assistant_id",
-        )
     cap = c.services.settings.max_content_bytes
     content = check_content(EntryType.MESSAGE, fields.input_text(given.get("input")), max_bytes=cap)
     principal = c.principal
@@ -100,37 +97,78 @@ def start(c: Call, thread_id: str, given: dict[str, Any], streamed: bool) -> Sta
         )
     draft = NewEntry(EntryType.MESSAGE, sender, content, None, None, KeyScope.USER)
     job_fields = JobFields(owner=principal.name, grants=grant_names(principal.grants), webhook=hook)
-    if strategy.displaces:
-        done = multitask.admit_displacing(
-            c.services, session.id, draft, strategy, principal=principal, job_fields=job_fields
-        ).done
-    elif strategy is Strategy.REJECT:
-        try:
-            done = admission.admit_unless_busy(
-                c.services, session.id, draft, job_fields=job_fields, project=principal.project
-            )
-        except SessionBusy as exc:
-            raise SessionBusy(
-                f"thread {session.id} has a run in progress (multitask_strategy reject)",
-                field="multitask_strategy",
-                thread_id=session.id,
-            ) from exc
-    else:
-        done = admission.admit(
-            c.services, session.id, draft, job_fields=job_fields, project=principal.project
+    # Before the write: its entry commits (and is published) after this moment.
+    written_after = time.monotonic()
+    if strategy is Strategy.ENQUEUE:
+        # The common run: the thread is checked on the row the admission
+        # locks, not read first (a thread deleted meanwhile admits nothing).
+        done, session = admission.admit_checked(
+            c.services,
+            thread_id,
+            draft,
+            lambda tx: runnable(tx.session, thread_id, assistant),
+            job_fields=job_fields,
+            project=principal.project,
         )
+    else:
+        session = runnable(c.thread(thread_id), thread_id, assistant)
+        done = _displacing(c, session, draft, strategy, job_fields)
     if done.entry.job_id is None:
         # Only in a room whose routing woke no agent: the message stays, as a post's would.
         raise ValidationError("the message was written but woke no agent", field="input")
-    job = c.services.store.get_job(done.entry.job_id)
-    return Started(session, done.entry, job, strategy.value)
+    job = done.job if done.job is not None else c.services.store.get_job(done.entry.job_id)
+    return Started(session, done.entry, job, strategy.value, written_after)
+
+
+def runnable(session: Session, thread_id: str, assistant: str) -> Session:
+    """``session``, if a run of ``assistant`` may start on it as thread ``thread_id``:
+    a deleted (archived) thread is a missing one, and its agent is its assistant."""
+    if session.id != thread_id or session.archived_at is not None:
+        raise missing_session(thread_id)
+    if assistant != session.agent_id:
+        raise ValidationError(
+            f"thread {session.id} is a session of {session.agent_id!r}: runs on it use that "
+            "assistant",
+            field="assistant_id",
+        )
+    return session
+
+
+def _displacing(
+    c: Call, session: Session, draft: NewEntry, strategy: Strategy, job_fields: JobFields
+) -> Appended:
+    """The admission of a run under ``reject``, ``interrupt`` or ``rollback``."""
+    if strategy.displaces:
+        return multitask.admit_displacing(
+            c.services, session.id, draft, strategy, principal=c.principal, job_fields=job_fields
+        ).done
+    try:
+        return admission.admit_unless_busy(
+            c.services, session.id, draft, job_fields=job_fields, project=c.principal.project
+        )
+    except SessionBusy as exc:
+        raise SessionBusy(
+            f"thread {session.id} has a run in progress (multitask_strategy reject)",
+            field="multitask_strategy",
+            thread_id=session.id,
+        ) from exc
 
 
 def follow(
-    c: Call, session_id: str, job_id: str, *, after: int, partial: bool = False
+    c: Call,
+    session_id: str,
+    job_id: str,
+    *,
+    after: int,
+    partial: bool = False,
+    written_after: float | None = None,
 ) -> Iterator[Entry | Partial]:
     """The session's entries after seq ``after``, and with ``partial`` the
-    job's partials, up to and including the job's reply or Error."""
+    job's partials, up to and including the job's reply or Error.
+
+    ``written_after``: a ``time.monotonic()`` before entry ``after`` was
+    written by this process; if the shared subscription has heard the
+    session since before then, the backlog is not read (chaz/usecases/watch.py)."""
     for item in watch(
         c.services.store,
         c.services.redis,
@@ -139,6 +177,7 @@ def follow(
         timeout=FOLLOW_SECONDS,
         partial=partial,
         subscriber=c.services.subscriber,
+        written_after=written_after,
     ):
         if isinstance(item, Partial):
             if item.job_id == job_id:
@@ -162,7 +201,7 @@ def ended(c: Call, session: Session, job: Job) -> Job:
 def finished(c: Call, session: Session, job: Job) -> dict[str, Any]:
     """What a run that ended answers: the thread's values, or ``__error__``."""
     error = outcome(job)
-    return {"__error__": error} if error else mapping.values(c.conversation(session.id))
+    return {"__error__": error} if error else mapping.values(c.said(session.id))
 
 
 def ends_run(entry: Entry) -> bool:
@@ -191,8 +230,16 @@ def create_run(thread_id: str, c: Caller, payload: Payload = None) -> JSONRespon
 def run_and_wait(c: Call, thread_id: str, given: dict[str, Any]) -> JSONResponse:
     """Start a run and block until it ends: the thread's values, or ``__error__``."""
     run = start(c, thread_id, given, streamed=False)
-    for _ in follow(c, run.session.id, run.job.id, after=run.entry.seq):
-        pass
+    last: Entry | Partial | None = None
+    for item in follow(
+        c, run.session.id, run.job.id, after=run.entry.seq, written_after=run.written_after
+    ):
+        last = item
+    if isinstance(last, Entry) and last.type is EntryType.MESSAGE:
+        # The reply commits in the transaction that ends its job succeeded (a
+        # turn's end_turn; a cancel that wins writes an Error instead): the run
+        # has ended, and its status needs no read.
+        return JSONResponse(mapping.values(c.said(run.session.id)), headers=run.headers)
     job = wait_terminal(c.services, run.job.id, END_SECONDS)
     return JSONResponse(finished(c, run.session, job), headers=run.headers)
 

@@ -3,17 +3,19 @@ acts as (docs/http.md#auth)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+import anyio.to_thread
 from fastapi import Body, Depends, Request
 
-from chaz.domain.entries import Entry, EntryType
+from chaz.domain.entries import Entry, EntryType, Said
 from chaz.domain.jobs import ACTIVE
 from chaz.domain.principals import ALL_GRANTS, DEFAULT_PRINCIPAL, DEFAULT_PROJECT, Principal
 from chaz.domain.sessions import Session, missing_session
 from chaz.domain.validation import check_ref
 from chaz.errors import Unauthenticated
+from chaz.server.keycache import KeyCache
 from chaz.services import Services
 
 #: The header that carries an API key (LangGraph's clients send theirs there).
@@ -29,20 +31,37 @@ class Server:
 
     services: Services
     anonymous: bool = False
+    #: Keys authenticated in the last ``CHAZ_HTTP_KEY_CACHE_SECONDS`` (chaz/server/keycache.py).
+    keys: KeyCache = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.keys = KeyCache(
+            self.services.store.keys.authenticate, self.services.settings.http_key_cache_seconds
+        )
+
+    def known(self, key: str | None) -> Principal | None:
+        """Who a request with ``key`` acts as, if that needs no database read
+        (no key, or one authenticated moments ago); else None."""
+        if key is None:
+            return self._keyless()
+        return self.keys.cached(key)
 
     def principal(self, key: str | None) -> Principal:
         """Who a request with ``key`` (the header's value, or None) acts as."""
         if key is None:
-            if not self.anonymous:
-                raise Unauthenticated(f"an API key is required in the {KEY_HEADER} header")
-            settings = self.services.settings
-            return Principal(
-                name=DEFAULT_PRINCIPAL,
-                project=settings.project or DEFAULT_PROJECT,
-                grants=ALL_GRANTS,
-                operator=True,
-            )
-        return self.services.store.keys.authenticate(key)
+            return self._keyless()
+        return self.keys.authenticate(key)
+
+    def _keyless(self) -> Principal:
+        if not self.anonymous:
+            raise Unauthenticated(f"an API key is required in the {KEY_HEADER} header")
+        settings = self.services.settings
+        return Principal(
+            name=DEFAULT_PRINCIPAL,
+            project=settings.project or DEFAULT_PROJECT,
+            grants=ALL_GRANTS,
+            operator=True,
+        )
 
 
 @dataclass
@@ -75,6 +94,13 @@ class Call:
             session_id, types=(EntryType.MESSAGE, EntryType.DIRECTIVE), visible=True
         )
 
+    def said(self, session_id: str) -> list[Said]:
+        """:meth:`conversation` with only what a thread's values show of each
+        entry (no metadata or timestamps): cheaper to read and to build."""
+        return self.services.store.said(
+            session_id, (EntryType.MESSAGE, EntryType.DIRECTIVE), visible=True
+        )
+
 
 def server_of(request: Request) -> Server:
     """The :class:`Server` of the app that took ``request``."""
@@ -82,10 +108,17 @@ def server_of(request: Request) -> Server:
     return server
 
 
-def call(request: Request) -> Call:
-    """The :class:`Call` of a request: its key authenticated (a dependency)."""
+async def call(request: Request) -> Call:
+    """The :class:`Call` of a request: its key authenticated (a dependency).
+
+    A key authenticated moments ago is answered on the event loop; only a
+    database read goes to a worker thread."""
     server = server_of(request)
-    return Call(server.services, server.principal(request.headers.get(KEY_HEADER)))
+    key = request.headers.get(KEY_HEADER)
+    principal = server.known(key)
+    if principal is None:
+        principal = await anyio.to_thread.run_sync(server.principal, key)
+    return Call(server.services, principal)
 
 
 #: A route's caller: the request's key authenticated.

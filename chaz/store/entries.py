@@ -12,12 +12,13 @@ from typing import Any
 
 from sqlalchemy import Connection, select, update
 
-from chaz.domain.entries import Entry, EntryType, KeyScope, NewEntry, replay_differences
+from chaz.domain.entries import Entry, EntryType, KeyScope, NewEntry, Said, replay_differences
 from chaz.errors import IdempotencyMismatch, SessionNotFound
 from chaz.ids import new_id, utcnow
 from chaz.store import statements as st
 from chaz.store.db import Database
 from chaz.store.models import EntryRow, JobRow
+from chaz.store.records import as_said
 from chaz.store.rows import as_entry, as_job, as_session, session_row
 from chaz.store.types import Appended
 
@@ -65,6 +66,23 @@ class Entries:
             stmt = stmt.limit(limit)
         with self.db.read() as conn:
             return [as_entry(r) for r in conn.execute(stmt).mappings()]
+
+    def said(
+        self, session_id: str, types: Iterable[EntryType], *, visible: bool = False
+    ) -> list[Said]:
+        """Who said what in the session's entries of ``types``, in seq order (with
+        ``visible``, not those a rollback hid): only :class:`Said`'s columns,
+        for a reader that needs no metadata or timestamps (a thread's values)."""
+        stmt = (
+            select(*st.SAID_COLUMNS)
+            .where(st.ENTRIES.c.session_id == session_id)
+            .where(st.ENTRIES.c.type.in_([t.value for t in types]))
+            .order_by(st.ENTRIES.c.seq)
+        )
+        if visible:
+            stmt = stmt.where(st.VISIBLE)
+        with self.db.read() as conn:
+            return [as_said(r) for r in conn.execute(stmt)]
 
     def entry(self, entry_id: str) -> Entry | None:
         """One entry by id, if it exists."""

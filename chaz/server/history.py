@@ -52,7 +52,7 @@ def update_thread(
             )
     if request.headers.get("prefer", "").strip().lower() == "return=minimal":
         return Response(status_code=204)
-    state = mapping.values(c.conversation(session.id))
+    state = mapping.values(c.said(session.id))
     return mapping.thread(session, busy=c.busy(session.id), state=state)
 
 

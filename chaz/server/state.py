@@ -94,11 +94,12 @@ class Call:
             session_id, types=(EntryType.MESSAGE, EntryType.DIRECTIVE), visible=True
         )
 
-    def said(self, session_id: str) -> list[Said]:
-        """:meth:`conversation` with only what a thread's values show of each
-        entry (no metadata or timestamps): cheaper to read and to build."""
+    def said(self, session_id: str, until: int | None = None) -> list[Said]:
+        """:meth:`conversation` (up to seq ``until``) with only what a thread's
+        values show of each entry (no metadata or timestamps): cheaper to read
+        and to build, for every answer that is only values."""
         return self.services.store.said(
-            session_id, (EntryType.MESSAGE, EntryType.DIRECTIVE), visible=True
+            session_id, (EntryType.MESSAGE, EntryType.DIRECTIVE), visible=True, until=until
         )
 
 

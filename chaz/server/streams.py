@@ -224,7 +224,7 @@ def _after(place: EventId, step: Iterator[tuple[int, str, object]]) -> Iterator[
 def _start(st: Stream) -> Iterator[tuple[int, str, object]]:
     yield 0, "metadata", st.meta
     if "values" in st.modes or "events" in st.modes:
-        before = [e for e in st.c.conversation(st.session.id) if e.seq <= st.input_seq]
+        before = st.c.said(st.session.id, until=st.input_seq)
         if "values" in st.modes:
             yield 1, "values", mapping.values(before)
         if "events" in st.modes:
@@ -257,7 +257,7 @@ def _entry(st: Stream, entry: Entry) -> Iterator[tuple[int, str, object]]:
         return
     job = wait_terminal(st.c.services, st.job.id, END_SECONDS)
     if "values" in st.modes or "events" in st.modes:
-        upto = [e for e in st.c.conversation(st.session.id) if e.seq <= entry.seq]
+        upto = st.c.said(st.session.id, until=entry.seq)
         if "values" in st.modes:
             yield 2, "values", mapping.values(upto)
         if "events" in st.modes:

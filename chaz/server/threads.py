@@ -51,7 +51,7 @@ def get_thread(thread_id: str, c: Caller) -> dict[str, Any]:
     """A thread, with its values."""
     c.principal.require(Grant.HISTORY_READ, "read threads")
     session = c.thread(thread_id)
-    state = mapping.values(c.conversation(session.id))
+    state = mapping.values(c.said(session.id))
     return mapping.thread(session, busy=c.busy(session.id), state=state)
 
 

@@ -68,11 +68,17 @@ class Entries:
             return [as_entry(r) for r in conn.execute(stmt).mappings()]
 
     def said(
-        self, session_id: str, types: Iterable[EntryType], *, visible: bool = False
+        self,
+        session_id: str,
+        types: Iterable[EntryType],
+        *,
+        visible: bool = False,
+        until: int | None = None,
     ) -> list[Said]:
         """Who said what in the session's entries of ``types``, in seq order (with
-        ``visible``, not those a rollback hid): only :class:`Said`'s columns,
-        for a reader that needs no metadata or timestamps (a thread's values)."""
+        ``visible``, not those a rollback hid; with ``until``, none past that
+        seq): only :class:`Said`'s columns, for a reader that needs no metadata
+        or timestamps (a thread's values)."""
         stmt = (
             select(*st.SAID_COLUMNS)
             .where(st.ENTRIES.c.session_id == session_id)
@@ -81,6 +87,8 @@ class Entries:
         )
         if visible:
             stmt = stmt.where(st.VISIBLE)
+        if until is not None:
+            stmt = stmt.where(st.ENTRIES.c.seq <= until)
         with self.db.read() as conn:
             return [as_said(r) for r in conn.execute(stmt)]
 

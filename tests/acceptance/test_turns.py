@@ -210,7 +210,8 @@ def test_a_turn_held_at_a_gate_waits_for_the_test_and_the_queue_behind_it(
     first = client.sessions.post(s.id, "one", sender="user:alice")
     second = client.sessions.post(s.id, "two", sender="user:alice")
     # The first turn has started (its Ack is written) and holds at the gate.
-    next(e for e in client.sessions.watch(s.id, after=second.seq, timeout=30) if e.type == "ack")
+    # (60 s: a fresh stack's first turn on a machine with two busy loops beside it.)
+    next(e for e in client.sessions.watch(s.id, after=second.seq, timeout=60) if e.type == "ack")
     assert client.jobs.get(first.job_id or "").status is chaz.JobStatus.RUNNING
     assert client.jobs.get(second.job_id or "").status is chaz.JobStatus.QUEUED
     stack.open_gate(f"go-{s.id}")

@@ -109,7 +109,9 @@ def run(client: chaz.Client, gate: Callable[[str], None], other: dict[str, str])
     done = jobs.wait(sent.job_id or "", timeout=WAIT) if sent.job_id else None
     result = client.deliveries.result(sent.id)
     out["delivery"] = [
-        sent.state.value,
+        # Admitted at once (the target is idle); its job may even have ended
+        # before the answer was read back, on a slow side: both are right.
+        sent.state.value in ("admitted", "done"),
         done.status.value if done else None,
         client.deliveries.get(sent.id) == client.deliveries.list(target.id)[0],
         client.deliveries.status(sent.id),

@@ -9,6 +9,7 @@ re-exports it), so an installed chaz never puts a module named
 
 from __future__ import annotations
 
+from chaz import tracing
 from chaz.settings import broker_url_for, get_settings
 
 _settings = get_settings()
@@ -68,6 +69,18 @@ task_send_sent_event = True
 #: Turns are I/O-bound (model calls): the threads pool with many threads.
 worker_pool = "threads"
 worker_concurrency = _settings.worker_concurrency
+
+if tracing.wanted():
+    # Each log line carries its trace and span ids (docs/operations.md#tracing):
+    # Celery's own formats, with the ids the record factory sets.
+    tracing.install_log_ids()
+    worker_log_format = (
+        "[%(asctime)s: %(levelname)s/%(processName)s] %(message)s" + tracing.LOG_FORMAT_IDS
+    )
+    worker_task_log_format = (
+        "[%(asctime)s: %(levelname)s/%(processName)s] %(task_name)s[%(task_id)s]:"
+        " %(message)s" + tracing.LOG_FORMAT_IDS
+    )
 
 #: Keep broker connections healthy across Redis restarts.
 broker_connection_retry_on_startup = True

@@ -13,13 +13,14 @@ from typing import Any
 
 from celery.signals import (
     worker_init,
+    worker_process_init,
     worker_process_shutdown,
     worker_ready,
     worker_shutdown,
     worker_shutting_down,
 )
 
-from chaz import metrics
+from chaz import metrics, tracing
 from chaz.plumbing.heartbeat import BEAT_SECONDS, Heartbeat
 from chaz.services import Services
 from chaz.settings import get_settings
@@ -59,6 +60,20 @@ def services() -> Services:
                 threads = _threads if _threads is not None else get_settings().worker_concurrency
                 _services = Services(get_settings(), db_threads=threads + FIXED_DB_THREADS)
     return _services
+
+
+@worker_init.connect
+def _trace(**_: Any) -> None:
+    # The threads pool never fires worker_process_init: the worker's own
+    # start configures tracing, once, for every turn thread
+    # (docs/operations.md#tracing). Off, this reads the environment only.
+    tracing.configure()
+
+
+@worker_process_init.connect
+def _trace_child(**_: Any) -> None:
+    # A prefork child: the SDK's span processor restarts its thread after the fork.
+    tracing.configure()
 
 
 @worker_init.connect
@@ -143,6 +158,8 @@ def _hand_back() -> None:
 def _gone(**_: Any) -> None:
     if _heartbeat is not None:
         _heartbeat.remove()
+    # The spans still buffered leave before the process does.
+    tracing.shutdown()
 
 
 @worker_process_shutdown.connect
@@ -154,10 +171,28 @@ def _close(**_: Any) -> None:
 @app.task(name="chaz.turn", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def turn(session_id: str, execution_id: str) -> dict[str, Any]:
     """Run the next turn of ``session_id``; ``execution_id`` names the job expected."""
-    outcome = TurnRunner(services(), REGISTRY).wake(session_id, execution_id)
+    if tracing.on():
+        # The sender's context from the message's headers: a turn's span
+        # whose job row keeps none is its child (docs/operations.md#tracing).
+        with tracing.joined(_trace_headers(turn.request)):
+            outcome = TurnRunner(services(), REGISTRY).wake(session_id, execution_id)
+    else:
+        outcome = TurnRunner(services(), REGISTRY).wake(session_id, execution_id)
     # Flower shows this with the task: a kept lane runs more jobs than the
     # one the wake-up named, and operators should see which.
     return {"status": outcome.status, "job_id": outcome.job_id, "ran": list(outcome.ran)}
+
+
+def _trace_headers(request: Any) -> dict[str, str]:
+    """The W3C headers a wake-up's message carries (Celery sets custom headers
+    as attributes of the request; older protocols keep them in ``headers``)."""
+    found: dict[str, str] = {}
+    extra = getattr(request, "headers", None) or {}
+    for key in tracing.CARRIER_KEYS:
+        value = getattr(request, key, None) or extra.get(key)
+        if isinstance(value, str):
+            found[key] = value
+    return found
 
 
 @app.task(name="chaz.reconcile", ignore_result=True)

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, overload
 
+from chaz import tracing
 from chaz.access import branches, discovery
 from chaz.client.base import Acting, translating
 from chaz.coord.partials import Partial
@@ -265,7 +266,30 @@ class Sessions(Acting):
         (:data:`~chaz.domain.principals.DEFAULT_PERSON`, as ``chaz send``) for
         an operator's client; an API-key client writes only as its own
         principal (its default), so it cannot pose as a person or an agent.
+
+        With tracing on, the post is a ``chaz.post`` span, the root of its
+        turn's trace (or a child of the caller's: docs/operations.md#tracing).
         """
+        args = (session_id, content, sender, type, metadata, idempotency_key)
+        if not tracing.on():
+            return self._post(*args)
+        with tracing.span("chaz.post", {"chaz.session_id": session_id}) as span:
+            entry = self._post(*args)
+            span.set_attributes(
+                {"chaz.entry_id": entry.id, "chaz.entry.type": entry.type.value}
+                | ({"chaz.job_id": entry.job_id} if entry.job_id else {})
+            )
+            return entry
+
+    def _post(
+        self,
+        session_id: str,
+        content: str,
+        sender: str | None,
+        type: EntryType | str,
+        metadata: dict[str, Any] | None,
+        idempotency_key: str | None,
+    ) -> Entry:
         self._may(Grant.SESSION_WRITE, "post to sessions")
         check_ref("session", session_id)
         etype = check_entry_type(type)

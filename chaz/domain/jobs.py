@@ -156,6 +156,9 @@ class Job(BaseModel):
     #: When its run was rolled back (docs/http.md#runs; None: it was not): the
     #: entries naming it are hidden from its thread's values and later context.
     rolled_back_at: datetime | None = None
+    #: The W3C trace context its turn joins (docs/operations.md#tracing); kept
+    #: out of every answer: it is the runtime's, not the caller's.
+    trace_context: str | None = Field(None, exclude=True)
 
 
 def missing_job(job_id: str) -> JobNotFound:

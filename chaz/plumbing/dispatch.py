@@ -16,6 +16,7 @@ import threading
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from chaz import tracing
 from chaz.settings import Settings, broker_url_for
 
 if TYPE_CHECKING:
@@ -115,6 +116,12 @@ class Dispatcher:
         options: dict[str, Any] = (
             {"retry": True, "retry_policy": PATIENT_RETRY} if reason in PATIENT else {}
         )
+        # The sender's trace context, in the message's headers (None when
+        # tracing is off): the wake-up joins its admission's trace
+        # (docs/operations.md#tracing).
+        headers = tracing.carrier()
+        if headers is not None:
+            options["headers"] = headers
         try:
             self.app.send_task(
                 TURN_TASK,

@@ -20,6 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from chaz import tracing
 from chaz.errors import BackendUnavailable, ChazError, NotFound, ValidationError
 from chaz.server import (
     assistants,
@@ -38,6 +39,7 @@ from chaz.server import (
 from chaz.server.errors import RESPONSES, body_of, status_of
 from chaz.server.limits import BodyLimit, body_limit
 from chaz.server.state import Server
+from chaz.server.traced import TraceContext
 from chaz.server.waits import set_threads
 from chaz.services import Services
 
@@ -68,6 +70,9 @@ def create_app(services: Services, *, anonymous: bool = False) -> FastAPI:
     app.state.chaz = Server(services, anonymous=anonymous)
     # Before FastAPI reads a body into memory (chaz/server/limits.py).
     app.add_middleware(BodyLimit, limit=body_limit(services.settings.max_content_bytes))
+    if tracing.on():
+        # A caller's traceparent: its post's spans join its trace.
+        app.add_middleware(TraceContext)
     app.include_router(threads.router)
     app.include_router(runs.router)
     app.include_router(streams.router)

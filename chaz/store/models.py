@@ -236,6 +236,9 @@ class JobRow(Base):
     #: When its run was rolled back (docs/http.md#runs): the entries naming it
     #: are hidden from thread values and later context; NULL: not rolled back.
     rolled_back_at: Mapped[datetime | None]
+    #: The W3C trace context its turn joins (docs/operations.md#tracing,
+    #: migration 0019); NULL: tracing was off when it was admitted.
+    trace_context: Mapped[str | None] = mapped_column(String(512))
 
 
 class CommandRow(Base):

@@ -82,6 +82,7 @@ def as_job(row: Any) -> Job:
         webhook=row.get("webhook"),
         hidden_at=as_ts(row.get("hidden_at")),
         rolled_back_at=as_ts(row.get("rolled_back_at")),
+        trace_context=row.get("trace_context"),
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, case, func, select, update
 
+from chaz import tracing
 from chaz.domain import events as ev
 from chaz.domain.entries import NewEntry
 from chaz.domain.jobs import JobStatus, missing_job
@@ -132,6 +133,8 @@ def new_job(
         "started_at": None,
         "finished_at": None,
         "webhook": f.webhook,
+        # One test of a flag when tracing is off (docs/operations.md#tracing).
+        "trace_context": tracing.job_carrier(session["id"]),
     }
 
 

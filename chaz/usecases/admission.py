@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from chaz import tracing
 from chaz.coord import refusals
 from chaz.coord.feed import Feed
 from chaz.coord.quotas import Reservation
@@ -264,7 +265,24 @@ def transact(
     job with no entry (a schedule fire: ``Admitting.insert_job``).
     ``project``: the caller's; the locked session must belong to it, else
     the admission is answered as if the session did not exist.
+
+    Inside a ``chaz.admission`` span when tracing is on (docs/operations.md#tracing).
     """
+    if tracing.on():
+        with tracing.span("chaz.admission", {"chaz.session_id": session_id}):
+            return _transact(services, session_id, insert, replay, create, entry, project)
+    return _transact(services, session_id, insert, replay, create, entry, project)
+
+
+def _transact(
+    services: Services,
+    session_id: str,
+    insert: Callable[[Admitting], T],
+    replay: Callable[[], T | None],
+    create: NewSession | None,
+    entry: bool,
+    project: str | None,
+) -> T:
     reserved: Reservation | None = None
     if project is not None:
         try:

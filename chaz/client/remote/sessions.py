@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from pydantic import TypeAdapter
 
+from chaz import tracing
 from chaz.client.remote.errors import error_of
 from chaz.client.remote.namespaces import RemoteNamespace, given, opened, segment, waited
 from chaz.domain.agents import Limits
@@ -106,7 +107,9 @@ class RemoteSessions(RemoteNamespace):
             **given(sender=sender, metadata=metadata, idempotency_key=idempotency_key),
         }
         path = f"/sessions/{segment('session', session_id)}/entries"
-        return Entry.model_validate(self._http.call("POST", path, body=body))
+        # The root of the turn's trace, its context in the request's headers.
+        with tracing.span("chaz.post", {"chaz.session_id": session_id, "chaz.remote": True}):
+            return Entry.model_validate(self._http.call("POST", path, body=body))
 
     def entries(
         self, session_id: str, after: int = 0, limit: int | None = None

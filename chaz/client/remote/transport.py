@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from chaz import tracing
 from chaz.client.remote.errors import error_of
 from chaz.errors import BackendUnavailable
 from chaz.settings import mask_url
@@ -54,7 +55,13 @@ class Transport:
         )
         try:
             answer = self._http.request(
-                method, path, json=body, params=_query(params), timeout=timeout
+                method,
+                path,
+                json=body,
+                params=_query(params),
+                timeout=timeout,
+                # The caller's trace context (None when tracing is off).
+                headers=tracing.carrier(),
             )
         except httpx.HTTPError as exc:
             raise self._unreachable(exc) from exc

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+from chaz import tracing
 from chaz.domain.approvals import (
     ALWAYS_ASKED,
     REFUSALS,
@@ -78,6 +79,7 @@ class ApprovalGate:
         found = self.services.store.approvals.find(request_id(job.id, call.id))
         if found is None or found.state is ApprovalState.PENDING:
             raise Suspend(call)
+        _traced_wait(found)
         if found.state is ApprovalState.APPROVED:
             return RUN
         code, message = REFUSALS[found.state]
@@ -131,3 +133,22 @@ class ApprovalGate:
         if not self.all_approved:
             self.all_approved = self.services.store.approvals.approved_all(self.job.id)
         return self.all_approved
+
+
+def _traced_wait(found: Approval) -> None:
+    """The wait for a person's decision as a ``chaz.approval`` span of the
+    resumed turn, from the request to its decision (docs/operations.md#tracing)."""
+    if not tracing.on():
+        return
+    end = found.decided_at or utcnow()
+    tracing.record(
+        "chaz.approval",
+        int(found.created_at.timestamp() * 1e9),
+        int(end.timestamp() * 1e9),
+        {
+            "chaz.tool.name": found.tool,
+            "chaz.tool.call_id": found.call_id,
+            "chaz.approval.state": found.state.value,
+            "chaz.approval.decided_by": found.decided_by,
+        },
+    )

@@ -18,7 +18,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from chaz import metrics
+from chaz import metrics, tracing
 from chaz.coord.feed import Feed
 from chaz.domain import budgets
 from chaz.domain.deliveries import INTERRUPTED as DELIVERY_INTERRUPTED
@@ -102,6 +102,9 @@ class _Lane:
     #: Once released, look for the session's head job and wake it for this
     #: reason; None: whatever waits is woken by someone else.
     then: Wake | None = Wake.NEXT
+    #: When the lane was asked for and taken (``time.time_ns()``), for the
+    #: first turn's span; None once told (docs/operations.md#tracing).
+    acquired: tuple[int, int] | None = None
 
     def stop(self, status: str, job_id: str) -> None:
         """End the wake-up on a head job that waits (for capacity, for a
@@ -158,10 +161,12 @@ class TurnRunner:
     def _hold_lane(self, session_id: str, execution_id: str, lend_slot: bool) -> WakeOutcome:
         """Take the lane, run turns while :meth:`_turn` keeps it, then leave it."""
         svc = self.services
+        asked = time.time_ns()
         token = svc.lanes.acquire(session_id, execution_id, svc.settings.lease_seconds)
         if token is None:
             return WakeOutcome("busy")
         lane = _Lane(session_id, token, lend_slot, time.monotonic() + KEEP_LANE_SECONDS)
+        lane.acquired = (asked, time.time_ns())
         try:
             while self._turn(lane):
                 pass
@@ -191,8 +196,45 @@ class TurnRunner:
         if archived:
             refuse_archived(svc, setup.job, setup.session)
             return True
+        if tracing.on():
+            return self._traced(lane, setup, job, feed)
         ran = self._run(setup, lane.token, job, feed)
         return self._end(lane, setup, ran, feed)
+
+    def _traced(self, lane: _Lane, setup: TurnSetup, job: Job | None, feed: Feed) -> bool:
+        """:meth:`_run` and :meth:`_end` inside the turn's ``chaz.turn`` span, a
+        child of the span that admitted the job (its row's context; else the
+        wake-up's), with the lane's acquisition and the job's wait in the
+        queue before it. A job admitted in it (a spawn, a message, a
+        follow-up) starts a trace of its own, linked to it."""
+        head = setup.job
+        attributes = {
+            "chaz.session_id": head.session_id,
+            "chaz.job_id": head.id,
+            "chaz.agent_id": head.member_agent_id or setup.session.agent_id,
+            "chaz.job.start": head.starts + 1,
+            "chaz.job.attempt": head.attempts + 1,
+            "chaz.job.parent_job_id": head.parent_job_id,
+            "chaz.job.call_depth": head.call_depth,
+        }
+        with tracing.span("chaz.turn", attributes, parent=head.trace_context, turn=True) as span:
+            # A line in the worker's log under the turn's trace and span ids.
+            log.info("turn of job %s (session %s, start %d)", head.id, head.session_id, head.starts + 1)
+            if lane.acquired is not None:
+                tracing.record("chaz.lane", *lane.acquired, {"chaz.session_id": lane.session_id})
+                lane.acquired = None
+            if head.starts == 0:
+                queued = int(head.created_at.timestamp() * 1e9)
+                tracing.record("chaz.queue", queued, time.time_ns())
+            ran = self._run(setup, lane.token, job, feed)
+            span.set_attributes(
+                {
+                    "chaz.turn.finished": ran.finished,
+                    "chaz.turn.suspended": ran.suspended,
+                    "chaz.turn.handed_back": ran.handed_back,
+                }
+            )
+            return self._end(lane, setup, ran, feed)
 
     def _may_start(self, lane: _Lane, setup: TurnSetup) -> bool:
         """Whether the head job may start now: not while it waits for a

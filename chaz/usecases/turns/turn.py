@@ -17,7 +17,7 @@ from typing import Any
 
 import redis
 
-from chaz import metrics
+from chaz import metrics, tracing
 from chaz.coord.feed import Feed
 from chaz.coord.lanes import Lease
 from chaz.coord.partials import PartialPublisher
@@ -37,6 +37,7 @@ from chaz.runtime.context import build_context
 from chaz.runtime.events import EventSink, RuntimeEvent, ToolCallEvent
 from chaz.runtime.loop import Checkpoint, LoopPorts, Suspend, run_loop
 from chaz.runtime.registry import Delegation, ToolContext, ToolRegistry
+from chaz.runtime.spans import TracedBackend, TracedTools
 from chaz.services import Services
 from chaz.store.types import Fence, Finish, TurnSetup
 from chaz.usecases import admission, completion, projects
@@ -201,14 +202,20 @@ class Turn:
         checkpoint, stop check, approval gate and cancel."""
         svc, job = self.services, self.job
         assert self.heartbeat is not None, "a turn thinks only while its lease is kept"
+        backend = make_backend(
+            self.setup.agent,
+            svc.settings,
+            self.cancel,
+            PartialPublisher(svc.redis, job.session_id, job.id),
+        )
+        registry = self.registry
+        if tracing.on():
+            # A span per model and tool call; when off, the ports are the bare ones.
+            backend = TracedBackend(backend, self.setup.agent.model)
+            registry = TracedTools(registry)
         return LoopPorts(
-            backend=make_backend(
-                self.setup.agent,
-                svc.settings,
-                self.cancel,
-                PartialPublisher(svc.redis, job.session_id, job.id),
-            ),
-            registry=self.registry,
+            backend=backend,
+            registry=registry,
             sink=sink,
             save=lambda cp: svc.store.save_checkpoint(
                 self.fence, cp.to_json(), self.budget.usage()
@@ -317,6 +324,10 @@ class Turn:
 
     def reply(self, text: str) -> None:
         """End the job ``succeeded`` with its reply, held in the feed if this wrote it."""
+        with tracing.span("chaz.reply", {"chaz.reply.chars": len(text)}):
+            self._reply(text)
+
+    def _reply(self, text: str) -> None:
         job = self.job
         draft: NewEntry | None = NewEntry(
             EntryType.MESSAGE, self.me, text, idempotency_key=f"job:{job.id}:reply"

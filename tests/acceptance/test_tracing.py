@@ -135,7 +135,9 @@ def test_a_post_that_spawns_a_child_which_calls_a_tool_is_one_connected_trace(
     assert reply.content == "parent got: child echoed ping", fleet.logs()
     parent_job = posted.job_id or ""
     [child_job] = [
-        j for j in producer.jobs.list(limit=1000, newest_first=True) if j.parent_job_id == parent_job
+        j
+        for j in producer.jobs.list(limit=1000, newest_first=True)
+        if j.parent_job_id == parent_job
     ]
     tracing.flush()  # this process's post span
 
@@ -215,7 +217,9 @@ def test_a_turn_resumed_after_a_sigkill_continues_its_trace(stack: Stack, otlp: 
     index = _by_id(spans)
     resumed = _turn(spans, job_id, start=2)
     assert resumed is not None and resumed.attributes["chaz.job.attempt"] == 2
-    [post] = [x for x in spans if x.name == "chaz.post" and x.attributes.get("chaz.job_id") == job_id]
+    [post] = [
+        x for x in spans if x.name == "chaz.post" and x.attributes.get("chaz.job_id") == job_id
+    ]
     # The same trace, under the same admission span as the first attempt's.
     assert resumed.trace_id == post.trace_id
     assert _root(resumed, index).span_id == post.span_id

@@ -12,8 +12,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http.server import HTTPServer
 from typing import Any
 
+import oteltest.sink
 from oteltest.sink import HttpSink
 
 
@@ -85,7 +87,9 @@ class Receiver:
         with self._changed:
             return list(self._spans)
 
-    def wait(self, predicate: Callable[[list[Span]], bool], timeout: float, what: str) -> list[Span]:
+    def wait(
+        self, predicate: Callable[[list[Span]], bool], timeout: float, what: str
+    ) -> list[Span]:
         """The spans once ``predicate`` holds of them; fails after ``timeout`` (a
         bound on an outcome: the spans are exported by processes the test started)."""
         deadline = time.monotonic() + timeout
@@ -97,6 +101,18 @@ class Receiver:
                     raise AssertionError(f"timed out waiting for {what}; received {names}")
                 self._changed.wait(min(left, 0.5))
             return list(self._spans)
+
+
+class _Loopback(HTTPServer):
+    """The sink's server, on the loopback interface only (the sink binds every
+    interface; a test's receiver has no business beyond this machine)."""
+
+    def __init__(self, address: tuple[str, int], handler: Any) -> None:
+        super().__init__(("127.0.0.1", address[1]), handler)
+
+
+# The sink builds its server from its module's name for the class.
+oteltest.sink.HTTPServer = _Loopback
 
 
 def _free_port() -> int:

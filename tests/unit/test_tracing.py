@@ -185,7 +185,7 @@ def test_log_records_carry_the_ids_of_their_span(spans: InMemorySpanExporter) ->
 class _Backend:
     stream = True
 
-    def complete(self, messages, tools, turn):  # type: ignore[no-untyped-def]
+    def complete(self, messages, tools, turn):
         return ModelResponse(
             tool_calls=[ToolCallRequest(id="c1", name="echo")], usage=TokenCount(input=7, output=3)
         )

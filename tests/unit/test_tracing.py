@@ -243,3 +243,70 @@ def test_a_tool_call_span_records_an_error_outcome(spans: InMemorySpanExporter) 
     assert isinstance(out, ToolOutcome) and out.is_error
     [tool] = named(spans, "chaz.tool")
     assert tool.attributes is not None and tool.attributes["chaz.tool.is_error"] is True
+
+
+class _App:
+    def __init__(self) -> None:
+        self.sent: list[dict[str, object]] = []
+
+    def send_task(self, name: str, **options: object) -> None:
+        self.sent.append(options)
+
+
+def test_a_wake_up_carries_its_senders_context_in_the_message_headers(
+    spans: InMemorySpanExporter,
+) -> None:
+    from celery.app.task import Context
+
+    from chaz.plumbing.dispatch import Dispatcher, Wake
+    from chaz.settings import Settings
+    from workers.tasks import _trace_headers
+
+    dispatcher = Dispatcher(Settings(_env_file=None))
+    app = _App()
+    dispatcher._app = app
+    dispatcher.send_wake("s", "j", Wake.RECONCILE)  # outside a span: no headers
+    with tracing.span("chaz.admission") as span:
+        dispatcher.send_wake("s", "j", Wake.ADMITTED)
+    assert "headers" not in app.sent[0]
+    headers = app.sent[1]["headers"]
+    assert isinstance(headers, dict)
+    ctx = span.get_span_context()
+    assert headers["traceparent"].startswith(f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-")
+    # What the worker reads back: Celery makes a custom header a request attribute.
+    assert _trace_headers(Context(headers)) == headers
+    assert _trace_headers(Context({"headers": headers})) == headers
+    assert _trace_headers(Context({"traceparent": 5})) == {}
+
+
+def test_an_approval_wait_is_a_span_from_the_request_to_its_decision(
+    spans: InMemorySpanExporter,
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from chaz.domain.approvals import Approval, ApprovalState
+    from chaz.usecases.turns.approval import _traced_wait
+
+    asked = datetime(2026, 12, 7, 3, 0, tzinfo=UTC)
+    found = Approval(
+        request_id="r",
+        job_id="j",
+        session_id="s",
+        tool="echo",
+        call_id="c1",
+        arguments={},
+        state=ApprovalState.APPROVED,
+        decided_by="user:bob",
+        created_at=asked,
+        expires_at=asked + timedelta(hours=1),
+        decided_at=asked + timedelta(seconds=90),
+    )
+    with tracing.span("chaz.turn"):
+        _traced_wait(found)
+    [wait] = named(spans, "chaz.approval")
+    assert wait.end_time is not None and wait.start_time is not None
+    assert wait.end_time - wait.start_time == 90 * 10**9
+    assert wait.attributes is not None and wait.attributes["chaz.approval.state"] == "approved"
+    assert wait.attributes["chaz.approval.decided_by"] == "user:bob"
+    [turn] = named(spans, "chaz.turn")
+    assert wait.parent is not None and wait.parent.span_id == turn.context.span_id

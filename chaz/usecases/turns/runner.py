@@ -208,20 +208,22 @@ class TurnRunner:
         queue before it. A job admitted in it (a spawn, a message, a
         follow-up) starts a trace of its own, linked to it."""
         head = setup.job
-        span_start = head.starts + 1
+        # As its start wrote them (None: cancelled since the head was read).
+        started = job or head
         attributes = {
             "chaz.session_id": head.session_id,
             "chaz.job_id": head.id,
             "chaz.agent_id": head.member_agent_id or setup.session.agent_id,
-            "chaz.job.start": span_start,
-            "chaz.job.attempt": head.attempts + 1,
+            "chaz.job.start": started.starts,
+            # A resume after a decision or a hand-back spends no attempt.
+            "chaz.job.attempt": started.attempts,
             "chaz.job.parent_job_id": head.parent_job_id,
             "chaz.job.call_depth": head.call_depth,
         }
         with tracing.span("chaz.turn", attributes, parent=head.trace_context, turn=True) as span:
             # A line in the worker's log under the turn's trace and span ids.
             log.info(
-                "turn of job %s (session %s, start %d)", head.id, head.session_id, head.starts + 1
+                "turn of job %s (session %s, start %d)", head.id, head.session_id, started.starts
             )
             if lane.acquired is not None:
                 tracing.record("chaz.lane", *lane.acquired, {"chaz.session_id": lane.session_id})

@@ -26,6 +26,7 @@ from chaz.errors import (
     ValidationError,
 )
 from chaz.runtime.backends.base import ToolCallRequest
+from chaz.runtime.backends.wire_names import WireNames, wire_name
 from chaz.runtime.cancel import CancelToken
 from chaz.runtime.registry import Tool, ToolContext, ToolRegistry
 from chaz.settings import McpServer, Settings
@@ -207,3 +208,19 @@ def test_a_server_config_needs_exactly_one_transport() -> None:
     McpServer(url="http://127.0.0.1:9/mcp")
     with pytest.raises(ValueError):
         McpServer()
+
+
+def test_wire_names_fit_the_api_and_map_back_one_to_one() -> None:
+    assert wire_name("echo") == "echo"
+    assert wire_name("time.convert_time") == "time__convert_time"
+    assert wire_name("s.a.b") == "s__a__b"
+    long_a, long_b = "s" * 32 + "." + "a" * 64, "s" * 32 + "." + "a" * 63 + "b"
+    assert len(wire_name(long_a)) == 64 and wire_name(long_a) != wire_name(long_b)
+    names = WireNames(["echo", "time.convert_time", long_a])
+    assert not names.identity and WireNames(["echo", "clock"]).identity
+    for name in ("echo", "time.convert_time", long_a):
+        assert names.local(names.wire(name)) == name
+    assert names.local("made_up") == "made_up"
+    # Two names, one wire name: the first keeps it, the second is not mapped.
+    clash = WireNames(["a.b", "a__b"])
+    assert clash.local("a__b") == "a.b" and clash.wire("a__b") == "a__b"

@@ -61,6 +61,9 @@ RETRY_AFTER_SECONDS = 5.0
 #: How long stopping waits for a server's connection to close (the SDK closes
 #: a stdio server's stdin, then SIGTERMs, then SIGKILLs its process group).
 STOP_SECONDS = 8.0
+#: What the SDK's streamable HTTP client puts in place of a JSON-RPC answer
+#: when the server answered a request with an HTTP error status.
+HTTP_STAND_INS = frozenset({"Session terminated", "Server returned an error response"})
 #: The most pages of ``tools/list`` read from one server.
 MAX_LIST_PAGES = 20
 
@@ -204,6 +207,16 @@ class _Server:
                 ) from None
             if exc.code == CONNECTION_CLOSED or live.closed:
                 raise self._crashed(live, tool) from None
+            if self.config.url is not None and exc.message in HTTP_STAND_INS:
+                # The HTTP answer was a status, not JSON-RPC: the session is
+                # stale (the server restarted) or the server is failing. A
+                # new connection, at the next call, opens a new session.
+                live.closed = True
+                raise McpUnavailable(
+                    f"MCP server {self.name!r} refused the request ({exc.message}); the next "
+                    "call opens a new session",
+                    server=self.name,
+                ) from None
             raise McpToolError(
                 f"{self.name}.{tool}: {exc.message[:2000]}", server=self.name, rpc_code=exc.code
             ) from None

@@ -3,9 +3,11 @@
 Two servers nobody here wrote: ``mcp-server-time`` over stdio (from the
 package index) and the reference "everything" server over streamable HTTP
 on 127.0.0.1 (from the npm registry, tests/support/mcp_servers.py). One
-worker of the module runs every test, in file order; the last one crashes
-its stdio server and SIGKILLs it. Waits are bounds on outcomes the test
-caused; the slow call and the stalled server are ours to end.
+worker at a time serves the module's tests, in file order: the approval
+test SIGKILLs it and starts the next, the warm-stop test stops it and
+starts the next, the last test crashes its stdio server and SIGKILLs it.
+Waits are bounds on outcomes the test caused; the slow call and the
+stalled server are ours to end.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import signal
 import struct
 import sys
@@ -25,7 +28,7 @@ import pytest
 
 import chaz
 from chaz.domain.entries import EntryType
-from chaz.settings import McpServer
+from chaz.settings import McpServer, Settings
 from tests.support.mcp_servers import everything_server
 from tests.support.stack import Stack
 
@@ -49,9 +52,8 @@ def everything(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(scope="module")
-def fleet(module_stack: Stack, everything: str) -> Stack:
-    """One worker of two turn threads with four MCP servers configured."""
+def _settings(stack: Stack, everything: str) -> Settings:
+    """The stack's settings with four MCP servers configured."""
     servers = {
         "time": McpServer(
             command=sys.executable,
@@ -65,8 +67,13 @@ def fleet(module_stack: Stack, everything: str) -> Stack:
         # A process that never answers initialize.
         "mute": McpServer(command="sleep", args=["600"], init_timeout_seconds=2),
     }
-    settings = module_stack.settings.model_copy(update={"mcp_servers": servers})
-    module_stack.workers(1, concurrency=2, settings=settings)
+    return stack.settings.model_copy(update={"mcp_servers": servers})
+
+
+@pytest.fixture(scope="module")
+def fleet(module_stack: Stack, everything: str) -> Stack:
+    """One worker of two turn threads with the MCP servers configured."""
+    module_stack.workers(1, concurrency=2, settings=_settings(module_stack, everything))
     return module_stack
 
 
@@ -81,7 +88,10 @@ def _code(entry: chaz.Entry) -> str:
 
 
 def _reply(stack: Stack, session_id: str, after: int) -> str:
-    return stack.client.sessions.wait_for_reply(session_id, after=after, timeout=WAIT).content
+    try:
+        return stack.client.sessions.wait_for_reply(session_id, after=after, timeout=WAIT).content
+    except chaz.ChazError as exc:
+        raise AssertionError(f"{exc}\n{stack.logs()}") from exc
 
 
 def test_convert_time_over_stdio_and_echo_over_http_are_results_and_in_the_reply(
@@ -151,7 +161,7 @@ def test_bad_input_gets_stable_codes_and_the_turn_goes_on(fleet: Stack) -> None:
 
 
 def test_an_approval_policy_waits_and_runs_once_and_a_child_gains_no_mcp_tool(
-    fleet: Stack,
+    fleet: Stack, everything: str
 ) -> None:
     client = fleet.client
     client.agents.put(
@@ -199,6 +209,13 @@ def test_an_approval_policy_waits_and_runs_once_and_a_child_gains_no_mcp_tool(
     assert request is not None
     assert request.tool == "everything.echo" and request.arguments == {"message": "approve me"}
     assert not _results(client, s.id)
+    # Waiting holds nothing: the worker dies, another resumes the turn.
+    worker = fleet._workers[-1]
+    worker.kill(signal.SIGKILL)
+    assert worker.proc is not None
+    worker.proc.wait(timeout=30)
+    assert client.jobs.get(job_id).status is chaz.JobStatus.WAITING_APPROVAL
+    fleet.workers(1, concurrency=2, settings=_settings(fleet, everything))
     client.approvals.decide(request.request_id, "approve", by="user:bob")
     assert _reply(fleet, s.id, posted.seq) == "Echo: approve me"
     [result] = _results(client, s.id)
@@ -299,6 +316,30 @@ def _unread(pid: int) -> int:
     return pending
 
 
+def test_a_warm_stop_of_the_worker_stops_its_stdio_server(fleet: Stack, everything: str) -> None:
+    client = fleet.client
+    client.agents.put(
+        chaz.AgentSpec(
+            id="mcp-time",
+            tools=["time.convert_time"],
+            script=[{"steps": [{"call": "time.convert_time", "args": CONVERT}, {"say": "ok"}]}],
+        )
+    )
+    s = client.sessions.create("mcp-time")
+    posted = client.sessions.post(s.id, "start it", sender="user:alice")
+    assert _reply(fleet, s.id, posted.seq) == "ok"
+    assert len(_servers()) == 1
+    worker = fleet._workers[-1]
+    assert worker.proc is not None
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.proc.wait(timeout=60) == 0
+    assert not _servers()
+    # Stopped by the worker's shutdown (stdin closed), not left to the
+    # launcher's parent-death signal.
+    assert re.search(r"MCP: stopped [1-9]\d* server", fleet.logs())
+    fleet.workers(1, concurrency=2, settings=_settings(fleet, everything))
+
+
 def test_a_crashed_stdio_server_is_a_tool_error_then_restarts_and_dies_with_its_worker(
     fleet: Stack,
 ) -> None:
@@ -340,7 +381,7 @@ def test_a_crashed_stdio_server_is_a_tool_error_then_restarts_and_dies_with_its_
     assert restarted != server
 
     # The worker dies without running anything: its server goes with it.
-    [worker] = fleet._workers
+    worker = fleet._workers[-1]
     worker.kill(signal.SIGKILL)
     assert worker.proc is not None
     worker.proc.wait(timeout=30)

@@ -75,10 +75,11 @@ def everything_or_skip() -> Path:
 
 
 @contextmanager
-def everything_server(log: Path) -> Iterator[str]:
-    """The everything server over streamable HTTP; yields its endpoint URL."""
+def everything_server(log: Path, port: int | None = None) -> Iterator[str]:
+    """The everything server over streamable HTTP (on ``port``, else a free one);
+    yields its endpoint URL."""
     entry = everything_or_skip()
-    port = free_port()
+    port = port or free_port()
     node = shutil.which("node")
     assert node is not None
     with log.open("ab") as out:

@@ -311,8 +311,10 @@ class McpHub:
         async def stop_all() -> None:
             await asyncio.gather(*(s.stop() for s in self._held.values()))
 
+        held = len(self._held)
         try:
             asyncio.run_coroutine_threadsafe(stop_all(), loop).result(STOP_SECONDS + 2)
+            log.info("MCP: stopped %d server(s)", held)
         except Exception:
             log.warning("MCP servers did not all stop cleanly", exc_info=True)
         loop.call_soon_threadsafe(loop.stop)

@@ -61,6 +61,8 @@ RETRY_AFTER_SECONDS = 5.0
 #: How long stopping waits for a server's connection to close (the SDK closes
 #: a stdio server's stdin, then SIGTERMs, then SIGKILLs its process group).
 STOP_SECONDS = 8.0
+#: How much longer than its own bounds a turn waits for the hub's loop.
+MARGIN_SECONDS = 10.0
 #: What the SDK's streamable HTTP client puts in place of a JSON-RPC answer
 #: when the server answered a request with an HTTP error status.
 HTTP_STAND_INS = frozenset({"Session terminated", "Server returned an error response"})
@@ -256,7 +258,8 @@ class McpHub:
 
     def tools(self, server: str, cancel: CancelToken | None = None) -> dict[str, Listed]:
         """``server``'s tools (starting it on first use)."""
-        return self._run(lambda: self._tools(server), cancel)
+        bound = self.servers[server].init_timeout_seconds + STOP_SECONDS + MARGIN_SECONDS
+        return self._run(lambda: self._tools(server), cancel, bound)
 
     def call(
         self, server: str, tool: str, arguments: dict[str, Any], cancel: CancelToken | None = None
@@ -266,7 +269,10 @@ class McpHub:
         :class:`~chaz.errors.McpError` when there is no result; the token's error
         (cancel, hand-back, budget) when it was set first."""
         config = self.servers[server]
-        result = self._run(lambda: self._held_for(server).call(tool, arguments), cancel)
+        bound = config.init_timeout_seconds + config.timeout_seconds + STOP_SECONDS
+        result = self._run(
+            lambda: self._held_for(server).call(tool, arguments), cancel, bound + MARGIN_SECONDS
+        )
         return result_text(server, tool, result, config.max_result_bytes), bool(result.is_error)
 
     async def _tools(self, server: str) -> dict[str, Listed]:
@@ -279,11 +285,22 @@ class McpHub:
                 held = self._held[server] = _Server(server, self.servers[server])
             return held
 
-    def _run(self, make: Callable[[], Coroutine[Any, Any, T]], cancel: CancelToken | None) -> T:
+    def _run(
+        self,
+        make: Callable[[], Coroutine[Any, Any, T]],
+        cancel: CancelToken | None,
+        bound: float,
+    ) -> T:
         future = asyncio.run_coroutine_threadsafe(make(), self._started())
         forget = cancel.on_cancel(lambda: _drop(future)) if cancel is not None else _nothing
         try:
-            return future.result()
+            return future.result(bound)
+        except concurrent.futures.TimeoutError:
+            # Every wait on the loop has its own bound, well inside this one: a
+            # turn is never held by a loop that stopped answering.
+            future.cancel()
+            log.error("MCP: no answer from the hub's loop within %.0fs", bound)
+            raise McpCallTimeout(f"the MCP request had no answer within {bound:.0f}s") from None
         except concurrent.futures.CancelledError:
             if cancel is not None and cancel.is_set():
                 raise cancel.stopped("the job was cancelled") from None

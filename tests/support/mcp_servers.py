@@ -25,9 +25,11 @@ from pathlib import Path
 from tests.conftest import IN_CI, free_port
 from tests.support.synapse import cache_dir
 
-#: The npm package (a calendar-versioned release line; the tools used, echo and
-#: trigger-long-running-operation, are in every release of it).
-EVERYTHING = "@modelcontextprotocol/server-everything@>=2025.1.0"
+#: The npm package, pinned to the release the tests were written against (it
+#: is calendar-versioned: a newer one may rename the tools used, echo and
+#: trigger-long-running-operation). The cache's marker names it, so a new pin
+#: installs afresh.
+EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"
 #: How long the server may take to listen on a loaded machine.
 START_WAIT = 60.0
 
@@ -40,12 +42,12 @@ def everything_entry() -> Path:
     entry = root / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist"
     entry = entry / "index.js"
     done = root / "installed"
-    if done.exists():
+    if done.exists() and done.read_text().strip() == EVERYTHING:
         return entry
     root.mkdir(parents=True, exist_ok=True)
     with (root / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.exists():
+        if done.exists() and done.read_text().strip() == EVERYTHING:
             return entry
         npm = shutil.which("npm")
         if npm is None or shutil.which("node") is None:

@@ -428,3 +428,69 @@ class SessionBusy(Conflict):
 
     code = "session.busy"
     retryable = True
+
+
+class ToolArgumentsInvalid(ChazError):
+    """A tool call's arguments do not fit the tool's schema (a built-in's pydantic
+    model, an MCP server's JSON schema); the call did not run."""
+
+    code = "tool.invalid_arguments"
+
+
+class McpError(ChazError):
+    """An MCP server's tool could not be had or did not answer (docs/tools.md)."""
+
+    code = "mcp.error"
+
+
+class McpToolError(McpError):
+    """The MCP server ran the tool and answered with an error result (``isError``)."""
+
+    code = "mcp.tool_error"
+
+
+class McpUnavailable(McpError):
+    """The MCP server could not be started or reached; retried at the next call."""
+
+    code = "mcp.unavailable"
+    retryable = True
+
+
+class McpInitTimeout(McpUnavailable):
+    """The MCP server did not answer ``initialize`` (and list its tools) within its
+    ``init_timeout_seconds``."""
+
+    code = "mcp.init_timeout"
+
+
+class McpServerCrashed(McpError):
+    """The MCP server's connection ended during the call (its process died); the
+    call's effect is unknown, and the next call starts the server again."""
+
+    code = "mcp.server_crashed"
+
+
+class McpCallTimeout(McpError):
+    """The MCP tool call took longer than its server's ``timeout_seconds``."""
+
+    code = "mcp.timeout"
+
+
+class McpBadSchema(McpError):
+    """The MCP server describes the tool with an input schema that is not a JSON
+    schema of an object: the tool is not offered."""
+
+    code = "mcp.bad_schema"
+
+
+class McpNameClash(McpError):
+    """An MCP tool whose name cannot be told apart from another's (a built-in
+    tool, or a second tool of the same name on its server): not offered."""
+
+    code = "mcp.name_clash"
+
+
+class McpResultTooLarge(McpError):
+    """The MCP tool's result is larger than its server's ``max_result_bytes``."""
+
+    code = "mcp.result_too_large"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -28,6 +28,62 @@ class ModelPrice(BaseModel):
 
     input_per_million: float = Field(ge=0, allow_inf_nan=False)
     output_per_million: float = Field(ge=0, allow_inf_nan=False)
+
+
+#: An MCP server's name: the prefix of its tools' names (``SERVER.TOOL``).
+MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9_\-]{1,32}")
+
+
+class McpServer(BaseModel):
+    """One MCP server an operator offers to agents (``CHAZ_MCP_SERVERS``, docs/tools.md).
+
+    Exactly one of ``command`` (a local process over stdio) and ``url`` (a
+    streamable HTTP endpoint). Everything here comes from settings, never
+    from a model or an agent spec: the model chooses a tool and its
+    arguments, not what runs.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: str | None = Field(None, min_length=1, description="Executable of a stdio server.")
+    args: list[str] = Field(default_factory=list, description="Its arguments.")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Variables added to the small environment a stdio server inherits.",
+    )
+    cwd: str | None = Field(None, description="Working directory of a stdio server.")
+    url: str | None = Field(None, description="Endpoint of a streamable HTTP server.")
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="HTTP headers sent with every request (a token)."
+    )
+    timeout_seconds: float = Field(
+        60.0, gt=0, allow_inf_nan=False, description="Longest one tool call may take."
+    )
+    init_timeout_seconds: float = Field(
+        20.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Longest the server may take to start, answer `initialize` and list its tools.",
+    )
+    max_result_bytes: int = Field(
+        4 << 20,
+        gt=0,
+        description="A result larger than this is refused (mcp.result_too_large); a smaller one "
+        "is cut to CHAZ_MAX_CONTENT_BYTES like any tool's.",
+    )
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServer:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an MCP server has either a command (stdio) or a url (HTTP)")
+        if self.url is not None:
+            check_http_url(self.url)
+        return self
+
+    @property
+    def transport(self) -> str:
+        """``stdio`` or ``http``."""
+        return "stdio" if self.command is not None else "http"
 
 
 class Settings(BaseSettings):
@@ -167,6 +223,12 @@ class Settings(BaseSettings):
         "larger tool results are truncated.",
     )
     worker_concurrency: int = Field(8, gt=0, description="Threads per worker process.")
+    mcp_servers: Annotated[dict[str, McpServer], NoDecode] = Field(
+        default_factory=dict,
+        description='JSON `{"NAME": {"command": ..., "args": [...], "env": {...}} | '
+        '{"url": ..., "headers": {...}}}`: the MCP servers whose tools agents may name as '
+        "`NAME.TOOL` (docs/tools.md).",
+    )
     metrics_port: int | None = Field(
         None,
         gt=0,
@@ -283,6 +345,22 @@ class Settings(BaseSettings):
                 raise ValueError("must be a JSON object of model prices") from None
         return value
 
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _a_server_table(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value) if value.strip() else {}
+            except ValueError:
+                raise ValueError("must be a JSON object of MCP servers") from None
+        if isinstance(value, dict):
+            for name in value:
+                if not isinstance(name, str) or not MCP_SERVER_NAME.fullmatch(name):
+                    raise ValueError(
+                        f"MCP server name {name!r}: 1-32 letters, digits, _ - (no dot)"
+                    )
+        return value
+
     @field_validator("webhook_allow_networks", mode="before")
     @classmethod
     def _networks(cls, value: Any) -> Any:
@@ -358,6 +436,8 @@ class Settings(BaseSettings):
         for name, value in super().__repr_args__():
             if isinstance(value, str) and name is not None and name.endswith("api_key"):
                 value = "****"
+            elif name == "mcp_servers":
+                value = {k: _masked_server(v) for k, v in self.mcp_servers.items()}
             elif isinstance(value, str):
                 value = mask_url(value)
             yield name, value
@@ -377,8 +457,20 @@ class Settings(BaseSettings):
                 value = mask_url(value)
             if isinstance(value, SecretStr) or (name.endswith("api_key") and value):
                 value = "****"
+            if name == "mcp_servers":
+                value = {k: _masked_server(v) for k, v in self.mcp_servers.items()}
             out[name] = value
         return out
+
+
+def _masked_server(server: McpServer) -> dict[str, Any]:
+    # Its env and headers are where its tokens live: names shown, values not.
+    shown = server.model_dump(mode="json")
+    shown["env"] = {k: _MASK for k in server.env}
+    shown["headers"] = {k: _MASK for k in server.headers}
+    if server.url is not None:
+        shown["url"] = mask_url(server.url)
+    return shown
 
 
 #: Query parameters that carry a secret (``?password=...`` in libpq and redis URLs).

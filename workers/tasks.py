@@ -25,6 +25,7 @@ from chaz.plumbing.heartbeat import BEAT_SECONDS, Heartbeat
 from chaz.services import Services
 from chaz.settings import get_settings
 from chaz.tools import default_registry
+from chaz.tools.mcp import McpTools
 from chaz.usecases.lease_watch import LeaseWatch
 from chaz.usecases.turns import RUNNING, TurnRunner
 from workers.app import app
@@ -49,6 +50,9 @@ FIXED_DB_THREADS = 2
 
 #: The tools this worker's agents may call: built here, where the worker starts.
 REGISTRY = default_registry()
+#: The MCP servers' tools (docs/tools.md): nothing starts until a turn names one.
+MCP = McpTools(lambda: get_settings().mcp_servers)
+REGISTRY.add_source(MCP)
 
 
 def services() -> Services:
@@ -156,6 +160,10 @@ def _hand_back() -> None:
 
 @worker_shutdown.connect
 def _gone(**_: Any) -> None:
+    # The MCP servers this process started stop with it (sent in the main
+    # process, which the threads pool's turns share; a SIGKILL leaves it to
+    # their launcher's parent-death signal, chaz/tools/mcp/launch.py).
+    MCP.close()
     if _heartbeat is not None:
         _heartbeat.remove()
     # The spans still buffered leave before the process does.

@@ -33,7 +33,7 @@ class Agents(Acting):
         tools must exist. An API-key client may not (``auth.forbidden``)."""
         self._principal.require_operator("save agents")
         spec = AgentSpec.parse(spec)
-        unknown = set(spec.tools) - set(self._tools().names())
+        unknown = self._tools().unknown(spec.tools)
         if unknown:
             raise ValidationError(
                 f"unknown tools {sorted(unknown)}; known: {self._tools().names()}",
@@ -57,9 +57,9 @@ class Agents(Acting):
                     f"agent [{i}] {spec.id!r} appears twice", field="specs", index=i
                 )
             seen.add(spec.id)
-        known = set(self._tools().names())
+        registry = self._tools()
         for i, spec in enumerate(parsed):
-            unknown = set(spec.tools) - known
+            unknown = registry.unknown(spec.tools)
             if unknown:
                 raise ValidationError(
                     f"agent [{i}] {spec.id!r}: unknown tools {sorted(unknown)}; "

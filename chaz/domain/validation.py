@@ -28,8 +28,13 @@ E = TypeVar("E", bound=StrEnum)
 
 #: 1-64 letters, digits, ``_ . -``.
 AGENT_ID = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
-#: What model APIs accept as a function name: 1-64 letters, digits, ``_ -``.
-TOOL_NAME = re.compile(r"[A-Za-z0-9_\-]{1,64}")
+#: A built-in tool's name, what model APIs accept as a function name (1-64
+#: letters, digits, ``_ -``), or an MCP tool's ``SERVER.TOOL`` (docs/tools.md):
+#: a server name of 1-32 of those, a dot, the server's tool name of 1-64 (``.`` too).
+TOOL_NAME = re.compile(r"[A-Za-z0-9_\-]{1,64}|[A-Za-z0-9_\-]{1,32}\.[A-Za-z0-9_.\-]{1,64}")
+_TOOL_NAME_RULE = (
+    "a tool name has 1-64 characters: letters, digits, _ - (an MCP tool's: SERVER.TOOL)"
+)
 #: 1-255 characters (after surrounding spaces are stripped), none of them a control character.
 SESSION_NAME = re.compile(r"[^\x00-\x1f\x7f-\x9f\ud800-\udfff]{1,255}")
 
@@ -282,7 +287,7 @@ def check_agent_id(value: object, field: str = "agent_id") -> str:
 def check_tool_name(value: object, field: str = "tool") -> str:
     """A tool name (:data:`TOOL_NAME`)."""
     if not isinstance(value, str) or not TOOL_NAME.fullmatch(value):
-        raise invalid(field, "a tool name has 1-64 characters: letters, digits, _ -")
+        raise invalid(field, _TOOL_NAME_RULE)
     return value
 
 
@@ -333,7 +338,7 @@ def _safe_json(value: dict[str, Any]) -> dict[str, Any]:
 
 def _tool_name(value: str) -> str:
     if not TOOL_NAME.fullmatch(value):
-        raise ValueError("a tool name has 1-64 characters: letters, digits, _ -")
+        raise ValueError(_TOOL_NAME_RULE)
     return value
 
 

@@ -157,7 +157,7 @@ def run_loop(
 ) -> str:
     """Run one turn to its final answer. Raises ChazError subclasses on failure."""
     cp = resume or Checkpoint()
-    tools = ports.registry.specs(sorted(tool_ctx.allowed_tools))
+    tools = ports.registry.specs(sorted(tool_ctx.allowed_tools), tool_ctx.cancel)
     if cp.pending and (cp.awaiting is not None or cp.unstarted):
         if cp.unstarted:
             # Saved before the first of them starts: a crash inside it must

@@ -173,21 +173,47 @@ class Tool:
     args: type[pydantic.BaseModel]
     run: ToolFn
     precheck: PrecheckFn | None = None
+    #: The JSON schema offered to the model, when it is not ``args``'s (an MCP
+    #: server's; its ``precheck`` then holds the arguments to it).
+    schema: dict[str, Any] | None = None
 
     def spec(self) -> ToolSpec:
         """The tool as offered to a model."""
+        if self.schema is not None:
+            return ToolSpec(name=self.name, description=self.description, parameters=self.schema)
         schema = self.args.model_json_schema()
         schema.pop("title", None)
         return ToolSpec(name=self.name, description=self.description, parameters=schema)
 
 
+class ToolSource(Protocol):
+    """Tools the registry does not hold but finds by name when a turn offers or
+    calls them: an MCP server's (docs/tools.md). A source's tool runs through
+    the same checks, policies and caps as a built-in."""
+
+    def owns(self, name: str) -> bool:
+        """Whether ``name`` is one of this source's (it may still be unavailable)."""
+        ...
+
+    def tool(self, name: str, cancel: CancelToken | None = None) -> Tool | None:
+        """The tool ``name`` (None: there is no such tool); a
+        :class:`~chaz.errors.ChazError` with a stable code when it cannot be had
+        now (its server is down, its schema is malformed, ...)."""
+        ...
+
+
 class ToolRegistry:
     """Tools by name."""
 
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    def __init__(self, tools: Iterable[Tool] = (), sources: Iterable[ToolSource] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self._sources = list(sources)
         for tool in tools:
             self.register(tool)
+
+    def add_source(self, source: ToolSource) -> None:
+        """Find the tools ``source`` owns through it (a built-in's name wins)."""
+        self._sources.append(source)
 
     def register(self, tool: Tool) -> None:
         """Add a tool; names are unique and must be valid tool names."""
@@ -200,9 +226,38 @@ class ToolRegistry:
         """Every registered tool name."""
         return sorted(self._tools)
 
-    def specs(self, names: Iterable[str]) -> list[ToolSpec]:
-        """Specs of the named tools that exist, in the order given."""
-        return [self._tools[n].spec() for n in names if n in self._tools]
+    def unknown(self, names: Iterable[str]) -> list[str]:
+        """Those of ``names`` an agent may not be given: neither registered nor
+        an MCP tool's ``SERVER.TOOL`` (which the workers resolve, by their own
+        CHAZ_MCP_SERVERS, when a turn offers or calls it; docs/tools.md)."""
+        return sorted(n for n in set(names) if n not in self._tools and "." not in n)
+
+    def specs(self, names: Iterable[str], cancel: CancelToken | None = None) -> list[ToolSpec]:
+        """Specs of the named tools that exist, in the order given.
+
+        A source's tool that cannot be had now is left out (and logged): the
+        turn goes on with the others, and a call to it gets the reason."""
+        out = []
+        for name in names:
+            found = self._find(name, cancel)
+            if isinstance(found, Tool):
+                out.append(found.spec())
+            elif isinstance(found, ChazError):
+                log.warning("tool %s is not offered: %s", name, found)
+        return out
+
+    def _find(self, name: str, cancel: CancelToken | None) -> Tool | ChazError | None:
+        """The tool ``name``, the error of a source that owns it but cannot give it, or None."""
+        tool = self._tools.get(name)
+        if tool is not None:
+            return tool
+        for source in self._sources:
+            if source.owns(name):
+                try:
+                    return source.tool(name, cancel)
+                except ChazError as exc:
+                    return exc
+        return None
 
     def refusal(self, call: ToolCallRequest, ctx: ToolContext) -> ToolOutcome | None:
         """Why ``call`` would be refused without running, as its error outcome; None if not.
@@ -239,10 +294,15 @@ class ToolRegistry:
         self, call: ToolCallRequest, ctx: ToolContext
     ) -> tuple[Tool, pydantic.BaseModel] | ToolOutcome:
         """The tool and its parsed arguments, or the error outcome of the first check failed."""
-        tool = self._tools.get(call.name)
-        if tool is None or call.name not in ctx.allowed_tools:
-            offered = ", ".join(sorted(ctx.allowed_tools & set(self._tools))) or "none"
+        found = self._find(call.name, ctx.cancel) if call.name in ctx.allowed_tools else None
+        if isinstance(found, HandedBack):
+            raise found
+        if found is None:
+            offered = ", ".join(sorted(n for n in ctx.allowed_tools if self._knows(n))) or "none"
             return _error("tool.unknown", f"unknown tool {call.name!r}; available: {offered}")
+        if isinstance(found, ChazError):
+            return ToolOutcome(json.dumps({"error": found.to_dict()}), is_error=True)
+        tool = found
         whole = truncated_size(call.arguments)
         if whole is not None:
             return _error(
@@ -280,6 +340,9 @@ class ToolRegistry:
             except ChazError as exc:
                 return ToolOutcome(json.dumps({"error": exc.to_dict()}), is_error=True)
         return tool, args
+
+    def _knows(self, name: str) -> bool:
+        return name in self._tools or any(s.owns(name) for s in self._sources)
 
 
 def content_cap(ctx: ToolContext) -> int:

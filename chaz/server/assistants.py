@@ -50,10 +50,12 @@ def _save(c: Call, spec: dict[str, Any]) -> AgentSpec:
     # Loaded on first use, as the in-process client does.
     from chaz.tools import default_registry
 
-    known = default_registry().names()
-    unknown = sorted(set(parsed.tools) - set(known))
+    registry = default_registry()
+    unknown = registry.unknown(parsed.tools)
     if unknown:
-        raise ValidationError(f"unknown tools {unknown}; known: {known}", field="context.tools")
+        raise ValidationError(
+            f"unknown tools {unknown}; known: {registry.names()}", field="context.tools"
+        )
     return c.services.store.put_agent(parsed)
 
 

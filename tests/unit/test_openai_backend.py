@@ -302,3 +302,46 @@ def test_from_spec_rejects_other_models() -> None:
         # model_construct: only the model kind matters, not a scripted agent's rules.
         spec = AgentSpec.model_construct(id="a", model="scripted", options={})
         OpenAIBackend.from_spec(spec, settings())
+
+
+# -- MCP tools' names (docs/tools.md#names) ----------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_mcp_tool_names_go_out_in_api_form_and_come_back_as_chaz_names(
+    srv: FakeOpenAI, stream: bool
+) -> None:
+    mcp = ToolSpec(name="time.convert_time", description="Convert.", parameters={})
+    long = ToolSpec(name="s" * 32 + "." + "t" * 64, description="Long.", parameters={})
+    history = [
+        *MESSAGES,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c0",
+                    "type": "function",
+                    "function": {"name": "time.convert_time", "arguments": "{}"},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c0", "content": "noon"},
+    ]
+    srv.push_tool_calls(
+        [("time__convert_time", {"time": "12:00"}, None), ("clock", {"tz": "UTC"}, None)]
+    )
+
+    made = OpenAIBackend(
+        "test-model", base_url=srv.base_url, api_key="k", timeout=5, max_retries=0, stream=stream
+    )
+    response = made.complete(history, [CLOCK, mcp, long], TURN)
+
+    assert [c.name for c in response.tool_calls] == ["time.convert_time", "clock"]
+    sent = srv.requests[0]
+    names = [t["function"]["name"] for t in sent["tools"]]
+    assert names[:2] == ["clock", "time__convert_time"]
+    assert len(names[2]) == 64 and names[2].startswith("s" * 32 + "__")
+    assert sent["messages"][2]["tool_calls"][0]["function"]["name"] == "time__convert_time"
+    # The caller's history is not changed.
+    assert history[2]["tool_calls"][0]["function"]["name"] == "time.convert_time"

@@ -56,6 +56,7 @@ from chaz.runtime.backends.base import (
     ToolSpec,
     TurnContext,
 )
+from chaz.runtime.backends.wire_names import WireNames
 from chaz.runtime.cancel import CancelToken
 from chaz.settings import Settings
 
@@ -176,7 +177,25 @@ class OpenAIBackend:
         self, messages: list[ChatMessage], tools: list[ToolSpec], turn: TurnContext
     ) -> ModelResponse:
         """Ask the model for its next step; raise :class:`ModelError` on any failure,
-        :class:`Cancelled` as soon as the turn's cancel token is set."""
+        :class:`Cancelled` as soon as the turn's cancel token is set.
+
+        MCP tools' names (``SERVER.TOOL``) go out in the API's function-name
+        form and come back as chaz's (:mod:`chaz.runtime.backends.wire_names`)."""
+        names = WireNames(t.name for t in tools)
+        if names.identity:
+            return self._ask(messages, tools, turn)
+        response = self._ask(
+            names.outgoing(messages),
+            [t.model_copy(update={"name": names.wire(t.name)}) for t in tools],
+            turn,
+        )
+        calls = [c.model_copy(update={"name": names.local(c.name)}) for c in response.tool_calls]
+        return response.model_copy(update={"tool_calls": calls})
+
+    def _ask(
+        self, messages: list[ChatMessage], tools: list[ToolSpec], turn: TurnContext
+    ) -> ModelResponse:
+        """:meth:`complete`, names as the API takes them."""
         if self.cancel is None:
             return self._complete(messages, tools, turn)
         cancel = self.cancel

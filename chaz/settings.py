@@ -347,8 +347,8 @@ class Settings(BaseSettings):
         # transport name and fail on the first wake-up, far from the setting.
         if value is None or not value.strip():
             return None
-        scheme = value.strip().partition("://")[0].lower()
-        if scheme not in BROKER_SCHEMES:
+        scheme, sep, _ = value.strip().partition("://")
+        if not sep or scheme.lower() not in BROKER_SCHEMES:
             raise ValueError(f"must start with one of {', '.join(sorted(BROKER_SCHEMES))}://")
         return value.strip()
 

@@ -71,9 +71,14 @@ EMBEDDED_FIRST = frozenset(
 #: The fleet acceptance tests that run a third time, on the server stack with
 #: RabbitMQ as the broker (``rabbitmq``, docs/brokers.md#tests): turns and
 #: FIFO under 3 workers, SIGKILL recovery, hand-back on SIGTERM, cancel, and
-#: a follow-up's reply-back, unchanged. Marked ``rabbitmq``: .ci/run's extras.
+#: a follow-up's reply-back, unchanged; and the operator's views of the
+#: broker: ``chaz doctor``, the exporter's queue depth, Flower. Marked
+#: ``rabbitmq``: .ci/run's extras.
 RABBITMQ_TESTS = frozenset(
     {
+        "test_doctor.py::test_all_well_with_a_worker_and_a_beat",
+        "test_flower.py::test_flower_finds_the_turn",
+        "test_metrics.py::test_the_exporter_reports_a_backlog_and_refusals",
         "test_turns.py::test_turns_of_one_session_never_overlap_and_keep_admission_order",
         "test_turns.py::test_failures_end_as_clear_entries_and_the_session_goes_on",
         "test_recovery.py::test_sigkill_mid_turn_resumes_without_duplicates",

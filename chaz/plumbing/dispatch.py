@@ -121,7 +121,7 @@ class Dispatcher:
                 TURN_TASK,
                 kwargs={"session_id": session_id, "execution_id": execution_id},
                 queue="chaz.turns",
-                countdown=whole_seconds(self.app.conf.broker_url, countdown),
+                countdown=whole_seconds(broker_url_for(self._settings), countdown),
                 **options,
             )
         except Exception:
@@ -159,7 +159,7 @@ class Dispatcher:
                 WEBHOOK_TASK,
                 args=[job_id],
                 queue="chaz.control",
-                countdown=whole_seconds(self.app.conf.broker_url, countdown),
+                countdown=whole_seconds(broker_url_for(self._settings), countdown),
             )
         except Exception:
             log.warning("could not send the webhook of job %s", job_id, exc_info=True)

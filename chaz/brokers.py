@@ -20,6 +20,10 @@ On RabbitMQ:
   so a wake-up sent after a commit is not lost in a socket buffer.
 - Late acks and reject-on-worker-lost are the same settings as on Redis
   (:mod:`chaz.celery_settings`).
+- **A closed channel is recoverable**: RabbitMQ closes a consumer's channel
+  when a delivery stays unacknowledged past its ``consumer_timeout`` (a
+  turn longer than that); Celery would take it as fatal and the worker
+  would exit, so the consumer reconnects instead.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ def broker_conf(url: str) -> dict[str, Any]:
             "task_default_exchange": None,
             "task_default_exchange_type": "direct",
             "task_default_routing_key": None,
+            "broker_channel_error_retry": False,
         }
     # Imported here: the CLI's quick commands read settings without loading
     # kombu. Untyped: used as Any.
@@ -73,6 +78,10 @@ def broker_conf(url: str) -> dict[str, Any]:
         "task_default_exchange_type": "topic",
         "task_default_routing_key": QUEUES[0],
         "worker_detect_quorum_queues": True,
+        # A channel RabbitMQ closes (consumer_timeout's PRECONDITION_FAILED on
+        # an ack that came too late) restarts the consumer, as a lost
+        # connection does, instead of ending the worker (docs/brokers.md).
+        "broker_channel_error_retry": True,
     }
 
 

@@ -30,6 +30,12 @@ task_acks_late = True
 #: queue at once instead of being acked (acks_late alone does not redeliver).
 task_reject_on_worker_lost = True
 
+#: A lost broker connection (or a channel RabbitMQ closed: docs/brokers.md)
+#: leaves running turns running: the lane's lease, not the message, fences
+#: them, and cancelling them would throw work away. Celery's default in 5.x,
+#: said here because 6.0 flips it.
+worker_cancel_long_running_tasks_on_connection_loss = False
+
 #: A worker reserves one message per thread: a long turn must not hold other
 #: sessions' wake-ups behind it.
 worker_prefetch_multiplier = 1

@@ -37,7 +37,7 @@ import redis
 from chaz.brokers import QUEUES
 from chaz.settings import is_amqp
 
-__all__ = ["QUEUES", "install_restart_workaround", "queue_depths"]
+__all__ = ["QUEUES", "declare_queues", "install_restart_workaround", "queue_depths"]
 
 #: kombu's Redis transport keeps a queue's messages of priority P > 0 in the
 #: list ``NAME\\x06\\x16P`` (its default priority steps), beside ``NAME``.
@@ -126,3 +126,22 @@ def _amqp_depths(url: str) -> dict[str, int]:
                 with contextlib.suppress(Exception):
                     channel.close()
     return depths
+
+
+def declare_queues(app: Any) -> None:
+    """On RabbitMQ, declare every chaz queue of ``app``, consumed here or not.
+
+    Celery's native delayed delivery (a countdown on quorum queues) binds
+    every queue the app knows to its exchanges when a worker starts, and a
+    queue nobody declared yet cannot be bound: a worker started on
+    ``chaz.turns`` alone would leave the others' countdowns undeliverable.
+    Idempotent (a declare of an existing queue with the same arguments is a
+    no-op); nothing on Redis, whose queues are lists made by the first push.
+    """
+    if not is_amqp(str(app.conf.broker_url)):
+        return
+    with app.connection_for_write() as conn:
+        conn.ensure_connection(max_retries=3)
+        channel = conn.default_channel
+        for queue in app.conf.task_queues or ():
+            queue.bind(channel).declare()

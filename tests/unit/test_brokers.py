@@ -36,6 +36,12 @@ def test_rabbitmq_gets_quorum_queues_on_a_topic_exchange_and_publisher_confirms(
         assert q.exchange.type == "topic" and q.routing_key == name and q.durable
 
 
+def test_a_channel_rabbitmq_closes_restarts_the_consumer_instead_of_ending_the_worker() -> None:
+    # consumer_timeout's PRECONDITION_FAILED closes the channel (docs/brokers.md).
+    assert broker_conf(AMQP)["broker_channel_error_retry"] is True
+    assert broker_conf("redis://r:6379/0")["broker_channel_error_retry"] is False
+
+
 def test_a_producer_configured_for_rabbitmq_then_redis_keeps_nothing_of_rabbitmq() -> None:
     app = Celery("t", set_as_current=False)
     configure(app.conf, AMQP)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pytest
+import redis
 from celery import Celery
 from pydantic import ValidationError
 
 from chaz.brokers import QUEUES, broker_conf, configure, whole_seconds
 from chaz.settings import Settings, broker_url_for
+from chaz.usecases.doctor import check_queues
 
 AMQP = "amqp://guest:secret@rabbit:5672/chaz"
 
@@ -56,3 +58,11 @@ def test_rabbitmq_countdowns_are_whole_seconds_of_at_least_one() -> None:
     assert whole_seconds(AMQP, 2.6) == 3.0
     assert whole_seconds(AMQP, None) is None
     assert whole_seconds("redis://r", 0.2) == 0.2
+
+
+def test_doctor_names_rabbitmq_when_its_queues_cannot_be_read() -> None:
+    # Port 1 refuses at once: nothing listens there.
+    result = check_queues(redis.Redis(), "amqp://guest:guest@127.0.0.1:1/chaz")
+    assert not result.ok
+    assert result.detail.startswith("cannot read the queues:")
+    assert result.fix == "check RabbitMQ (CHAZ_BROKER_URL)"

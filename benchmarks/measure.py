@@ -24,6 +24,7 @@ from celery import Celery
 from benchmarks import noop_app
 from benchmarks.cpu import CpuMeter
 from benchmarks.stacks import AGENT, BenchStack
+from chaz.brokers import configure
 from chaz.coord import keys
 from chaz.domain.entries import EntryType, NewEntry, agent_sender
 from chaz.settings import broker_url_for
@@ -288,7 +289,7 @@ def producer_app(stack: BenchStack) -> Celery:
     """A producer-side Celery app with chaz's settings, as chaz's Dispatcher builds it."""
     app = Celery("bench-producer", set_as_current=False)
     app.config_from_object("chaz.celery_settings")
-    app.conf.broker_url = broker_url_for(stack.settings)
+    configure(app.conf, broker_url_for(stack.settings))
     return app
 
 

@@ -114,7 +114,8 @@ class Worker:
 class BenchStack:
     """One chaz installation for the benchmark, torn down by :meth:`close`."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, broker_url: str | None = None) -> None:
+        """``broker_url``: the Celery broker, if not the stack's Redis (benchmarks.brokers)."""
         if kind not in ("embedded", "server"):
             raise ValueError(f"unknown stack {kind!r}")
         self.kind = kind
@@ -128,6 +129,7 @@ class BenchStack:
                 home=self.home,
                 database_url=self._fresh_database(),
                 redis_url=REDIS_URL,
+                broker_url=broker_url,
             )
             redis.Redis.from_url(REDIS_URL).flushdb()
         store = Store(self.settings.effective_database_url())

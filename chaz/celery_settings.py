@@ -10,12 +10,15 @@ re-exports it), so an installed chaz never puts a module named
 from __future__ import annotations
 
 from chaz import tracing
+from chaz.brokers import broker_conf
 from chaz.settings import broker_url_for, get_settings
 
 _settings = get_settings()
 
-#: The broker is the same Redis that holds chaz's coordination state.
-broker_url = broker_url_for(_settings)
+#: The broker: CHAZ_BROKER_URL, else the same Redis that holds chaz's
+#: coordination state. Redis and RabbitMQ are supported (docs/brokers.md).
+_broker = broker_conf(broker_url_for(_settings))
+broker_url: str = _broker.pop("broker_url")
 
 #: chaz keeps results and state in its database, not in a Celery result backend.
 task_ignore_result = True
@@ -28,16 +31,27 @@ task_acks_late = True
 #: queue at once instead of being acked (acks_late alone does not redeliver).
 task_reject_on_worker_lost = True
 
+#: A lost broker connection (or a channel RabbitMQ closed: docs/brokers.md)
+#: leaves running turns running: the lane's lease, not the message, fences
+#: them, and cancelling them would throw work away. Celery's default in 5.x,
+#: said here because 6.0 flips it.
+worker_cancel_long_running_tasks_on_connection_loss = False
+
 #: A worker reserves one message per thread: a long turn must not hold other
 #: sessions' wake-ups behind it.
 worker_prefetch_multiplier = 1
 
-#: A turn that outruns the visibility timeout is redelivered while it still
-#: runs. That is harmless (the session lane's lease fences the duplicate out),
-#: and the lease watch and the reconciler, not the visibility timeout, recover
-#: dead turns (docs/architecture.md#recovery says why a short timeout would
-#: not help), so this only bounds how long a lost message waits. One hour.
-broker_transport_options = {"visibility_timeout": 3600}
+#: Redis: a turn that outruns the visibility timeout is redelivered while it
+#: still runs. That is harmless (the session lane's lease fences the duplicate
+#: out), and the lease watch and the reconciler, not the visibility timeout,
+#: recover dead turns (docs/architecture.md#recovery says why a short timeout
+#: would not help), so this only bounds how long a lost message waits: one
+#: hour. RabbitMQ: publisher confirms (docs/brokers.md).
+broker_transport_options: dict[str, object] = _broker.pop("broker_transport_options")
+
+#: The queues and exchange (chaz.brokers): on RabbitMQ quorum queues bound to
+#: a topic exchange; on Redis, Celery's defaults.
+globals().update(_broker)
 
 #: JSON only: arguments are ids, and nothing unpickles data from the network.
 task_serializer = "json"
@@ -82,7 +96,9 @@ if tracing.wanted():
         " %(message)s" + tracing.LOG_FORMAT_IDS
     )
 
-#: Keep broker connections healthy across Redis restarts.
+#: Keep broker connections healthy across broker restarts. No AMQP heartbeat:
+#: a producer's connection (a web server's) sends none between publishes and
+#: would be closed by the broker; a dead peer is found by the next read.
 broker_connection_retry_on_startup = True
 broker_heartbeat = 0
 

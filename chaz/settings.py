@@ -98,6 +98,11 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(
         None, description="Redis URL; default the embedded server at $CHAZ_HOME/redis.sock."
     )
+    broker_url: str | None = Field(
+        None,
+        description="Celery broker URL: redis://... or amqp://... (RabbitMQ, docs/brokers.md); "
+        "default the Redis of CHAZ_REDIS_URL, which then carries both.",
+    )
     # -- PostgreSQL connections (docs/capacity.md#postgresql-connections)
     db_pool_size: int | None = Field(
         None,
@@ -413,6 +418,18 @@ class Settings(BaseSettings):
             return None
         return check_http_url(value)
 
+    @field_validator("broker_url")
+    @classmethod
+    def _a_broker_url(cls, value: str | None) -> str | None:
+        # Checked here: kombu would otherwise take an unknown scheme for a
+        # transport name and fail on the first wake-up, far from the setting.
+        if value is None or not value.strip():
+            return None
+        scheme, sep, _ = value.strip().partition("://")
+        if not sep or scheme.lower() not in BROKER_SCHEMES:
+            raise ValueError(f"must start with one of {', '.join(sorted(BROKER_SCHEMES))}://")
+        return value.strip()
+
     @field_validator("metrics_addr")
     @classmethod
     def _an_ip_address(cls, value: str) -> str:
@@ -451,6 +468,8 @@ class Settings(BaseSettings):
                 value = self.effective_database_url()
             elif name == "redis_url":
                 value = self.effective_redis_url()
+            elif name == "broker_url":
+                value = broker_url_for(self)
             if isinstance(value, Path):
                 value = str(value)
             if isinstance(value, str):
@@ -471,6 +490,15 @@ def _masked_server(server: McpServer) -> dict[str, Any]:
     if server.url is not None:
         shown["url"] = mask_url(server.url)
     return shown
+#: The broker URL schemes chaz supports (docs/brokers.md): Redis and RabbitMQ.
+BROKER_SCHEMES = frozenset({"redis", "rediss", "redis+socket", "amqp", "amqps", "pyamqp"})
+#: Of those, RabbitMQ's.
+AMQP_SCHEMES = frozenset({"amqp", "amqps", "pyamqp"})
+
+
+def is_amqp(url: str) -> bool:
+    """Whether a broker URL names RabbitMQ (AMQP 0-9-1) rather than Redis."""
+    return url.partition("://")[0].lower() in AMQP_SCHEMES
 
 
 #: Query parameters that carry a secret (``?password=...`` in libpq and redis URLs).
@@ -513,7 +541,10 @@ def get_settings() -> Settings:
 
 
 def broker_url_for(settings: Settings) -> str:
-    """The Celery broker URL for the Redis in force (kombu spells sockets differently)."""
+    """The Celery broker URL in force: ``CHAZ_BROKER_URL``, else the Redis in force
+    (kombu spells its sockets differently)."""
+    if settings.broker_url and settings.broker_url.strip():
+        return settings.broker_url.strip()
     url = settings.effective_redis_url()
     if url.startswith("unix://"):
         return "redis+socket://" + url[len("unix://") :]

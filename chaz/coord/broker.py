@@ -1,8 +1,13 @@
-"""The Celery broker on Redis: its queues' depths, and a workaround that lets a
-worker ride through a Redis restart.
+"""The Celery broker: its queues' depths, and a workaround that lets a worker
+ride through a Redis restart.
 
-Each chaz queue is a Redis list named after it (kombu's Redis transport);
-:func:`queue_depths` reads them for ``chaz doctor`` and ``chaz exporter``.
+:func:`queue_depths` reads the waiting messages for ``chaz doctor`` and
+``chaz exporter``, from either broker (docs/brokers.md): on Redis each chaz
+queue is a list named after it (kombu's Redis transport), on RabbitMQ a
+passive declare answers the queue's count of ready messages.
+
+The workaround below is for the Redis transport only; on RabbitMQ the
+channel it patches is never opened.
 
 When the broker connection drops, Celery's consumer (5.7) first *collects*
 the broken connection, which detaches its kombu transport
@@ -23,13 +28,17 @@ in the unacked hash and the broker redelivers it).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
 import redis
 
-#: The queues chaz's tasks are routed to (chaz.celery_settings.task_routes).
-QUEUES = ("chaz.turns", "chaz.control", "chaz.schedules")
+from chaz.brokers import QUEUES
+from chaz.settings import is_amqp
+
+__all__ = ["QUEUES", "declare_queues", "install_restart_workaround", "queue_depths"]
+
 #: kombu's Redis transport keeps a queue's messages of priority P > 0 in the
 #: list ``NAME\\x06\\x16P`` (its default priority steps), beside ``NAME``.
 _PRIORITY_STEPS = (3, 6, 9)
@@ -74,8 +83,17 @@ def install_restart_workaround() -> None:
         _installed = True
 
 
-def queue_depths(client: redis.Redis) -> dict[str, int]:
-    """Messages waiting in each of chaz's queues (every priority level)."""
+#: How long a depth read waits for RabbitMQ before it fails (an exporter scrape
+#: or a doctor run must not hang on a broker that does not answer).
+AMQP_TIMEOUT = 5.0
+
+
+def queue_depths(client: redis.Redis, broker_url: str) -> dict[str, int]:
+    """Messages waiting in each of chaz's queues (every priority level), not yet
+    taken by a worker: from ``client`` on Redis, else from RabbitMQ at
+    ``broker_url``. A queue no worker has declared yet holds nothing: 0."""
+    if is_amqp(broker_url):
+        return _amqp_depths(broker_url)
     pipe = client.pipeline(transaction=False)
     for queue in QUEUES:
         pipe.llen(queue)
@@ -84,3 +102,46 @@ def queue_depths(client: redis.Redis) -> dict[str, int]:
     lengths = iter(pipe.execute())
     per_queue = 1 + len(_PRIORITY_STEPS)
     return {queue: sum(next(lengths) for _ in range(per_queue)) for queue in QUEUES}
+
+
+def _amqp_depths(url: str) -> dict[str, int]:
+    # Imported here: only an exporter or doctor on RabbitMQ needs py-amqp.
+    import kombu
+    from amqp.exceptions import NotFound
+
+    k: Any = kombu
+
+    depths: dict[str, int] = {}
+    with k.Connection(url, connect_timeout=AMQP_TIMEOUT, transport_options={}) as conn:
+        conn.ensure_connection(max_retries=1)
+        for queue in QUEUES:
+            # A passive declare of a missing queue closes its channel: one each.
+            channel: Any = conn.channel()
+            try:
+                depths[queue] = int(channel.queue_declare(queue, passive=True).message_count)
+            except NotFound:
+                depths[queue] = 0
+            finally:
+                # Already closed by the broker, after a 404.
+                with contextlib.suppress(Exception):
+                    channel.close()
+    return depths
+
+
+def declare_queues(app: Any) -> None:
+    """On RabbitMQ, declare every chaz queue of ``app``, consumed here or not.
+
+    Celery's native delayed delivery (a countdown on quorum queues) binds
+    every queue the app knows to its exchanges when a worker starts, and a
+    queue nobody declared yet cannot be bound: a worker started on
+    ``chaz.turns`` alone would leave the others' countdowns undeliverable.
+    Idempotent (a declare of an existing queue with the same arguments is a
+    no-op); nothing on Redis, whose queues are lists made by the first push.
+    """
+    if not is_amqp(str(app.conf.broker_url)):
+        return
+    with app.connection_for_write() as conn:
+        conn.ensure_connection(max_retries=3)
+        channel = conn.default_channel
+        for queue in app.conf.task_queues or ():
+            queue.bind(channel).declare()

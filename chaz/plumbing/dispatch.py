@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from chaz import tracing
+from chaz.brokers import configure, whole_seconds
 from chaz.settings import Settings, broker_url_for
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ class Dispatcher:
 
                     app = Celery("chaz-producer", set_as_current=False)
                     app.config_from_object("chaz.celery_settings")
-                    app.conf.broker_url = broker_url_for(self._settings)
+                    configure(app.conf, broker_url_for(self._settings))
                     # No task-sent event per wake-up: one more PUBLISH (and an
                     # event message built) on every admission, which the
                     # contract does not need; a worker's received/started
@@ -127,7 +128,7 @@ class Dispatcher:
                 TURN_TASK,
                 kwargs={"session_id": session_id, "execution_id": execution_id},
                 queue="chaz.turns",
-                countdown=countdown,
+                countdown=whole_seconds(broker_url_for(self._settings), countdown),
                 **options,
             )
         except Exception:
@@ -162,7 +163,10 @@ class Dispatcher:
         (logged, not raised); returns whether it was sent."""
         try:
             self.app.send_task(
-                WEBHOOK_TASK, args=[job_id], queue="chaz.control", countdown=countdown
+                WEBHOOK_TASK,
+                args=[job_id],
+                queue="chaz.control",
+                countdown=whole_seconds(broker_url_for(self._settings), countdown),
             )
         except Exception:
             log.warning("could not send the webhook of job %s", job_id, exc_info=True)

@@ -18,10 +18,11 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from chaz.brokers import configure
 from chaz.coord import keys
 from chaz.coord.broker import QUEUES, queue_depths
 from chaz.errors import ChazError
-from chaz.settings import Settings, broker_url_for, mask_url
+from chaz.settings import Settings, broker_url_for, is_amqp, mask_url
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
@@ -65,7 +66,8 @@ def diagnose(load_settings: Callable[[], Settings]) -> list[CheckResult]:
             "settings",
             True,
             f"database {mask_url(settings.effective_database_url())}, "
-            f"redis {mask_url(settings.effective_redis_url())}",
+            f"redis {mask_url(settings.effective_redis_url())}, "
+            f"broker {mask_url(broker_url_for(settings))}",
         ),
         check_database(settings),
     ]
@@ -75,7 +77,7 @@ def diagnose(load_settings: Callable[[], Settings]) -> list[CheckResult]:
         results.append(redis_result)
         if not redis_result.ok:
             return results + _skipped(_REDIS_CHECKS, redis_result)
-        results.append(check_queues(client))
+        results.append(check_queues(client, broker_url_for(settings)))
         results.append(check_workers(settings))
         results.append(check_reconcile(settings, client))
         results.append(check_beat(client))
@@ -219,14 +221,14 @@ def check_redis(settings: Settings, client: redis.Redis) -> CheckResult:
     return CheckResult("redis", True, f"{url} answers")
 
 
-def check_queues(client: redis.Redis) -> CheckResult:
-    """The broker queues' depths (a report: any depth is well by itself)."""
+def check_queues(client: redis.Redis, broker_url: str) -> CheckResult:
+    """The broker queues' depths (a report: any depth is well by itself), from
+    Redis or RabbitMQ, whichever ``broker_url`` names."""
     try:
-        depths = queue_depths(client)
-    except redis.RedisError as exc:
-        return CheckResult(
-            "queues", False, f"cannot read the queues: {_first_line(exc)}", "check Redis"
-        )
+        depths = queue_depths(client, broker_url)
+    except Exception as exc:  # redis-py's and kombu's errors have no common root
+        fix = "check RabbitMQ (CHAZ_BROKER_URL)" if is_amqp(broker_url) else "check Redis"
+        return CheckResult("queues", False, f"cannot read the queues: {_first_line(exc)}", fix)
     return CheckResult("queues", True, ", ".join(f"{q} {n}" for q, n in depths.items()))
 
 
@@ -235,7 +237,7 @@ def live_workers(settings: Settings, timeout: float = PROBE_SECONDS) -> dict[str
     from celery import Celery
 
     app = Celery("chaz-doctor", set_as_current=False)
-    app.conf.broker_url = broker_url_for(settings)
+    configure(app.conf, broker_url_for(settings))
     app.conf.accept_content = ["json"]
     app.conf.broker_connection_retry_on_startup = False
     try:
@@ -254,7 +256,7 @@ def check_workers(settings: Settings) -> CheckResult:
         workers = live_workers(settings)
     except Exception as exc:  # kombu's connection errors have no common root
         return CheckResult(
-            "workers", False, f"cannot ask the workers: {_first_line(exc)}", "check Redis"
+            "workers", False, f"cannot ask the workers: {_first_line(exc)}", "check the broker"
         )
     if not workers:
         return CheckResult("workers", False, "no worker answers", START_WORKER)

@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 from chaz.coord import refusals
 from chaz.coord.broker import queue_depths
 from chaz.services import Services
+from chaz.settings import broker_url_for, is_amqp
 from chaz.store.fleet import counts
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,14 @@ class FleetCollector(Collector):
         except Exception:
             log.warning("exporter: Redis did not answer", exc_info=True)
             up.add_metric(["redis"], 0)
+        if is_amqp(broker_url_for(self.services.settings)):
+            # A broker of its own is a source of its own: RabbitMQ down is not Redis down.
+            try:
+                yield self._depths()
+                up.add_metric(["broker"], 1)
+            except Exception:
+                log.warning("exporter: the broker did not answer", exc_info=True)
+                up.add_metric(["broker"], 0)
         try:
             yield from self._database()
             up.add_metric(["database"], 1)
@@ -62,16 +71,22 @@ class FleetCollector(Collector):
             up.add_metric(["database"], 0)
         yield up
 
-    def _redis(self) -> list[Metric]:
-        # Read everything before yielding anything: a source fails whole.
-        client = self.services.redis
+    def _depths(self) -> Metric:
         depth = GaugeMetricFamily(
             "chaz_queue_depth",
             "Messages waiting in a Celery queue (every priority level), not yet taken by a worker.",
             labels=["queue"],
         )
-        for queue, n in queue_depths(client).items():
+        broker = broker_url_for(self.services.settings)
+        for queue, n in queue_depths(self.services.redis, broker).items():
             depth.add_metric([queue], n)
+        return depth
+
+    def _redis(self) -> list[Metric]:
+        # Read everything before yielding anything: a source fails whole.
+        client = self.services.redis
+        redis_broker = not is_amqp(broker_url_for(self.services.settings))
+        depths = [self._depths()] if redis_broker else []
         refused = CounterMetricFamily(
             "chaz_admission_refusals",
             "Admissions refused, fleet-wide, by error code (counted by the producers).",
@@ -79,7 +94,7 @@ class FleetCollector(Collector):
         )
         for code, n in sorted(refusals.counts(client).items()):
             refused.add_metric([code], n)
-        return [depth, refused]
+        return [*depths, refused]
 
     def _database(self) -> list[Metric]:
         found = counts(self.services.store.db)

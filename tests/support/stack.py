@@ -19,6 +19,7 @@ from chaz.settings import Settings
 from chaz.stack import WorkerProcess
 from chaz.store import Store
 from chaz.store.migrate import upgrade
+from tests.support import rabbitmq as rabbitmq_support
 
 #: Short leases and a fast reconciler, so recovery tests take seconds.
 FAST = {"lease_seconds": 3.0, "reconcile_seconds": 1.0}
@@ -52,9 +53,18 @@ TABLES = (
 class Stack:
     """One test's chaz installation."""
 
-    def __init__(self, kind: str, settings: Settings, *, owns_servers: bool = True) -> None:
+    def __init__(
+        self,
+        kind: str,
+        settings: Settings,
+        *,
+        owns_servers: bool = True,
+        vhost: str | None = None,
+    ) -> None:
         self.kind = kind
         self.settings = settings
+        #: The RabbitMQ vhost this stack made (``rabbitmq``), deleted at :meth:`close`.
+        self._vhost = vhost
         self._workers: list[WorkerProcess] = []
         self._client: chaz.Client | None = None
         #: False for a :meth:`tenant`: its close leaves the embedded Redis running.
@@ -75,13 +85,19 @@ class Stack:
         return cls("embedded", settings)
 
     @classmethod
-    def server(cls, home: Path, pg_url: str, redis_url: str, **overrides: Any) -> Stack:
-        """The machine's PostgreSQL and Redis, emptied first."""
+    def server(
+        cls, home: Path, pg_url: str, redis_url: str, *, rabbitmq: bool = False, **overrides: Any
+    ) -> Stack:
+        """The machine's PostgreSQL and Redis, emptied first; with ``rabbitmq``,
+        the machine's RabbitMQ as the broker, in a fresh vhost of its own
+        (kind ``rabbitmq``, docs/brokers.md#tests)."""
+        vhost, broker_url = rabbitmq_support.new_vhost() if rabbitmq else (None, None)
         settings = Settings(
             _env_file=None,
             home=home,
             database_url=pg_url,
             redis_url=redis_url,
+            broker_url=broker_url,
             **{**FAST, **overrides},
         )
         # The settings' pool: through PgBouncer, no server-side prepared statements.
@@ -91,7 +107,7 @@ class Stack:
             conn.execute(text(f"TRUNCATE {', '.join(TABLES)} CASCADE"))
         store.close()
         redis.Redis.from_url(redis_url).flushdb()
-        return cls("server", settings)
+        return cls("rabbitmq" if rabbitmq else "server", settings, vhost=vhost)
 
     @property
     def client(self) -> chaz.Client:
@@ -192,3 +208,5 @@ class Stack:
             self._client.close()
         if self.kind == "embedded" and self._owns_servers:
             stop_embedded(self.settings)
+        if self._vhost is not None and self._owns_servers:
+            rabbitmq_support.delete_vhost(self._vhost)

@@ -188,3 +188,29 @@ def test_docker_compose_config_is_valid() -> None:
         ["docker", "compose", "config", "-q"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_rabbitmq_overlay_scales_on_the_rabbitmq_queue_and_drops_the_redis_trigger() -> None:
+    overlay = BASE / "rabbitmq"
+    assert validator.validate_base(overlay) == []
+    problems, docs = validator._load(overlay)
+    assert problems == []
+    [scaled] = [d for _, d in docs if d["kind"] == "ScaledObject"]
+    [trigger] = scaled["spec"]["triggers"]
+    assert trigger["type"] == "rabbitmq"
+    assert trigger["metadata"]["queueName"] == "chaz.turns"
+    assert trigger["metadata"]["mode"] == "QueueLength"
+    auths = {d["metadata"]["name"] for _, d in docs if d["kind"] == "TriggerAuthentication"}
+    assert auths == {"chaz-rabbitmq"}
+    # The overlay keeps the base's workers, beat, Flower and exporter.
+    assert {("Deployment", "chaz-worker"), ("Deployment", "chaz-flower")} <= {
+        (d["kind"], d["metadata"]["name"]) for _, d in docs
+    }
+
+
+def test_an_overlay_naming_a_missing_auth_is_refused(tmp_path: Path) -> None:
+    overlay = tmp_path / "k8s" / "rabbitmq"
+    shutil.copytree(BASE, tmp_path / "k8s")
+    text = (overlay / "worker-scaledobject.yaml").read_text()
+    (overlay / "worker-scaledobject.yaml").write_text(text.replace("chaz-rabbitmq ", "chaz-nope "))
+    assert any("'chaz-nope' is not defined" in p for p in validator.validate_base(overlay))

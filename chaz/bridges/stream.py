@@ -97,10 +97,12 @@ class Streams:
             _, event_id = self.state.stream(self.room, part.job_id)
             live = _Live(step=part.step, seq=0, text="", event_id=event_id)
             self._live[part.job_id] = live
-        if part.step != live.step or part.seq <= live.seq:
-            # A new model step, or a new attempt of the job (seq starts at 1
-            # again): the answer starts over, and so does the message's text.
-            live.step, live.text, live.holed = part.step, "", part.seq != 1
+        again = part.seq <= live.seq  # a new attempt of the job: seq starts at 1 again
+        if again or part.step != live.step:
+            # A new attempt or a new model step: the answer starts over, and so
+            # does the message's text (seq counts an attempt's partials, all steps).
+            live.step, live.text = part.step, ""
+            live.holed = part.seq != 1 if again else part.seq != live.seq + 1
         elif part.seq != live.seq + 1:
             live.holed = True
         live.seq = part.seq
@@ -132,9 +134,12 @@ class Streams:
         """Send ``entry`` (a visible entry) as the end of its job's stream, if
         its job streamed here: ``(handled, ended job)``. An agent's Message is
         the stream message's last edit; an Error ends the stream (the caller
-        sends it as a notice of its own, and the message keeps its text)."""
+        sends it as a notice of its own, and the message keeps its text); an
+        approval request is sent as usual and ends nothing."""
         job = entry.job_id
-        if job is None:
+        if job is None or entry.type is EntryType.APPROVAL_REQUEST:
+            # A request mid-turn does not end the answer: it goes on streaming
+            # (into the same message) once the request is decided.
             return False, None
         begun, event_id = self.state.stream(self.room, job)
         live = self._live.pop(job, None)

@@ -143,3 +143,21 @@ def test_a_bridge_killed_before_it_saved_the_messages_id_edits_the_same_message(
     again = streams(tmp_path, bridge, clock)  # the restarted bridge
     assert again.reply(reply(9, "Hello")) == (True, "j1")
     assert [(t, r) for _, t, r in bridge.sent] == [("Hel", None), ("Hello", "$e0")]
+
+
+def test_an_approval_request_mid_answer_is_sent_as_usual_and_the_stream_goes_on(
+    tmp_path: Path,
+) -> None:
+    bridge, clock = Recorder(), Clock()
+    s = streams(tmp_path, bridge, clock)
+    s.partial(Part("j1", 0, 1, "Let me check"))
+    asked = reply(4, "{}").model_copy(update={"type": EntryType.APPROVAL_REQUEST})
+    assert s.reply(asked) == (False, None)
+    clock.now += 1
+    s.partial(Part("j1", 1, 2, "It is"))  # the next step, after the decision
+    assert s.reply(reply(8, "It is done")) == (True, "j1")
+    assert [(t, r) for _, t, r in bridge.sent] == [
+        ("Let me check", None),
+        ("It is", "$e0"),
+        ("It is done", "$e0"),
+    ]

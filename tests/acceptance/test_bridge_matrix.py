@@ -256,10 +256,18 @@ def test_a_persons_message_gets_the_agents_reply_in_the_room(scene: Scene) -> No
 
     # Its metrics, and chaz doctor's check of them (CHAZ_BRIDGES).
     url = f"http://127.0.0.1:{port}/metrics"
-    metrics = httpx.get(url, timeout=WAIT).text
-    assert 'chaz_bridge_messages_in_total{platform="matrix"} 1.0' in metrics
-    assert 'chaz_bridge_messages_out_total{platform="matrix"} 1.0' in metrics
-    assert f'chaz_bridge_lag_seconds{{platform="matrix",room="{room}"}}' in metrics
+    counted = [
+        'chaz_bridge_messages_in_total{platform="matrix"} 1.0',
+        'chaz_bridge_messages_out_total{platform="matrix"} 1.0',
+        f'chaz_bridge_lag_seconds{{platform="matrix",room="{room}"}}',
+    ]
+    # Counted just after the post and the send return: the room may show the
+    # reply a moment before.
+    eventually(
+        stack,
+        "the metrics",
+        lambda: all(line in httpx.get(url, timeout=WAIT).text for line in counted),
+    )
     assert check_bridge(url).ok
     later = time.time() + bridge_stale_after(1) + 1  # as doctor would see it then
     stale = check_bridge(url, now=later)
@@ -351,7 +359,8 @@ def test_a_streamed_answer_is_one_message_whose_last_edit_is_the_stored_reply(
     # The first piece is in the room while the gate holds the rest.
     eventually(stack, "the first piece", lambda: _bot_says(scene, room) == ["a st"])
     stack.open_gate(f"more-{session}")
-    _settle(scene, room, 1)
+    eventually(stack, "the reply stored", lambda: len(_said_in_chaz(scene, session, "agent:")) == 1)
+    _settle(scene, room, 1)  # and the bridge's cursor past it: its last edit sent
 
     [stored] = _said_in_chaz(scene, session, "agent:")
     assert stored == "a streamed answer to the question, told in small pieces"

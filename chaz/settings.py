@@ -283,6 +283,12 @@ class Settings(BaseSettings):
         "public (`10.20.0.0/16,fd00:1::/64`): narrower than CHAZ_WEBHOOK_ALLOW_PRIVATE, and "
         "the only way to allow a metadata address.",
     )
+    # -- bridges (docs/bridges.md#health)
+    bridges: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated URLs of bridges' metrics endpoints "
+        "(`http://bridge-matrix:9109/metrics`) that `chaz doctor` checks for a recent sync.",
+    )
     webhook_timeout_seconds: float = Field(
         10.0, gt=0, le=300, description="Seconds one webhook attempt may take (connect to answer)."
     )
@@ -365,6 +371,19 @@ class Settings(BaseSettings):
                         f"MCP server name {name!r}: 1-32 letters, digits, _ - (no dot)"
                     )
         return value
+
+    @field_validator("bridges", mode="before")
+    @classmethod
+    def _bridges(cls, value: Any) -> Any:
+        # A comma-separated list in the environment; each entry an http(s) URL.
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list):
+            return items
+        out = [str(item).strip() for item in items if str(item).strip()]
+        for url in out:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"{url!r} is not an http(s) URL")
+        return out
 
     @field_validator("webhook_allow_networks", mode="before")
     @classmethod

@@ -21,7 +21,6 @@ from celery.signals import (
 )
 
 from chaz import metrics, tracing
-from chaz import metrics
 from chaz.coord.broker import declare_queues
 from chaz.plumbing.heartbeat import BEAT_SECONDS, Heartbeat
 from chaz.services import Services

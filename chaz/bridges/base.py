@@ -29,7 +29,9 @@ __all__ = [
     "PlatformUnavailable",
     "decision_of",
     "idempotency_key",
+    "reaction_decision",
     "render",
+    "stream_txn_id",
     "txn_id",
     "visible",
 ]
@@ -64,6 +66,8 @@ class Incoming:
     #: The platform's id of the message: the idempotency key of its post.
     event_id: str
     text: str
+    #: For a reaction: the id of the message reacted to (``text`` is the reaction).
+    reaction_to: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,9 +100,20 @@ class Bridge(ABC):
         never the bot's own, in the platform's order within each room."""
 
     @abstractmethod
-    def send(self, room: str, txn_id: str, text: str, *, notice: bool = False) -> None:
-        """Send ``text`` to ``room``. A second send with the same ``txn_id``
-        must not show a second message (the platform deduplicates it)."""
+    def send(
+        self,
+        room: str,
+        txn_id: str,
+        text: str,
+        *,
+        notice: bool = False,
+        replaces: str | None = None,
+    ) -> str:
+        """Send ``text`` to ``room``; the platform's id of the message. A second
+        send with the same ``txn_id`` must not show a second message (the
+        platform deduplicates it, and answers with the first one's id). With
+        ``replaces`` (a message id this bridge sent), the send edits that
+        message in place to ``text`` instead (a streamed answer growing)."""
 
     @abstractmethod
     def join(self, room: str) -> None:
@@ -114,6 +129,14 @@ def txn_id(room: str, session_id: str, seq: int) -> str:
     on every resend, so a send repeated after a crash is deduplicated."""
     where = hashlib.sha256(room.encode()).hexdigest()[:12]
     return f"chaz.{session_id}.{seq}.{where}"
+
+
+def stream_txn_id(room: str, job_id: str) -> str:
+    """The transaction id of the message a job's streamed answer grows in: one
+    per job and room, so a first send repeated after a crash (or on a retried
+    attempt of the job) finds the same message."""
+    where = hashlib.sha256(room.encode()).hexdigest()[:12]
+    return f"chaz.stream.{job_id}.{where}"
 
 
 def idempotency_key(platform: str, event_id: str) -> str:
@@ -167,3 +190,20 @@ def decision_of(text: str) -> tuple[str, str | None] | None:
         return None
     word = found.group(1).lower()
     return ("approve_all" if word not in ("approve", "deny") else word), found.group(2)
+
+
+#: Reactions that decide an approval request they are put on.
+REACTIONS = {
+    "👍": "approve",
+    "👍️": "approve",
+    "✅": "approve",
+    "✔️": "approve",
+    "👎": "deny",
+    "👎️": "deny",
+    "❌": "deny",
+}
+
+
+def reaction_decision(key: str) -> str | None:
+    """The decision a reaction stands for (``approve``, ``deny``), or None."""
+    return REACTIONS.get(key.strip())

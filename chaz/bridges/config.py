@@ -97,6 +97,13 @@ class BridgeConfig(_Strict):
     #: How long one long poll of the platform (and one watch of chaz) may last:
     #: the most a clean stop waits for.
     poll_seconds: float = Field(5.0, gt=0, le=60)
+    #: The least time between two edits of a streamed answer's message (the
+    #: first partial sends it at once, the stored reply is always the last edit).
+    edit_seconds: float = Field(0.5, ge=0.1, le=60)
+    #: Where the bridge serves its metrics (``/metrics``, Prometheus text), which
+    #: ``chaz doctor`` reads its last sync from; none: not served.
+    metrics_port: int | None = Field(None, ge=1, le=65535)
+    metrics_addr: str = "0.0.0.0"
 
     @field_validator("rooms")
     @classmethod

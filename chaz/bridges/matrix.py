@@ -27,13 +27,15 @@ API = "/_matrix/client/v3"
 #: Most events a room's timeline gives per sync; more since the last one is a
 #: ``limited`` timeline, whose gap :meth:`MatrixBridge._gap` reads back.
 TIMELINE_LIMIT = 100
+#: The timeline events the bridge reads (reactions decide approvals).
+TYPES = ["m.room.message", "m.room.member", "m.reaction"]
 #: Only messages in timelines, nothing else the bridge would discard.
 FILTER = {
     "presence": {"types": []},
     "account_data": {"types": []},
     "room": {
         # Members too: the bot's own join marks where a room's relaying starts.
-        "timeline": {"limit": TIMELINE_LIMIT, "types": ["m.room.message", "m.room.member"]},
+        "timeline": {"limit": TIMELINE_LIMIT, "types": TYPES},
         "state": {"lazy_load_members": True},
         "ephemeral": {"types": []},
         "account_data": {"types": []},
@@ -99,12 +101,31 @@ class MatrixBridge(Bridge):
                     messages.append(message)
         return Batch(messages, str(body["next_batch"]), tuple(rooms.get("invite", {})))
 
-    def send(self, room: str, txn_id: str, text: str, *, notice: bool = False) -> None:
+    def send(
+        self,
+        room: str,
+        txn_id: str,
+        text: str,
+        *,
+        notice: bool = False,
+        replaces: str | None = None,
+    ) -> str:
         """``PUT .../send/m.room.message/{txn_id}``: the homeserver answers a
-        repeated transaction id with the first event, and shows one message."""
-        body = {"msgtype": "m.notice" if notice else "m.text", "body": text}
+        repeated transaction id with the first event, and shows one message.
+        An edit (``replaces``) is an ``m.replace`` whose ``m.new_content`` is
+        the message's new text (the ``* ``-prefixed body is for clients that
+        do not show edits)."""
+        kind = "m.notice" if notice else "m.text"
+        body: dict[str, Any] = {"msgtype": kind, "body": text}
+        if replaces is not None:
+            body = {
+                "msgtype": kind,
+                "body": f"* {text}",
+                "m.new_content": {"msgtype": kind, "body": text},
+                "m.relates_to": {"rel_type": "m.replace", "event_id": replaces},
+            }
         path = f"/rooms/{quote(room, safe='')}/send/m.room.message/{quote(txn_id, safe='')}"
-        self._call("PUT", path, json=body)
+        return str(self._call("PUT", path, json=body)["event_id"])
 
     def join(self, room: str) -> None:
         """Join ``room`` (refused until the bot is invited to a private room)."""
@@ -119,7 +140,7 @@ class MatrixBridge(Bridge):
         takes sync tokens), so a burst larger than a timeline loses nothing."""
         events: list[dict[str, Any]] = []
         params: dict[str, Any] = {"dir": "f", "from": since, "to": until, "limit": 100}
-        params["filter"] = json.dumps({"types": ["m.room.message", "m.room.member"]})
+        params["filter"] = json.dumps({"types": TYPES})
         while True:
             page = self._call("GET", f"/rooms/{quote(room, safe='')}/messages", params=params)
             chunk = page.get("chunk", [])
@@ -147,18 +168,28 @@ class MatrixBridge(Bridge):
         return events
 
     def _incoming(self, room: str, event: dict[str, Any]) -> Incoming | None:
-        """A person's new text message, or None: the bot's own, notices, other
-        types, edits (``m.replace``: a person's edit is not a second turn) and
-        malformed events are not relayed."""
+        """A person's new text message or reaction, or None: the bot's own,
+        notices, other types, edits (``m.replace``: a person's edit is not a
+        second turn) and malformed events are not relayed."""
         content = event.get("content")
-        if event.get("type") != "m.room.message" or not isinstance(content, dict):
+        if not isinstance(content, dict):
             return None
         sender, event_id, body = event.get("sender"), event.get("event_id"), content.get("body")
         if sender == self.user_id or not isinstance(sender, str) or not isinstance(event_id, str):
             return None
+        relates = content.get("m.relates_to")
+        if event.get("type") == "m.reaction":
+            # A reaction: an annotation whose key is the emoji, on a message.
+            if not isinstance(relates, dict) or relates.get("rel_type") != "m.annotation":
+                return None
+            target, key = relates.get("event_id"), relates.get("key")
+            if not isinstance(target, str) or not isinstance(key, str):
+                return None
+            return Incoming(room=room, user=sender, event_id=event_id, text=key, reaction_to=target)
+        if event.get("type") != "m.room.message":
+            return None
         if content.get("msgtype") != "m.text" or not isinstance(body, str):
             return None
-        relates = content.get("m.relates_to")
         if isinstance(relates, dict) and relates.get("rel_type") == "m.replace":
             return None
         return Incoming(room=room, user=sender, event_id=event_id, text=body)

@@ -20,6 +20,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TypeVar
 
 from chaz.bridges.base import (
@@ -29,13 +30,17 @@ from chaz.bridges.base import (
     PlatformUnavailable,
     decision_of,
     idempotency_key,
+    reaction_decision,
     render,
     txn_id,
     visible,
 )
 from chaz.bridges.config import BridgeConfig, RoomBinding
+from chaz.bridges.metrics import Metrics
 from chaz.bridges.state import State
-from chaz.errors import ChazError, ConfigError, NameTaken
+from chaz.bridges.stream import Streams
+from chaz.domain.entries import Entry, EntryType
+from chaz.errors import ChazError, ConfigError, NameTaken, QuotaError
 
 if TYPE_CHECKING:
     from chaz import Client
@@ -72,6 +77,9 @@ class Relay:
         self._stop = threading.Event()
         self._outbound: dict[str, threading.Thread] = {}
         self._refused: set[tuple[str, str]] = set()
+        #: (room, person) told they are over a quota, until a message is admitted.
+        self._over_quota: set[tuple[str, str]] = set()
+        self.metrics = Metrics(bridge.platform, config.poll_seconds)
         # Every key is checked now (whoami), so a wrong one fails at start.
         self.client = connect(config.chaz.url, config.chaz.api_key)
         self._people = {
@@ -86,6 +94,8 @@ class Relay:
     def run(self) -> None:
         """Relay until :meth:`stop`: join the bound rooms, start their outbound
         threads, then poll the platform and admit what people say."""
+        if self.config.metrics_port is not None:
+            self.metrics.serve(self.config.metrics_port, self.config.metrics_addr)
         self.bot = self._retrying("log in", self.bridge.start)
         try:
             for binding in self.config.rooms:
@@ -121,6 +131,7 @@ class Relay:
                     self._admit(message)
             self.state.save_token(name, batch.token)
             token, admit = batch.token, True
+            self.metrics.synced()
             if not ready:
                 log.warning("chaz bridge %s: ready as %s", self.bridge.platform, self.bot)
                 ready = True
@@ -134,6 +145,13 @@ class Relay:
             self._refuse_stranger(message)
             return
         session_id = self._session_of(binding)
+        if message.reaction_to is not None:
+            # A reaction decides the request its message asks; any other is nothing.
+            request = self.state.request_of(message.room, message.reaction_to)
+            word = reaction_decision(message.text)
+            if request is not None and word is not None:
+                self._decide(message, person, session_id, word, request)
+            return
         decision = decision_of(message.text)
         if decision is not None:
             self._decide(message, person, session_id, *decision)
@@ -151,13 +169,25 @@ class Relay:
                 lambda: person.sessions.post(
                     session_id, message.text, metadata=metadata, idempotency_key=key
                 ),
+                quota_fails=True,
             )
         except ChazError as exc:
-            # Refused for good (quota, grant, bad input): said once in the room,
+            # Refused for good (a quota, a grant, bad input): said in the room
             # under an id of this message, so a redelivery says it once too.
             log.warning("chaz bridge: %s's message %s refused: %s", message.user, key, exc)
+            self.metrics.refused()
+            flood = (message.room, message.user)
+            if isinstance(exc, QuotaError):
+                # A flood: the person is told once, not per message, until a
+                # message of theirs is admitted again.
+                if flood in self._over_quota:
+                    return
+                self._over_quota.add(flood)
             text = f"Not delivered: {exc.message} ({exc.code})"
             self._notify(message.room, f"chaz.refused.{_digest(message.event_id)}", text)
+            return
+        self._over_quota.discard((message.room, message.user))
+        self.metrics.admitted()
 
     def _decide(
         self,
@@ -253,34 +283,73 @@ class Relay:
         bound = self.state.session_of(room)
         assert bound is not None
         session_id, cursor = bound
-        delay = FIRST_DELAY
+        streams = Streams(
+            self.bridge,
+            self.state,
+            room,
+            session_id,
+            edit_seconds=self.config.edit_seconds,
+            send=self._send_as,
+        )
+
+        def watch() -> None:
+            nonlocal cursor
+            for item in self.client.sessions.watch(
+                session_id,
+                after=cursor,
+                timeout=self.config.poll_seconds,
+                partial=True,
+                stop=self._stop.is_set,
+            ):
+                if not isinstance(item, Entry):
+                    streams.partial(item)
+                    continue
+                self._relay(room, session_id, item, streams)
+                cursor = item.seq
+
         try:
+            # One watch per call, reopened after the cursor: a watch that fails
+            # is retried with the same back-off as every other call.
             while not self._stop.is_set():
-                try:
-                    for entry in self.client.sessions.watch(
-                        session_id, after=cursor, timeout=self.config.poll_seconds
-                    ):
-                        if visible(entry):
-                            text, notice = render(entry)
-                            self._send(room, txn_id(room, session_id, entry.seq), text, notice)
-                        self.state.advance(room, entry.seq)
-                        cursor = entry.seq
-                    delay = FIRST_DELAY
-                except ChazError as exc:
-                    if not exc.retryable:
-                        raise
-                    wait = _jitter(delay)
-                    log.warning("chaz bridge: watch %s: %s; again in %.1f s", session_id, exc, wait)
-                    delay = min(delay * 2, LAST_DELAY)
-                    self._stop.wait(wait)
+                self._retrying(f"watch {session_id}", watch)
         except _Stopped:
             return
         except Exception:
             log.exception("chaz bridge: the outbound thread of %s failed", room)
             self._stop.set()
 
-    def _send(self, room: str, txn: str, text: str, notice: bool) -> None:
-        self._retrying(f"send to {room}", lambda: self.bridge.send(room, txn, text, notice=notice))
+    def _relay(self, room: str, session_id: str, entry: Entry, streams: Streams) -> None:
+        """Send ``entry`` if a person should see it (as the last edit of its
+        job's stream, if it streamed here), then move the cursor past it."""
+        ended = None
+        if visible(entry):
+            handled, ended = streams.reply(entry)
+            if not handled:
+                text, notice = render(entry)
+                sent = self._send(room, txn_id(room, session_id, entry.seq), text, notice)
+                request = entry.metadata.get("request_id")
+                if entry.type is EntryType.APPROVAL_REQUEST and isinstance(request, str):
+                    self.state.asked(room, sent, request)
+            age = (datetime.now(UTC) - entry.created_at).total_seconds()
+            self.metrics.sent(room, age)
+        self.state.advance(room, entry.seq, ended=ended)
+
+    def _send(self, room: str, txn: str, text: str, notice: bool) -> str:
+        return self._send_as(room, txn, text, None, notice=notice)
+
+    def _send_as(
+        self, room: str, txn: str, text: str, replaces: str | None, *, notice: bool = False
+    ) -> str:
+        """A message (or an edit of one), retried until it lands; each failure counted."""
+
+        def send() -> str:
+            try:
+                return self.bridge.send(room, txn, text, notice=notice, replaces=replaces)
+            except (PlatformUnavailable, PlatformRefused):
+                self.metrics.send_failed()
+                raise
+
+        return self._retrying(f"send to {room}", send)
 
     def _notify(self, room: str, txn: str, text: str) -> None:
         """A notice of the bridge's own (a refusal): retried while the platform
@@ -302,10 +371,19 @@ class Relay:
             # Not invited yet: joined when the invite comes (a poll's invites).
             log.warning("chaz bridge: cannot join %s yet: %s", room, exc)
 
-    def _retrying(self, what: str, call: Callable[[], T], *, refused_fails: bool = False) -> T:
+    def _retrying(
+        self,
+        what: str,
+        call: Callable[[], T],
+        *,
+        refused_fails: bool = False,
+        quota_fails: bool = False,
+    ) -> T:
         """``call()``, retried with back-off while it fails transiently (and, unless
         ``refused_fails``, while the platform refuses: an outbound message is
-        never dropped, a room that refuses stalls until it takes it)."""
+        never dropped, a room that refuses stalls until it takes it). With
+        ``quota_fails`` a quota's refusal is final even where it is retryable:
+        one person's flood must not hold up what everyone else says."""
         delay = FIRST_DELAY
         while not self._stop.is_set():
             try:
@@ -319,7 +397,7 @@ class Relay:
                 wait = _jitter(LAST_DELAY)
                 log.warning("chaz bridge: %s refused: %s; again in %.1f s", what, exc, wait)
             except ChazError as exc:
-                if not exc.retryable:
+                if not exc.retryable or (quota_fails and isinstance(exc, QuotaError)):
                     raise
                 wait = _jitter(delay)
                 log.warning("chaz bridge: %s: %s; again in %.1f s", what, exc, wait)

@@ -9,6 +9,7 @@ creates or migrates anything: the doctor only looks.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,6 +32,14 @@ if TYPE_CHECKING:
 PROBE_SECONDS = 2.0
 
 START_BEAT = "start one beat: `chaz worker --beat` (in one worker only) or `celery -A workers beat`"
+BRIDGE_DOWN = (
+    "start the bridge (`chaz bridge matrix --config FILE`) with `metrics_port` set,"
+    " and name its metrics URL in CHAZ_BRIDGES"
+)
+BRIDGE_STALE = (
+    "read the bridge's log: its platform (the homeserver) or chaz serve does not answer,"
+    " or its credentials were refused"
+)
 START_WORKER = "start a worker: `chaz worker` (or `chaz up` for the embedded default)"
 
 
@@ -72,18 +81,20 @@ def diagnose(load_settings: Callable[[], Settings]) -> list[CheckResult]:
         check_database(settings),
     ]
     client = _redis_client(settings)
+    # A bridge is checked through its own metrics, whatever Redis says.
+    bridges = [check_bridge(url) for url in settings.bridges]
     try:
         redis_result = check_redis(settings, client)
         results.append(redis_result)
         if not redis_result.ok:
-            return results + _skipped(_REDIS_CHECKS, redis_result)
+            return results + _skipped(_REDIS_CHECKS, redis_result) + bridges
         results.append(check_queues(client, broker_url_for(settings)))
         results.append(check_workers(settings))
         results.append(check_reconcile(settings, client))
         results.append(check_beat(client))
     finally:
         client.close()
-    return results
+    return results + bridges
 
 
 _REDIS_CHECKS = ["queues", "workers", "reconcile", "beat"]
@@ -299,6 +310,41 @@ def check_beat(client: redis.Redis) -> CheckResult:
             "beat", False, f"no beat ticked in the last {HEARTBEAT_SECONDS:g}s", START_BEAT
         )
     return CheckResult("beat", True, f"last tick at {last}")
+
+
+def check_bridge(url: str, now: float | None = None) -> CheckResult:
+    """A bridge (``CHAZ_BRIDGES``) answers at its metrics URL and finished a
+    poll of its platform within a few of its polls (docs/bridges.md#health)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    name = f"bridge {url}"
+    try:
+        answer = httpx.get(url, timeout=PROBE_SECONDS)
+        answer.raise_for_status()
+        values = {
+            sample.name: sample.value
+            for family in text_string_to_metric_families(answer.text)
+            for sample in family.samples
+        }
+    except (httpx.HTTPError, ValueError) as exc:
+        return CheckResult(name, False, f"no metrics: {_first_line(exc)}", BRIDGE_DOWN)
+    last = values.get("chaz_bridge_last_sync_timestamp_seconds")
+    poll = values.get("chaz_bridge_poll_seconds", 5.0)
+    if last is None:
+        return CheckResult(name, False, "not a bridge's metrics (no last sync)", BRIDGE_DOWN)
+    if not last:
+        return CheckResult(name, False, "has not synced with its platform yet", BRIDGE_STALE)
+    age = (time.time() if now is None else now) - last
+    if age > bridge_stale_after(poll):
+        return CheckResult(name, False, f"has not synced for {age:.0f}s", BRIDGE_STALE)
+    return CheckResult(name, True, f"synced {max(age, 0):.0f}s ago")
+
+
+def bridge_stale_after(poll_seconds: float) -> float:
+    """How long without a sync makes a bridge stale: a few of its long polls, and
+    room for a slow batch (each poll ends within ``poll_seconds`` when idle)."""
+    return 3 * poll_seconds + 30
 
 
 def _first_line(exc: BaseException) -> str:

@@ -199,6 +199,24 @@ def test_unreachable_redis_fails_clearly(tmp_path: Path) -> None:
     assert text.stderr == ""
 
 
+def test_a_bridge_in_chaz_bridges_is_checked_whatever_redis_says(tmp_path: Path) -> None:
+    # A bridge's check reads only its metrics (docs/bridges.md#health); the
+    # Matrix tests check a live one, and a stale one, in test_bridge_matrix.py.
+    bridge = f"http://127.0.0.1:{free_port()}/metrics"  # nothing answers there
+    env = cli_env(
+        home=tmp_path / "home",
+        CHAZ_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0",
+        CHAZ_BRIDGES=bridge,
+    )
+    result = doctor(env, "--json")
+    assert result.returncode == 1
+    rows = json.loads(result.stdout)
+    assert [r["check"] for r in rows] == [*CHECKS, f"bridge {bridge}"]
+    last = rows[-1]
+    assert not last["ok"] and last["detail"].startswith("no metrics:")
+    assert "CHAZ_BRIDGES" in last["fix"]
+
+
 def test_invalid_settings_are_a_failed_check_not_an_error(tmp_path: Path) -> None:
     env = cli_env(home=tmp_path / "home", CHAZ_RECONCILE_SECONDS="-1")
     status, checks = doctor_json(env)

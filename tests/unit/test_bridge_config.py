@@ -123,3 +123,15 @@ def test_an_approval_request_shows_the_tool_arguments_and_request() -> None:
     assert visible(entry)
     text, notice = render(entry)
     assert notice and 'echo {"text": "hi"}' in text and "request r1" in text
+
+
+def test_chaz_bridges_is_a_comma_separated_list_of_http_urls() -> None:
+    from pydantic import ValidationError
+
+    from chaz.settings import Settings
+
+    given = " http://a:9109/metrics, ,https://b/metrics "
+    settings = Settings(_env_file=None, bridges=given)
+    assert settings.bridges == ["http://a:9109/metrics", "https://b/metrics"]
+    with pytest.raises(ValidationError, match="not an http"):
+        Settings(_env_file=None, bridges="bridge-matrix:9109")

@@ -509,6 +509,8 @@ def _masked_server(server: McpServer) -> dict[str, Any]:
     if server.url is not None:
         shown["url"] = mask_url(server.url)
     return shown
+
+
 #: The broker URL schemes chaz supports (docs/brokers.md): Redis and RabbitMQ.
 BROKER_SCHEMES = frozenset({"redis", "rediss", "redis+socket", "amqp", "amqps", "pyamqp"})
 #: Of those, RabbitMQ's.

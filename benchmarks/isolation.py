@@ -3,7 +3,7 @@
 Issue 21 asks that one project driven at ten times its rate limit cannot
 delay another project's turns. On one stack, with chaz's workers, this
 measures project B's dispatch latency (Message -> Ack, as (d) of
-``benchmarks.run``: one message at a time, over 10 sessions) four times in
+``benchmarks.run``: one message at a time, over 10 sessions) five times in
 the same run:
 
 * (i0) **alone**: nothing else runs;

@@ -97,10 +97,10 @@ class ScheduleStore:
         run with (docs/security.md#grants-inside-turns); a pinned session must
         be of ``project``.
 
-        ``job_id`` is the job whose turn adds it. That job must still be
-        running, its row share-locked until this commits: a cancel that moved
-        it first refuses the schedule (``job.cancelled``), and one that moves
-        it after finds the schedule to pause
+        ``job_id`` is the job whose turn adds it. That job must not be
+        stopping or ended, its row share-locked until this commits: a cancel
+        that moved it first refuses the schedule (``job.cancelled``), and one
+        that moves it after finds the schedule to pause
         (docs/schedules.md#a-cancelled-creator).
         """
         owner = check_owner(owner)
@@ -120,7 +120,7 @@ class ScheduleStore:
                 ):
                     return as_schedule(found)
             if job_id is not None:
-                _check_running(conn, job_id)
+                _check_not_stopped(conn, job_id)
             if conn.scalar(select(AgentRow.id).where(AgentRow.id == owner)) is None:
                 raise AgentNotFound(f"no agent {owner!r}", agent_id=owner)
             if values["session_id"] is not None:
@@ -466,16 +466,18 @@ def fire_ended(
         conn.execute(update(SCHEDULES).where(SCHEDULES.c.id == sid).values(failures=0))
 
 
-def _check_running(conn: Connection, job_id: str) -> None:
-    """Raise :class:`~chaz.errors.Cancelled` unless ``job_id`` is running; its
-    row stays share-locked until the caller's transaction ends."""
+def _check_not_stopped(conn: Connection, job_id: str) -> None:
+    """Raise :class:`~chaz.errors.Cancelled` if ``job_id`` is stopping or has
+    ended (a cancel moved it); its row stays share-locked until the caller's
+    transaction ends, so a cancel moving it waits for the schedule."""
     status = conn.scalar(
         select(JobRow.status).where(JobRow.id == job_id).with_for_update(read=True)
     )
-    if status != JobStatus.RUNNING.value:
+    if status is not None and (status == JobStatus.STOPPING or JobStatus(status).terminal):
         raise Cancelled(
-            f"job {job_id} is no longer running ({status}): it adds no schedule",
+            f"job {job_id} is {status}: it adds no schedule",
             job_id=job_id,
+            status=status,
         )
 
 

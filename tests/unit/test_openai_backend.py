@@ -13,7 +13,7 @@ import pytest
 from chaz.domain.agents import AgentSpec
 from chaz.errors import ConfigError, ModelError
 from chaz.runtime.backends.base import TokenCount, ToolSpec, TurnContext
-from chaz.runtime.backends.openai_backend import DEFAULT_MODEL, OpenAIBackend
+from chaz.runtime.backends.openai_backend import CAP_CEILING, DEFAULT_MODEL, OpenAIBackend
 from chaz.settings import Settings
 from tests.support.fake_openai import CannedResponse, FakeOpenAI
 
@@ -176,6 +176,25 @@ def test_a_turns_token_cap_is_sent_as_the_requests_max_tokens(srv: FakeOpenAI) -
     assert srv.requests[1]["max_tokens"] == 30
     assert srv.requests[2]["max_completion_tokens"] == 40
     assert "max_tokens" not in srv.requests[2]
+
+
+def test_a_cap_past_the_ceiling_is_sent_only_under_the_agents_own_limit() -> None:
+    compatible = OpenAIBackend("m", base_url="http://x/v1", api_key="k", timeout=1, max_retries=0)
+    large = TURN.model_copy(update={"max_tokens": CAP_CEILING + 1})
+    # A model may refuse a cap past its output limit: none is sent ...
+    assert compatible.request_fields(large) is None
+    at = TURN.model_copy(update={"max_tokens": CAP_CEILING})
+    assert compatible.request_fields(at) == {"max_tokens": CAP_CEILING}
+    # ... unless the agent names the model's limit, which the cap stays under.
+    limited = OpenAIBackend(
+        "m",
+        base_url="http://x/v1",
+        api_key="k",
+        timeout=1,
+        max_retries=0,
+        options={"max_tokens": 16384},
+    )
+    assert limited.request_fields(large) == {"max_tokens": CAP_CEILING + 1}
 
 
 def test_no_cap_is_sent_without_a_token_budget(srv: FakeOpenAI) -> None:

@@ -30,8 +30,10 @@ A step whose turn has a token budget asks for at most what it has left
 own endpoint, whose reasoning models refuse ``max_tokens``, and as
 ``max_tokens`` against any other server, which all read it; an agent option
 naming either field picks that field instead and stays the bound where it
-is lower. An answer that stopped there (``finish_reason`` ``length``) is
-``truncated`` (docs/runtime.md#the-token-cap).
+is lower; without one, a cap above :data:`CAP_CEILING` is not sent (it
+could pass the model's own output limit, which servers refuse). An answer
+that stopped at the cap (``finish_reason`` ``length``) is ``truncated``
+(docs/runtime.md#the-token-cap).
 """
 
 from __future__ import annotations
@@ -77,6 +79,12 @@ UNUSED_API_KEY = "unused"
 
 # Spec options that configure the client rather than the request body.
 _CLIENT_OPTIONS = frozenset({"base_url", "api_key", "timeout", "max_retries", "stream"})
+
+#: The largest token cap sent to an agent whose options name no cap of their
+#: own: a larger one could pass the model's output limit, which OpenAI and
+#: vLLM refuse with HTTP 400. The agent's ``max_tokens`` option (its model's
+#: limit) lets larger caps through.
+CAP_CEILING = 4096
 
 # The request fields that cap a step's output: OpenAI's current one, then
 # the one every compatible server reads.
@@ -317,7 +325,14 @@ class OpenAIBackend:
         if cap is None:
             return body or None
         named = [f for f in _CAP_FIELDS if f in body]
-        for name in named or [_CAP_FIELDS[0] if _official(self.base_url) else _CAP_FIELDS[1]]:
+        if not named:
+            if cap > CAP_CEILING:
+                # More than a model may be asked for (OpenAI and vLLM refuse
+                # a cap past the model's output limit): the step's tokens are
+                # still checked when it ends.
+                return body or None
+            named = [_CAP_FIELDS[0] if _official(self.base_url) else _CAP_FIELDS[1]]
+        for name in named:
             own = body.get(name)
             if not isinstance(own, int) or isinstance(own, bool) or own > cap:
                 body[name] = cap

@@ -3,7 +3,7 @@
 Issue 21 asks that one project driven at ten times its rate limit cannot
 delay another project's turns. On one stack, with chaz's workers, this
 measures project B's dispatch latency (Message -> Ack, as (d) of
-``benchmarks.run``: one message at a time, over 10 sessions) four times in
+``benchmarks.run``: one message at a time, over 10 sessions) five times in
 the same run:
 
 * (i0) **alone**: nothing else runs;
@@ -11,6 +11,10 @@ the same run:
   process posts into A's sessions at ten times A's ``turns_per_minute``; A's
   bucket refuses nine in ten (``quota.project_rate``) and its admitted
   turns run beside B's;
+* (i1r) **beside an A refused every post**: the same producer, A's limit
+  one turn a minute, so (after its burst of one) nothing of A's is
+  admitted: B beside the refusal path alone, which (i1) adds A's five
+  admitted turns a second to;
 * (i2) **beside the same A without a rate limit** (the control): the same
   offered load, all of it admitted, so the ratio shows what the limit spares B;
 * (i3) **alone again**, once A's turns have drained: the first phase runs on
@@ -66,6 +70,8 @@ QUIET, NOISY = "quiet", "noisy"
 #: within what one producer process offers on a busy machine, and A's
 #: admitted turns are a small share of what the workers serve.
 NOISY_TURNS_PER_MINUTE = 300
+#: The (i1r) phase's limit: after its burst of one, A is refused every post.
+REFUSED_TURNS_PER_MINUTE = 1
 #: The issue's claim: B's p99 beside a noisy A "unchanged within noise".
 GOAL_P99_RATIO = 1.5
 
@@ -183,6 +189,10 @@ def measure_isolation(stack: BenchStack, sizes: Sizes) -> list[Phase]:
         phases = [Phase("(i0) B alone", _probe(quiet, listener, b_sessions, sizes))]
         for name, rate in (
             (f"(i1) B beside A at 10x its {NOISY_TURNS_PER_MINUTE}/min", NOISY_TURNS_PER_MINUTE),
+            (
+                f"(i1r) B beside A refused all ({REFUSED_TURNS_PER_MINUTE}/min)",
+                REFUSED_TURNS_PER_MINUTE,
+            ),
             ("(i2) B beside the same A with no rate limit", None),
         ):
             project_cases.set_limits(noisy.services, NOISY, turns_per_minute=rate)

@@ -182,7 +182,7 @@ class Sessions(Acting):
         ``runtime.control``; another project's session is ``session.not_found``.
         A repeated ``command_id`` returns the first outcome and changes nothing
         more. The outcome: ``{"action": "session.stop", "session_id",
-        "cancelled", "cascaded", "withdrawn", "changed"}``.
+        "cancelled", "cascaded", "withdrawn", "paused", "changed"}``.
         """
         return stop_session(
             self._svc,

@@ -120,6 +120,9 @@ class Schedule(BaseModel):
     owner: str = "user:local"
     grants: list[str] | None = None
     unattended: bool = False
+    #: The job whose turn added it (None: a producer did); a cancel of that
+    #: job's lineage pauses it (docs/schedules.md#a-cancelled-creator).
+    job_id: str | None = None
 
 
 class ScheduleFire(BaseModel):

@@ -14,6 +14,13 @@ The cumulative budgets (docs/runtime.md#budgets) reach a turn as an
 read from its scopes' rows when it started. A step past it ends the turn
 ``budget.tokens`` or ``budget.cost``; a turn whose allowance is spent before
 its first step ends at once (:meth:`Budget.check_start`).
+
+Before each model step the turn asks :meth:`Budget.cap` for the most output
+tokens the step may generate: what its tightest token bound has left, less
+the previous step's prompt (the next prompt holds it whole, so it costs at
+least as much). The backend sends it as the request's token cap; nothing
+left ends the turn ``budget.tokens`` before the call, and an answer that
+stops at the cap ends it too (the budget cut it; docs/runtime.md#the-token-cap).
 """
 
 from __future__ import annotations
@@ -69,16 +76,29 @@ class Budget:
         self._began = self._last_active = clock()
         self._input = self._carried.input_tokens
         self._output = self._carried.output_tokens
+        #: The last step's prompt tokens: a floor on the next step's prompt.
+        self._prompt = 0
 
-    def spent(self, count: TokenCount | None) -> None:
+    def spent(
+        self, count: TokenCount | None, asked: int | None = None, truncated: bool = False
+    ) -> None:
         """Count one model step's tokens (it is also activity); raise
-        :class:`~chaz.errors.TokenBudgetExceeded` once past the limit."""
+        :class:`~chaz.errors.TokenBudgetExceeded` once past the limit, or when
+        the step asked for at most ``asked`` output tokens (:meth:`cap`) and its
+        answer was ``truncated`` there: the budget, not the model, ended it."""
         with self._lock:
             self._last_active = self._clock()
             if count is not None:
                 self._input += count.input
                 self._output += count.output
+                self._prompt = count.input
             total = self._input + self._output
+        if asked is not None and truncated and (count is None or count.output >= asked):
+            raise TokenBudgetExceeded(
+                f"the model's answer reached the {asked} output tokens the turn had left",
+                tokens=total,
+                asked=asked,
+            )
         limit = self._limits.max_tokens_per_turn
         held = self._held()
         if limit is not None and total + held[0] > limit:
@@ -97,6 +117,33 @@ class Budget:
         if self._children is None or not bounded:
             return 0, 0.0
         return self._children()
+
+    def cap(self) -> int | None:
+        """The most output tokens the next model step may ask for (None: no
+        token bound): the tightest of the per-turn limit and the allowance,
+        less what the turn and its children hold, less the last step's
+        prompt. Raises :class:`~chaz.errors.TokenBudgetExceeded` when that
+        leaves nothing: the step would cross its bound whatever it answered."""
+        limit, allowed = self._limits.max_tokens_per_turn, self._allowance.tokens
+        if limit is None and allowed is None:
+            return None
+        held = self._held()[0]
+        with self._lock:
+            total, prompt = self._input + self._output, self._prompt
+        bounds = ((limit, "turn"), (allowed, ""))
+        left, scope = min((b - total - held, s) for b, s in bounds if b is not None)
+        if left - prompt > 0:
+            return left - prompt
+        bound = limit if scope == "turn" else allowed
+        raise TokenBudgetExceeded(
+            f"the turn spent {total} tokens and its children hold {held}, leaving "
+            f"{max(left, 0)} of {bound}: not enough for a step whose prompt is at least {prompt}",
+            tokens=total,
+            children=held,
+            limit=bound,
+            scope=scope or self._allowance.tokens_scope,
+            prompt=prompt,
+        )
 
     def check_start(self) -> None:
         """Before the first step: end the turn at once if its cumulative

@@ -171,14 +171,20 @@ def run_loop(
         ports.stop_check()
         if cp.steps >= max_steps:
             raise StepLimitExceeded(f"the turn took {max_steps} model steps without answering")
-        step_turn = turn.model_copy(update={"step": cp.steps, "last_result": cp.last_result})
+        # Asked for at most what its token budget has left; nothing left
+        # ends the turn here, before a call it could not pay for.
+        cap = ports.budget.cap()
+        step_turn = turn.model_copy(
+            update={"step": cp.steps, "last_result": cp.last_result, "max_tokens": cap}
+        )
         response = ports.backend.complete(context + cp.transcript, tools, step_turn)
         # An answer that came back after the cancel was seen is neither
         # acted on nor replied: no Redis read here, the token is local.
         ports.cancel.raise_if_set()
         # Counted before the answer is acted on: a step past the token
-        # budget ends the turn, its answer neither run nor replied.
-        ports.budget.spent(response.usage)
+        # budget, or cut at its cap, ends the turn, its answer neither run
+        # nor replied.
+        ports.budget.spent(response.usage, cap, response.truncated)
         cp.steps += 1
         if not response.tool_calls:
             # A model may answer with text no database stores (PostgreSQL

@@ -390,6 +390,9 @@ class ScheduleRow(Base):
     grants: Mapped[list[str] | None] = mapped_column(JSON)
     #: Its fires run unattended (docs/security.md#unattended).
     unattended: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: The job whose turn added it (None: a producer did); cancelling that
+    #: job's lineage pauses it (docs/schedules.md#a-cancelled-creator).
+    job_id: Mapped[str | None] = mapped_column(String(32), index=True)
 
 
 class ScheduleFireRow(Base):

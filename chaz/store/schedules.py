@@ -11,6 +11,7 @@ duration, usage.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
@@ -28,10 +29,10 @@ from chaz.domain.schedules import (
     first_slot,
 )
 from chaz.domain.sessions import missing_session
-from chaz.errors import AgentNotFound, ScheduleNotFound, SessionArchived
+from chaz.errors import AgentNotFound, Cancelled, ScheduleNotFound, SessionArchived
 from chaz.ids import as_utc, new_id, utcnow
 from chaz.store import upsert
-from chaz.store.models import AgentRow, ScheduleFireRow, ScheduleRow, SessionRow
+from chaz.store.models import AgentRow, JobRow, ScheduleFireRow, ScheduleRow, SessionRow
 
 if TYPE_CHECKING:
     from chaz.store.db import Database
@@ -85,6 +86,7 @@ class ScheduleStore:
         principal: str = DEFAULT_PRINCIPAL,
         grants: list[str] | None = None,
         unattended: bool = False,
+        job_id: str | None = None,
     ) -> Schedule:
         """Create a schedule owned by ``owner``; its first slot is computed from ``now``.
 
@@ -94,6 +96,12 @@ class ScheduleStore:
         grant) and ``unattended`` are whose it is and the authority its fires
         run with (docs/security.md#grants-inside-turns); a pinned session must
         be of ``project``.
+
+        ``job_id`` is the job whose turn adds it. That job must not be
+        stopping or ended, its row share-locked until this commits: a cancel
+        that moved it first refuses the schedule (``job.cancelled``), and one
+        that moves it after finds the schedule to pause
+        (docs/schedules.md#a-cancelled-creator).
         """
         owner = check_owner(owner)
         values = check_fields(fields)
@@ -111,6 +119,8 @@ class ScheduleStore:
                     and found["project"] == project
                 ):
                     return as_schedule(found)
+            if job_id is not None:
+                _check_not_stopped(conn, job_id)
             if conn.scalar(select(AgentRow.id).where(AgentRow.id == owner)) is None:
                 raise AgentNotFound(f"no agent {owner!r}", agent_id=owner)
             if values["session_id"] is not None:
@@ -123,6 +133,7 @@ class ScheduleStore:
                 "owner": principal,
                 "grants": grants,
                 "unattended": unattended,
+                "job_id": job_id,
                 "fires": 0,
                 "failures": 0,
                 "last_error": None,
@@ -375,6 +386,25 @@ class ScheduleStore:
             if conn.execute(claim).rowcount:
                 fire_ended(conn, fire_id, outcome, error=error, now=now)
 
+    def pause_made_by(
+        self, job_ids: Iterable[str], reason: str, *, now: datetime | None = None
+    ) -> builtins.list[str]:
+        """Turn off, with ``reason``, the enabled schedules the turns of
+        ``job_ids`` added (a cancelled lineage's); their ids, sorted."""
+        ids = sorted(set(job_ids))
+        if not ids:
+            return []
+        made = SCHEDULES.c.job_id.in_(ids) & SCHEDULES.c.enabled.is_(True)
+        with self._db.write() as conn:
+            found = sorted(conn.scalars(select(SCHEDULES.c.id).where(made)))
+            if found:
+                conn.execute(
+                    update(SCHEDULES)
+                    .where(SCHEDULES.c.id.in_(found))
+                    .values(enabled=False, disabled_reason=reason, updated_at=now or utcnow())
+                )
+        return found
+
     def disable(
         self, schedule_id: str, reason: str, *, error: dict[str, Any] | None = None
     ) -> None:
@@ -434,6 +464,21 @@ def fire_ended(
         conn.execute(update(SCHEDULES).where(SCHEDULES.c.id == sid).values(**values))
     elif outcome is FireOutcome.SUCCEEDED:
         conn.execute(update(SCHEDULES).where(SCHEDULES.c.id == sid).values(failures=0))
+
+
+def _check_not_stopped(conn: Connection, job_id: str) -> None:
+    """Raise :class:`~chaz.errors.Cancelled` if ``job_id`` is stopping or has
+    ended (a cancel moved it); its row stays share-locked until the caller's
+    transaction ends, so a cancel moving it waits for the schedule."""
+    status = conn.scalar(
+        select(JobRow.status).where(JobRow.id == job_id).with_for_update(read=True)
+    )
+    if status is not None and (status == JobStatus.STOPPING or JobStatus(status).terminal):
+        raise Cancelled(
+            f"job {job_id} is {status}: it adds no schedule",
+            job_id=job_id,
+            status=status,
+        )
 
 
 def _disable(conn: Connection, schedule_id: str, reason: str, error: dict[str, Any] | None) -> None:

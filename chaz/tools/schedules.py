@@ -143,6 +143,8 @@ def _add(ctx: ToolContext, fields: dict[str, Any]) -> str:
         principal=ctx.owner,
         grants=grant_names(me.grants),
         unattended=ctx.unattended,
+        # A cancel of this turn's lineage pauses it (docs/schedules.md#a-cancelled-creator).
+        job_id=ctx.job_id,
     )
     return json.dumps(_shown(made))
 

@@ -10,7 +10,9 @@ Cancelling (docs/contracts.md#cancel):
 * a terminal job is left as it is, and the outcome says so;
 * descendants (through ``parent_job_id``) are cancelled first;
 * what the lineage left waiting (messages in busy inboxes, follow-ups not
-  yet admitted) is withdrawn (``withdrawn``), and never runs.
+  yet admitted) is withdrawn (``withdrawn``), and never runs;
+* the schedules the lineage's turns added are paused (``paused``), and
+  fire no more until someone resumes them.
 
 A stale ``expected_version`` is a :class:`~chaz.errors.VersionConflict`; a
 repeated ``command_id`` returns the first outcome.
@@ -159,7 +161,8 @@ def cancel_lineage(
 ) -> dict[str, Any]:
     """Cancel ``job`` and its descendants, and withdraw what the lineage left
     waiting; the outcome (``cascaded``: the other jobs cancelled,
-    ``withdrawn``: the deliveries taken back).
+    ``withdrawn``: the deliveries taken back, ``paused``: the schedules the
+    lineage's turns added, turned off).
 
     ``by`` is what the withdrawn deliveries record as ``withdrawn_by`` (the
     command id, else the cancelled job's id). The withdrawal comes after the
@@ -191,6 +194,11 @@ def cancel_lineage(
     ]
     store.silence_followups(late)
     withdrawn_ids = [d.id for d in withdrawn]
+    # After the cancels: a turn adding one meanwhile either saw its job
+    # moved (and added nothing) or committed first, and is found here.
+    paused = store.schedules.pause_made_by(
+        sent_by, f"paused: the job that added it was cancelled (by {by})"
+    )
     for late_id in late:
         late_job = store.get_job(late_id)
         if depth >= MAX_HOPS:
@@ -201,8 +209,10 @@ def cancel_lineage(
         inner = cancel_lineage(services, late_job, reason=reason, by=by, depth=depth + 1)
         cascaded.extend([inner["execution_id"], *inner["cascaded"]])
         withdrawn_ids.extend(inner["withdrawn"])
+        paused.extend(inner["paused"])
     outcome["cascaded"] = cascaded
     outcome["withdrawn"] = withdrawn_ids
+    outcome["paused"] = paused
     return outcome
 
 

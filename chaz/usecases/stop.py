@@ -36,7 +36,8 @@ def stop_session(
 
     ``{"action": "session.stop", "session_id", "cancelled": [the session's
     jobs' cancel outcomes], "cascaded": [descendant jobs cancelled elsewhere],
-    "withdrawn": [delivery ids], "changed"}``. The inbox is withdrawn first,
+    "withdrawn": [delivery ids], "paused": [schedule ids: what the cancelled
+    lineages' turns added], "changed"}``. The inbox is withdrawn first,
     so the running turn's end drains nothing; the queued jobs are cancelled
     before the running one, so its end starts none of them.
 
@@ -80,10 +81,12 @@ def stop_session(
     order = sorted(active, key=lambda j: (j.status is JobStatus.QUEUED, j.ordinal), reverse=True)
     cancelled: dict[int, dict[str, Any]] = {}
     cascaded: list[str] = []
+    paused: list[str] = []
     for job in order:
         outcome = cancel_lineage(services, job, reason=reason, by=by)
         cascaded.extend(outcome.pop("cascaded"))
         withdrawn.extend(outcome.pop("withdrawn"))
+        paused.extend(outcome.pop("paused"))
         cancelled[job.ordinal] = outcome
     result: dict[str, Any] = {
         "action": STOP_ACTION,
@@ -92,7 +95,8 @@ def stop_session(
         "cancelled": [cancelled[ordinal] for ordinal in sorted(cancelled)],
         "cascaded": cascaded,
         "withdrawn": withdrawn,
-        "changed": bool(withdrawn) or any(o["changed"] for o in cancelled.values()),
+        "paused": paused,
+        "changed": bool(withdrawn or paused) or any(o["changed"] for o in cancelled.values()),
     }
     if key is not None:
         result = store.record_command(key, STOP_ACTION, session.id, result)

@@ -72,7 +72,7 @@ def test_quick_isolation_benchmark_prints_its_table_and_the_ratio(tmp_path: Path
     phases (alone before and after), their ratios to its latency alone, and the
     noisy project refused."""
     stdout = bench(tmp_path, "benchmarks.isolation", "--stack", "embedded", "--quick")
-    for figure in ("(i0)", "(i1)", "(i2)", "(i3)", "p99 x alone", "x alone"):
+    for figure in ("(i0)", "(i1)", "(i1r)", "(i2)", "(i3)", "p99 x alone", "x alone"):
         assert figure in stdout, stdout[-3000:]
 
 

@@ -22,6 +22,7 @@ from chaz.coord import keys
 from chaz.domain.entries import EntryType
 from chaz.settings import ModelPrice
 from tests.acceptance.test_cli import chaz_cli, ok
+from tests.support.fake_openai import CannedResponse, FakeOpenAI
 from tests.support.stack import Stack
 
 pytest_plugins = ["tests.support.producers"]
@@ -84,9 +85,11 @@ def test_a_turn_past_its_token_budget_ends_budget_tokens(
         producer,
         "spender",
         [
-            {"call": "echo", "args": {"text": "a"}, "usage": {"input": 60, "output": 10}},
-            # 70 + 50 > 100: this step's answer is neither run nor replied.
-            {"say": "never said", "usage": {"input": 40, "output": 10}},
+            {"call": "echo", "args": {"text": "a"}, "usage": {"input": 20, "output": 10}},
+            # Asked for at most 100 - 30 - 20 (the last prompt) = 50 output
+            # tokens; its prompt grew by 30, so 30 + 90 > 100: this step's
+            # answer is neither run nor replied.
+            {"say": "never said", "usage": {"input": 50, "output": 40}},
         ],
         max_tokens_per_turn=100,
     )
@@ -158,17 +161,19 @@ def test_a_session_past_its_cumulative_budget_ends_its_turns_and_costs_are_price
     assert first.status is chaz.JobStatus.SUCCEEDED, fleet.logs()
     # 50 input and 30 output tokens at 1000 and 4000 per million.
     assert first.usage is not None and first.usage.cost == pytest.approx(0.17)
-    # 80 spent, 20 left: this turn's 80 crosses it, its answer unsaid.
+    # 80 spent, 20 left: this turn asks for at most 20 output tokens, is cut
+    # there, and its prompt's 50 crosses the bound: its answer unsaid.
     second = _post(client, s.id)
     _ended_by_in(fleet, client, second, "budget.tokens")
+    assert second.usage is not None and second.usage.tokens == 70
     # Nothing left: the next turn ends before its first step.
     third = _post(client, s.id)
     assert third.status is chaz.JobStatus.FAILED and third.error is not None
     assert third.error["code"] == "budget.tokens"
     assert third.usage is not None and third.usage.tokens == 0
     total = client.jobs.totals(session_id=s.id)
-    assert (total.tokens, total.jobs) == (160, 3)
-    assert total.cost == pytest.approx(0.34)
+    assert (total.tokens, total.jobs) == (150, 3)
+    assert total.cost == pytest.approx(0.30)
     assert client.jobs.totals() == total  # the tenant's project holds this session only
     for bad in ({"tree_id": ""}, {"session_id": s.id, "tree_id": s.tree_id}):
         with pytest.raises(chaz.errors.ValidationError) as refused:
@@ -177,7 +182,7 @@ def test_a_session_past_its_cumulative_budget_ends_its_turns_and_costs_are_price
     # The CLI reads the same sums.
     env = producer_env
     shown = json.loads(ok(chaz_cli("--json", "jobs", "usage", "--session", s.id, env=env)))
-    assert (shown["tokens"], shown["jobs"]) == (160, 3)
+    assert (shown["tokens"], shown["jobs"]) == (150, 3)
     both = chaz_cli("jobs", "usage", "--session", s.id, "--tree", s.tree_id, env=env)
     assert both.returncode == 2
 
@@ -186,7 +191,8 @@ def test_a_child_whose_caller_has_100_tokens_left_cannot_spend_500(
     fleet: Stack, producer: chaz.Client
 ) -> None:
     client = producer
-    _agent(fleet.client, "big-child", [{"say": "spent", "usage": {"input": 400, "output": 100}}])
+    # It would spend 500; it is asked for at most the 100 it was handed.
+    _agent(fleet.client, "big-child", [{"say": "spent", "usage": {"output": 500}}])
     parent_steps: list[dict[str, Any]] = [
         # 200 of the turn's 300 spent before it spawns: 100 left to hand on.
         {
@@ -203,14 +209,61 @@ def test_a_child_whose_caller_has_100_tokens_left_cannot_spend_500(
     assert child.status is chaz.JobStatus.FAILED and child.error is not None, fleet.logs()
     assert child.error["code"] == "budget.tokens", child.error
     assert child.usage is not None and child.usage.reserved_tokens == 100
-    # What the child spent is its caller's: the step that crossed still
-    # spent its 500, so the caller is past its 300 too, and its next step
-    # ends it without a reply.
+    # Cut at its cap: it spent its reservation and no more, and wrote no reply.
+    assert child.usage.tokens == 100
+    assert child.error["details"]["asked"] == 100
+    _ended_by_in(fleet, client, child, "budget.tokens")
+    # What the child spent is its caller's: 200 + 100 leaves the caller
+    # nothing, so it ends before its next model call, without a reply.
     _ended_by_in(fleet, client, parent, "budget.tokens")
-    assert parent.error is not None and parent.error["details"]["children"] == 500
-    # The tree's totals hold both turns, the child's 500 as it reported them.
+    assert parent.error is not None and parent.error["details"]["children"] == 100
+    assert parent.usage is not None and parent.usage.tokens == 200
     tree = client.jobs.totals(tree_id=s.tree_id)
-    assert (tree.tokens, tree.jobs) == (700, 2)
+    assert (tree.tokens, tree.jobs) == (300, 2)
+
+
+def test_an_openai_step_asks_for_what_the_turn_has_left_and_an_answer_cut_there_ends_it(
+    fleet: Stack, producer: chaz.Client
+) -> None:
+    client = producer
+    with FakeOpenAI(model="fake-model") as srv:
+        fleet.client.agents.put(
+            chaz.AgentSpec(
+                id="capped-gpt",
+                model="openai:fake-model",
+                tools=["echo"],
+                options={"base_url": srv.base_url, "api_key": "unused", "max_retries": 0},
+                limits=chaz.Limits(max_tokens_per_turn=100),
+            )
+        )
+        srv.push(
+            CannedResponse(
+                message={"role": "assistant", "content": None, "tool_calls": [_ECHO]},
+                finish_reason="tool_calls",
+                usage=(20, 10),
+            )
+        )
+        # 100 - 30 spent - the 20-token prompt: 50 asked, 50 generated.
+        srv.push(
+            CannedResponse(
+                message={"role": "assistant", "content": "an answer cut sh", "refusal": None},
+                finish_reason="length",
+                usage=(25, 50),
+            )
+        )
+        s = client.sessions.create("capped-gpt")
+        job = _post(client, s.id)
+        assert [r["max_tokens"] for r in srv.requests] == [100, 50]
+    _ended_by_in(fleet, client, job, "budget.tokens")
+    assert job.usage is not None and job.usage.tokens == 105
+
+
+#: The tool call the fake model's first answer makes.
+_ECHO = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "echo", "arguments": '{"text": "x"}'},
+}
 
 
 def test_a_childs_spend_is_charged_to_its_caller_while_it_runs_and_after(
@@ -224,8 +277,9 @@ def test_a_childs_spend_is_charged_to_its_caller_while_it_runs_and_after(
             "args": {"agent_id": "small-child", "task": "t"},
             "usage": {"input": 80, "output": 20},
         },
-        # 100 own + 150 the child used + these 100 = 350, past 300: without
-        # the child's share the turn would have spent 200 and replied.
+        # 100 own + 150 the child used leaves 50, less than the last prompt's
+        # 80: the turn ends before this call. Without the child's share it
+        # would have asked for 120 tokens, spent 200 and replied.
         {"say": "never said", "usage": {"input": 90, "output": 10}},
     ]
     _agent(fleet.client, "sharer", parent_steps, max_tokens_per_turn=300)
@@ -235,7 +289,8 @@ def test_a_childs_spend_is_charged_to_its_caller_while_it_runs_and_after(
     assert child.status is chaz.JobStatus.SUCCEEDED, fleet.logs()
     assert child.usage is not None and child.usage.reserved_tokens == 200
     _ended_by_in(fleet, client, parent, "budget.tokens")
-    assert parent.usage is not None and parent.usage.tokens == 200  # its own, not the child's
+    assert parent.usage is not None and parent.usage.tokens == 100  # its own, not the child's
+    assert parent.error is not None and parent.error["details"]["children"] == 150
 
 
 def _ended_by_in(stack: Stack, client: chaz.Client, job: chaz.Job, code: str) -> None:

@@ -187,3 +187,53 @@ def test_an_agent_schedules_itself_and_sees_only_its_own(
     results = [x for x in client.sessions.entries(r.id) if x.type is EntryType.TOOL_RESULT]
     assert "schedule.not_found" in results[-1].content
     assert client.schedules.get(made["id"]).owner_agent_id == "planner"
+
+
+def test_a_cancel_pauses_what_the_cancelled_turn_scheduled_and_it_fires_no_more(
+    stack: Stack, producer: chaz.Client
+) -> None:
+    """docs/schedules.md#a-cancelled-creator: the turn adds a one-second
+    schedule, then waits; its cancel pauses the schedule, which fires no
+    more while a producer's one-second schedule beside it keeps firing."""
+    client = producer
+    every_second: dict[str, Any] = {"prompt": "tick", "interval_seconds": 1, "target": "fresh"}
+    stack.client.agents.put(
+        chaz.AgentSpec(
+            id="eager",
+            tools=["schedule_add"],
+            script=[
+                {"match": "^tick", "steps": [{"say": "tock"}]},
+                {
+                    "steps": [
+                        {"call": "schedule_add", "args": every_second},
+                        {"wait": "never-{session_id}", "timeout": 300},
+                        {"say": "not said"},
+                    ]
+                },
+            ],
+        )
+    )
+    stack.workers(1, concurrency=3)
+    stack.housekeeper()
+    s = client.sessions.create("eager")
+    job_id = client.sessions.post(s.id, "go", sender="user:alice").job_id or ""
+    [added] = stack.wait_for(
+        lambda: [x for x in client.schedules.list("eager") if x.job_id == job_id],
+        60,
+        "the turn's schedule",
+    )
+    outcome = client.jobs.cancel(job_id, reason="enough")
+    assert outcome["paused"] == [added.id], outcome
+    assert client.jobs.wait(job_id, timeout=60).status is JobStatus.CANCELLED
+    paused = client.schedules.get(added.id)
+    assert not paused.enabled and "was cancelled" in (paused.disabled_reason or "")
+    before = {f.slot for f in client.schedules.fires(added.id)}
+    # The beat keeps firing a schedule nobody cancelled: two of its slots
+    # after the cancel, and still none of the paused one's.
+    beside = client.schedules.add("eager", kind="interval", **every_second)
+    stack.wait_for(
+        lambda: len([f for f in client.schedules.fires(beside.id) if f.job_id]) >= 2,
+        60,
+        "two fires of the schedule beside it",
+    )
+    assert {f.slot for f in client.schedules.fires(added.id)} == before

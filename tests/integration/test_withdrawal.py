@@ -441,3 +441,52 @@ def test_a_job_admitted_inside_the_cascade_is_cancelled_with_what_it_sent(
     assert outcome["cascaded"] == [late_id, further_id]
     assert services.store.get_job(late_id).status is JobStatus.STOPPING
     assert services.store.get_job(further_id).status is JobStatus.CANCELLED
+
+
+# -- schedules a cancelled lineage added (docs/schedules.md#a-cancelled-creator)
+
+
+def _add_schedule(client: chaz.Client, ctx: Any, call_id: str) -> tuple[dict[str, Any], bool]:
+    """The turn of ``ctx`` calls ``schedule_add`` (every hour, pinned to its session)."""
+    args = {"prompt": "tick", "interval_seconds": 3600}
+    request = ToolCallRequest(id=call_id, name="schedule_add", arguments=json.dumps(args))
+    outcome = client.tools.invoke(request, ctx)
+    return json.loads(outcome.output), outcome.is_error
+
+
+def test_a_cancel_pauses_the_schedules_its_lineage_added_and_a_stop_does_too(
+    services: Services, stack: Stack
+) -> None:
+    client = stack.client
+    session = client.sessions.create("quiet")
+    ctx = interactive_turn(client, session.id, ["schedule_add"])
+    services.store.start_turn(ctx.job_id, "tok-sched")
+    made, is_error = _add_schedule(client, ctx, "c-1")
+    assert not is_error and made["enabled"], made
+    assert client.schedules.get(made["id"]).job_id == ctx.job_id
+    # A producer's schedule has no creator job: no cancel pauses it.
+    own = client.schedules.add("quiet", kind="interval", prompt="p", interval_seconds=60)
+    assert own.job_id is None
+    outcome = control.cancel(services, ctx.job_id, command_id="cancel-sched")
+    assert outcome["paused"] == [made["id"]]
+    paused = client.schedules.get(made["id"])
+    assert not paused.enabled and paused.disabled_reason is not None
+    assert "cancelled (by cancel-sched)" in paused.disabled_reason
+    assert client.schedules.get(own.id).enabled
+    # The stopping turn's next add adds nothing: its job is no longer running.
+    late, is_error = _add_schedule(client, ctx, "c-2")
+    assert is_error and late["error"]["code"] == "job.cancelled", late
+    assert [s.id for s in client.schedules.list() if s.job_id == ctx.job_id] == [made["id"]]
+    # Paused, not lost: a resume turns it on again, and a second cancel
+    # (nothing left to change) pauses nothing more.
+    assert client.schedules.resume(made["id"]).enabled
+    assert control.cancel(services, ctx.job_id)["paused"] == [made["id"]]
+
+    # A session-wide Stop pauses what the lineages it cancels added.
+    other = client.sessions.create("quiet")
+    running = interactive_turn(client, other.id, ["schedule_add"])
+    services.store.start_turn(running.job_id, "tok-sched-2")
+    added, _ = _add_schedule(client, running, "c-3")
+    stopped = stop_session(services, other.id, principal=LOCAL)
+    assert stopped["paused"] == [added["id"]] and stopped["changed"]
+    assert not client.schedules.get(added["id"]).enabled

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chaz.domain.agents import Limits
+from chaz.domain.budgets import Allowance
 from chaz.domain.jobs import Usage
 from chaz.domain.script import ScriptStep
 from chaz.errors import (
@@ -114,3 +115,51 @@ def test_the_per_turn_budgets_narrow_and_must_be_positive() -> None:
     )
     with pytest.raises(ValidationError):
         Limits(max_idle_seconds=0)
+
+
+# -- the token cap a model step asks for (docs/runtime.md#the-token-cap)
+
+
+def test_the_cap_is_what_the_tightest_bound_leaves_less_the_last_prompt() -> None:
+    held = [(0, 0.0)]
+    budget = Budget(
+        Limits(max_tokens_per_turn=300),
+        allowance=Allowance(tokens=250, tokens_scope="caller"),
+        children=lambda: held[0],
+    )
+    assert budget.cap() == 250
+    budget.spent(TokenCount(input=60, output=10), asked=250)
+    # 250 - 70 spent, less the next prompt's floor of 60.
+    assert budget.cap() == 120
+    held[0] = (100, 0.0)
+    assert budget.cap() == 20
+    held[0] = (120, 0.0)
+    with pytest.raises(TokenBudgetExceeded) as none_left:
+        budget.cap()
+    details = none_left.value.details
+    assert (details["limit"], details["scope"], details["prompt"]) == (250, "caller", 60)
+    assert details["children"] == 120
+    # Nothing bounds tokens: no cap, and the children are not asked.
+    free = Budget(children=lambda: (_ for _ in ()).throw(AssertionError))
+    assert free.cap() is None
+
+
+def test_an_answer_cut_at_the_cap_ends_the_turn_but_one_under_it_does_not() -> None:
+    budget = Budget(Limits(max_tokens_per_turn=100))
+    # Truncated by the agent's own, lower max_tokens: not the budget's doing.
+    budget.spent(TokenCount(input=5, output=20), asked=100, truncated=True)
+    with pytest.raises(TokenBudgetExceeded) as cut:
+        budget.spent(TokenCount(input=5, output=50), asked=50, truncated=True)
+    assert cut.value.details["asked"] == 50
+    assert budget.usage().tokens == 80
+
+
+def test_a_scripted_step_honours_the_cap_it_is_asked_for() -> None:
+    backend = ScriptedBackend.from_script([{"steps": [{"say": "hi", "usage": {"output": 500}}]}])
+    turn = TurnContext(session_id="s", job_id="j", trigger_content="x")
+    free = backend.complete([], [], turn)
+    assert (free.usage, free.truncated) == (TokenCount(output=500), False)
+    capped = backend.complete([], [], turn.model_copy(update={"max_tokens": 100}))
+    assert (capped.usage, capped.truncated) == (TokenCount(output=100), True)
+    roomy = backend.complete([], [], turn.model_copy(update={"max_tokens": 500}))
+    assert (roomy.usage, roomy.truncated) == (TokenCount(output=500), False)

@@ -13,9 +13,9 @@ import pytest
 from chaz.domain.agents import AgentSpec
 from chaz.errors import ConfigError, ModelError
 from chaz.runtime.backends.base import TokenCount, ToolSpec, TurnContext
-from chaz.runtime.backends.openai_backend import DEFAULT_MODEL, OpenAIBackend
+from chaz.runtime.backends.openai_backend import CAP_CEILING, DEFAULT_MODEL, OpenAIBackend
 from chaz.settings import Settings
-from tests.support.fake_openai import FakeOpenAI
+from tests.support.fake_openai import CannedResponse, FakeOpenAI
 
 TURN = TurnContext(session_id="s1", job_id="j1", trigger_content="hello")
 MESSAGES: list[dict[str, Any]] = [
@@ -157,6 +157,82 @@ def test_options_are_sent_as_request_fields(srv: FakeOpenAI) -> None:
 
     assert srv.requests[0]["temperature"] == 0.2
     assert srv.requests[0]["max_tokens"] == 50
+
+
+def test_a_turns_token_cap_is_sent_as_the_requests_max_tokens(srv: FakeOpenAI) -> None:
+    capped = TURN.model_copy(update={"max_tokens": 40})
+    srv.push_text("cut sho", finish_reason="length")
+    srv.push_text("ok")
+    srv.push_text("ok")
+
+    # Against a compatible server: max_tokens, which every such server reads.
+    assert backend(srv).complete(MESSAGES, [], capped).truncated
+    # An agent's own bound stays where it is lower, in the field it names.
+    assert not backend(srv, max_tokens=30).complete(MESSAGES, [], capped).truncated
+    backend(srv, max_completion_tokens=500).complete(MESSAGES, [], capped)
+
+    assert srv.requests[0]["max_tokens"] == 40
+    assert "max_completion_tokens" not in srv.requests[0]
+    assert srv.requests[1]["max_tokens"] == 30
+    assert srv.requests[2]["max_completion_tokens"] == 40
+    assert "max_tokens" not in srv.requests[2]
+
+
+def test_a_cap_past_the_ceiling_is_sent_only_under_the_agents_own_limit() -> None:
+    compatible = OpenAIBackend("m", base_url="http://x/v1", api_key="k", timeout=1, max_retries=0)
+    large = TURN.model_copy(update={"max_tokens": CAP_CEILING + 1})
+    # A model may refuse a cap past its output limit: none is sent ...
+    assert compatible.request_fields(large) is None
+    at = TURN.model_copy(update={"max_tokens": CAP_CEILING})
+    assert compatible.request_fields(at) == {"max_tokens": CAP_CEILING}
+    # ... unless the agent names the model's limit, which the cap stays under.
+    limited = OpenAIBackend(
+        "m",
+        base_url="http://x/v1",
+        api_key="k",
+        timeout=1,
+        max_retries=0,
+        options={"max_tokens": 16384},
+    )
+    assert limited.request_fields(large) == {"max_tokens": CAP_CEILING + 1}
+
+
+def test_no_cap_is_sent_without_a_token_budget(srv: FakeOpenAI) -> None:
+    srv.push_text("ok")
+    backend(srv).complete(MESSAGES, [], TURN)
+    assert "max_tokens" not in srv.requests[0]
+    assert "max_completion_tokens" not in srv.requests[0]
+
+
+def test_a_streamed_step_sends_the_cap_and_says_it_was_cut(srv: FakeOpenAI) -> None:
+    srv.push(
+        CannedResponse(
+            message={"role": "assistant", "content": "cut", "refusal": None},
+            chunks=("cu", "t"),
+            finish_reason="length",
+        )
+    )
+    streamed = OpenAIBackend(
+        "test-model",
+        base_url=srv.base_url,
+        api_key="sk-test",
+        timeout=5.0,
+        max_retries=0,
+        stream=True,
+    )
+    answer = streamed.complete(MESSAGES, [], TURN.model_copy(update={"max_tokens": 7}))
+    assert (answer.text, answer.truncated) == ("cut", True)
+    assert srv.requests[0]["max_tokens"] == 7
+
+
+def test_openais_own_endpoint_gets_max_completion_tokens() -> None:
+    official = OpenAIBackend("m", base_url=None, api_key="k", timeout=1, max_retries=0)
+    capped = TURN.model_copy(update={"max_tokens": 12})
+    assert official.request_fields(capped) == {"max_completion_tokens": 12}
+    named = OpenAIBackend(
+        "m", base_url="https://api.openai.com/v1", api_key="k", timeout=1, max_retries=0
+    )
+    assert named.request_fields(capped) == {"max_completion_tokens": 12}
 
 
 def test_options_may_not_override_owned_fields() -> None:

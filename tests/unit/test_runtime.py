@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 from pydantic import ValidationError as PydanticValidationError
 
-from chaz.domain.agents import AgentSpec
+from chaz.domain.agents import AgentSpec, Limits
 from chaz.domain.entries import Entry, EntryType
 from chaz.errors import (
     Cancelled,
@@ -23,6 +23,7 @@ from chaz.errors import (
     HandedBack,
     ModelError,
     QueueFull,
+    TokenBudgetExceeded,
     TurnNotMatched,
     ValidationError,
 )
@@ -34,6 +35,7 @@ from chaz.runtime.backends.base import (
     TurnContext,
 )
 from chaz.runtime.backends.scripted import ScriptedBackend
+from chaz.runtime.budget import Budget
 from chaz.runtime.cancel import CancelToken
 from chaz.runtime.context import build_context
 from chaz.runtime.events import EventSink, RuntimeEvent, ToolCallEvent, ToolResultEvent
@@ -985,3 +987,25 @@ def test_checkpoint_counts_decisions_and_hand_backs_and_round_trips() -> None:
     old = Checkpoint.from_json({"steps": 1})
     assert (old.suspensions, old.handbacks) == (0, 0)
     assert Checkpoint.from_json(cp.to_json()) == cp
+
+
+def test_each_step_asks_for_what_the_token_budget_has_left_and_none_left_ends_before_it() -> None:
+    b = RecordingBackend(
+        backend(
+            {
+                "steps": [
+                    {"call": "echo", "args": {"text": "a"}, "usage": {"input": 30, "output": 10}},
+                    {"call": "echo", "args": {"text": "b"}, "usage": {"input": 45, "output": 5}},
+                    {"say": "never asked"},
+                ]
+            }
+        )
+    )
+    rec = Recorder()
+    loop_ports = dataclasses.replace(ports(b, rec), budget=Budget(Limits(max_tokens_per_turn=130)))
+    with pytest.raises(TokenBudgetExceeded) as ended:
+        run_loop(loop_ports, CONTEXT, turn(), ctx({"echo"}), max_steps=5)
+    # 130 at first; then 130 - 40 less the 30-token prompt; then 130 - 90
+    # leaves 40, less than the last prompt's 45: no third call.
+    assert [t.max_tokens for _, _, t in b.seen] == [130, 60]
+    assert ended.value.details["prompt"] == 45 and ended.value.details["tokens"] == 90

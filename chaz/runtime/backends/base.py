@@ -36,6 +36,9 @@ class ModelResponse(BaseModel):
     tool_calls: list[ToolCallRequest] = Field(default_factory=list)
     #: What the step cost, where the backend reports it (None: not reported).
     usage: TokenCount | None = None
+    #: The answer stopped at the request's output-token cap (OpenAI's
+    #: ``finish_reason`` ``length``): it is incomplete.
+    truncated: bool = False
 
 
 class ToolSpec(BaseModel):
@@ -56,6 +59,13 @@ class TurnContext(BaseModel):
     trigger_content: str
     step: int = Field(0, description="Model steps already taken in this turn.")
     last_result: str | None = None
+    max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="The most output tokens this step may generate: what the turn's "
+        "token budget has left (None: no bound). A backend must not let the model "
+        "generate more.",
+    )
 
 
 class ModelBackend(Protocol):

@@ -24,6 +24,16 @@ answer (``stream=True``): its text deltas go to the turn's
 :class:`~chaz.coord.partials.PartialPublisher` as they arrive (coalesced
 there), and the answer is assembled from the deltas. The step the loop sees
 is the same either way (docs/runtime.md#streaming).
+
+A step whose turn has a token budget asks for at most what it has left
+(``TurnContext.max_tokens``): as ``max_completion_tokens`` against OpenAI's
+own endpoint, whose reasoning models refuse ``max_tokens``, and as
+``max_tokens`` against any other server, which all read it; an agent option
+naming either field picks that field instead and stays the bound where it
+is lower; without one, a cap above :data:`CAP_CEILING` is not sent (it
+could pass the model's own output limit, which servers refuse). An answer
+that stopped at the cap (``finish_reason`` ``length``) is ``truncated``
+(docs/runtime.md#the-token-cap).
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import threading
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 import httpcore2
 import openai
@@ -69,6 +80,16 @@ UNUSED_API_KEY = "unused"
 
 # Spec options that configure the client rather than the request body.
 _CLIENT_OPTIONS = frozenset({"base_url", "api_key", "timeout", "max_retries", "stream"})
+
+#: The largest token cap sent to an agent whose options name no cap of their
+#: own: a larger one could pass the model's output limit, which OpenAI and
+#: vLLM refuse with HTTP 400. The agent's ``max_tokens`` option (its model's
+#: limit) lets larger caps through.
+CAP_CEILING = 4096
+
+# The request fields that cap a step's output: OpenAI's current one, then
+# the one every compatible server reads.
+_CAP_FIELDS = ("max_completion_tokens", "max_tokens")
 
 # Request fields this backend owns; letting options override them would break
 # the port's contract (e.g. ``stream`` changes the response shape entirely).
@@ -241,7 +262,7 @@ class OpenAIBackend:
                 # TypedDicts describe the same shape.
                 messages=cast(Iterable[ChatCompletionMessageParam], messages),
                 tools=[_tool_param(t) for t in tools] if tools else openai.omit,
-                extra_body=self.options or None,
+                extra_body=self.request_fields(turn),
             )
         except openai.APITimeoutError as exc:
             raise self._error(
@@ -271,7 +292,7 @@ class OpenAIBackend:
             model=self.model,
             messages=cast(Iterable[ChatCompletionMessageParam], messages),
             tools=[_tool_param(t) for t in tools] if tools else openai.omit,
-            extra_body=self.options or None,
+            extra_body=self.request_fields(turn),
             stream=True,
             # The step's tokens come in a last chunk with no choices, sent
             # only when asked for: without it a streamed step counts nothing.
@@ -281,8 +302,9 @@ class OpenAIBackend:
         refusal: list[str] = []
         calls: dict[int, dict[str, str]] = {}
         counted: list[TokenCount] = []
+        finished: list[str] = []
         try:
-            for delta in _deltas(stream, counted):
+            for delta in _deltas(stream, counted, finished):
                 if self.cancel is not None and self.cancel.is_set():
                     # The turn has gone on without us: publish nothing more.
                     break
@@ -308,8 +330,32 @@ class OpenAIBackend:
         if answer is None and not tool_calls and refusal:
             answer = "".join(refusal)
         return ModelResponse(
-            text=answer, tool_calls=tool_calls, usage=counted[-1] if counted else None
+            text=answer,
+            tool_calls=tool_calls,
+            usage=counted[-1] if counted else None,
+            truncated=finished[-1:] == ["length"],
         )
+
+    def request_fields(self, turn: TurnContext) -> dict[str, Any] | None:
+        """The request's own fields: the agent's options, the output capped at
+        what the turn's token budget has left (see the module docstring)."""
+        body = dict(self.options)
+        cap = turn.max_tokens
+        if cap is None:
+            return body or None
+        named = [f for f in _CAP_FIELDS if f in body]
+        if not named:
+            if cap > CAP_CEILING:
+                # More than a model may be asked for (OpenAI and vLLM refuse
+                # a cap past the model's output limit): the step's tokens are
+                # still checked when it ends.
+                return body or None
+            named = [_CAP_FIELDS[0] if _official(self.base_url) else _CAP_FIELDS[1]]
+        for name in named:
+            own = body.get(name)
+            if not isinstance(own, int) or isinstance(own, bool) or own > cap:
+                body[name] = cap
+        return body
 
     def _cut(self) -> None:
         if self._wire is not None:
@@ -340,7 +386,12 @@ class OpenAIBackend:
             # A refusal is the model's answer to the turn; surface it as text
             # rather than as an empty step the loop cannot act on.
             text = getattr(message, "refusal", None)
-        return ModelResponse(text=text, tool_calls=calls, usage=_usage(completion))
+        return ModelResponse(
+            text=text,
+            tool_calls=calls,
+            usage=_usage(completion),
+            truncated=getattr(choices[0], "finish_reason", None) == "length",
+        )
 
     def _tool_call(self, call: Any) -> ToolCallRequest:
         function = getattr(call, "function", None)
@@ -383,15 +434,19 @@ def _usage(completion: Any) -> TokenCount | None:
     return TokenCount(input=max(prompt, 0), output=max(completed, 0))
 
 
-def _deltas(stream: Iterable[Any], counted: list[TokenCount]) -> Iterator[Any]:
+def _deltas(stream: Iterable[Any], counted: list[TokenCount], finished: list[str]) -> Iterator[Any]:
     """The ``delta`` of each chunk's first choice; a chunk's ``usage`` (the
-    last one's, asked for by ``include_usage``) is appended to ``counted``."""
+    last one's, asked for by ``include_usage``) is appended to ``counted``,
+    its ``finish_reason`` to ``finished``."""
     for chunk in stream:
         used = _usage(chunk)
         if used is not None:
             counted.append(used)
         choices = getattr(chunk, "choices", None)
         if choices:
+            reason = getattr(choices[0], "finish_reason", None)
+            if isinstance(reason, str):
+                finished.append(reason)
             delta = getattr(choices[0], "delta", None)
             if delta is not None:
                 yield delta
@@ -515,6 +570,13 @@ def _tool_param(tool: ToolSpec) -> ChatCompletionFunctionToolParam:
             "parameters": tool.parameters,
         },
     }
+
+
+def _official(base_url: str | None) -> bool:
+    """Whether requests go to OpenAI's own endpoint (the client's default)."""
+    if base_url is None:
+        return True
+    return urlsplit(base_url).hostname == "api.openai.com"
 
 
 def _opt_str(value: object) -> str | None:

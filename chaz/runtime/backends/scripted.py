@@ -9,7 +9,10 @@ is set (docs/runtime.md#preemptive-cancel).
 
 A response step's ``usage`` (``{"input": N, "output": M}``) is the token
 count it reports, what the turn's ``max_tokens_per_turn`` counts; without
-one a step reports none (docs/runtime.md#per-turn-budgets).
+one a step reports none (docs/runtime.md#per-turn-budgets). A step asked for
+at most N output tokens (``TurnContext.max_tokens``, the turn's token cap)
+reports at most N, and one whose ``output`` is more is cut there (its
+response ``truncated``), as a real model stops at ``max_tokens``.
 
 A ``stream`` step publishes its text as partials (``chunk`` characters at a
 time, see :mod:`chaz.coord.partials`) before answering it, stopping at a
@@ -163,8 +166,14 @@ class ScriptedBackend:
         response = self._response(step, turn, context)
         if step.usage is None:
             return response
-        used = TokenCount(input=step.usage.input, output=step.usage.output)
-        return response.model_copy(update={"usage": used})
+        output, cap = step.usage.output, turn.max_tokens
+        # Honours the step's token cap as a real model does: it generates no
+        # more, and says its answer stopped there.
+        truncated = cap is not None and output > cap
+        if cap is not None and truncated:
+            output = cap
+        used = TokenCount(input=step.usage.input, output=output)
+        return response.model_copy(update={"usage": used, "truncated": truncated})
 
     def _response(self, step: ScriptStep, turn: TurnContext, context: str) -> ModelResponse:
         if step.fail is not None:

@@ -22,6 +22,7 @@ from chaz.runtime.backends.base import (
     ToolSpec,
     TurnContext,
 )
+from chaz.runtime.cancel import CancelToken
 from chaz.runtime.registry import Tool, ToolContext, ToolOutcome, ToolRegistry
 
 
@@ -72,9 +73,13 @@ class TracedTools(ToolRegistry):
         """The inner registry's names."""
         return self._inner.names()
 
-    def specs(self, names: Iterable[str]) -> list[ToolSpec]:
-        """The inner registry's specs."""
-        return self._inner.specs(names)
+    def unknown(self, names: Iterable[str]) -> list[str]:
+        """The inner registry's unknown names."""
+        return self._inner.unknown(names)
+
+    def specs(self, names: Iterable[str], cancel: CancelToken | None = None) -> list[ToolSpec]:
+        """The inner registry's specs (an MCP source's tools need the turn's cancel)."""
+        return self._inner.specs(names, cancel)
 
     def refusal(self, call: ToolCallRequest, ctx: ToolContext) -> ToolOutcome | None:
         """The inner registry's refusal."""

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
+import pydantic
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -24,7 +25,8 @@ from chaz.runtime.backends.base import (
     ToolCallRequest,
     TurnContext,
 )
-from chaz.runtime.registry import ToolContext, ToolOutcome, ToolRegistry
+from chaz.runtime.cancel import CancelToken
+from chaz.runtime.registry import Tool, ToolContext, ToolOutcome, ToolRegistry
 from chaz.runtime.spans import TracedBackend, TracedTools, tool_attributes
 
 
@@ -243,6 +245,38 @@ def test_a_tool_call_span_records_an_error_outcome(spans: InMemorySpanExporter) 
     assert isinstance(out, ToolOutcome) and out.is_error
     [tool] = named(spans, "chaz.tool")
     assert tool.attributes is not None and tool.attributes["chaz.tool.is_error"] is True
+
+
+class _Source:
+    """A tool source (as an MCP server is) that records the cancel it was handed."""
+
+    def __init__(self) -> None:
+        self.cancels: list[object] = []
+
+    def owns(self, name: str) -> bool:
+        return name.startswith("srv.")
+
+    def tool(self, name: str, cancel: object = None) -> Tool | None:
+        self.cancels.append(cancel)
+        return Tool(
+            name=name,
+            description="a source's tool",
+            args=pydantic.BaseModel,
+            run=lambda args, ctx: "ok",
+            schema={"type": "object", "properties": {}},
+        )
+
+
+def test_a_traced_registry_offers_a_sources_tools_with_the_turns_cancel() -> None:
+    # The loop asks for specs with the turn's cancel (an MCP server may have
+    # to start); the traced registry must pass both through, not drop either.
+    source = _Source()
+    traced = TracedTools(ToolRegistry(sources=[source]))
+    cancel = CancelToken()
+    [spec] = traced.specs(["srv.echo"], cancel)
+    assert spec.name == "srv.echo"
+    assert source.cancels == [cancel]
+    assert traced.unknown(["srv.echo", "nope"]) == ["nope"]
 
 
 class _App:

@@ -13,7 +13,8 @@ from chaz.settings import broker_url_for, get_settings
 
 _settings = get_settings()
 
-#: The broker is the same Redis that holds chaz's coordination state.
+#: The broker: CHAZ_BROKER_URL, by default the same Redis that holds chaz's
+#: coordination state (a Redis Cluster cannot be a broker: then it is elsewhere).
 broker_url = broker_url_for(_settings)
 
 #: chaz keeps results and state in its database, not in a Celery result backend.

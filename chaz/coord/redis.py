@@ -13,7 +13,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from chaz.errors import BackendUnavailable
 from chaz.plumbing.files import PRIVATE_UMASK, create_private, private_dir
@@ -32,9 +32,35 @@ def connect(settings: Settings) -> redis.Redis:
     if settings.embedded_redis:
         ensure_embedded(settings)
     url = settings.effective_redis_url()
+    if settings.redis_cluster:
+        from redis.cluster import RedisCluster
+
+        # The cluster client speaks the same commands; it routes each to the
+        # master of its key's slot (docs/coordination.md#on-a-redis-cluster).
+        # Typed as redis.Redis: the coordination classes use only the
+        # commands both clients share, and check clustered() where they differ.
+        cluster = RedisCluster.from_url(
+            url, decode_responses=True, socket_keepalive=True, health_check_interval=30
+        )
+        return cast("redis.Redis", cluster)
     # TCP keepalive does not apply to the embedded server's Unix socket.
     extra = {} if url.startswith("unix://") else {"socket_keepalive": True}
     return redis.Redis.from_url(url, decode_responses=True, health_check_interval=30, **extra)
+
+
+def clustered(client: Any) -> bool:
+    """Whether ``client`` talks to a Redis Cluster (keys then carry hash tags)."""
+    from redis.cluster import RedisCluster
+
+    return isinstance(client, RedisCluster)
+
+
+def tag_for(client: Any, project: str) -> str:
+    """The key infix of ``project``'s keys on ``client``'s Redis: its bucket's
+    hash tag on a cluster, nothing on a single Redis (chaz.coord.keys)."""
+    from chaz.coord import keys
+
+    return keys.tag(project) if clustered(client) else ""
 
 
 def _ping(socket_path: Path) -> bool:

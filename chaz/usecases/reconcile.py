@@ -70,7 +70,7 @@ class Reconciler:
         heads: dict[str, Job] = {}
         for job in active:
             heads.setdefault(job.session_id, job)
-        held = svc.lanes.held(list(heads))
+        held = svc.lanes.held({sid: job.project for sid, job in heads.items()})
         heads = self._drop_ended(heads, held)
         now = utcnow()
         for session_id, head in heads.items():
@@ -105,7 +105,7 @@ class Reconciler:
         # A cancel requested before a flush must still stop its turn.
         for job in active:
             if job.status is JobStatus.STOPPING:
-                svc.flags.restore(job.id)
+                svc.flags.restore(job.id, job.project)
         # Only a running job with no lease is an orphaned turn (its worker is
         # gone); a queued job past the grace period just had its wake-up sent
         # again, which a backlog of wake-ups explains as well as a lost one.

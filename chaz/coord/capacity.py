@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 import redis
 
 from chaz.coord import keys, scripts
-from chaz.coord.redis import clustered, tag_for
+from chaz.coord.redis import clustered, scan_keys, tag_for
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.limits import EffectiveLimits
 
@@ -84,7 +84,7 @@ class TreeCapacity:
         """
         woken: list[str] = []
         # On a cluster, SCAN visits every master in turn.
-        for key in self.client.scan_iter(match=keys.live_pattern(self._clustered), count=500):
+        for key in scan_keys(self.client, keys.live_pattern(self._clustered)):
             tree_id = str(key).rsplit(":", 1)[-1]
             t = keys.key_tag(str(key))
             fields = [str(f) for f in self.client.hkeys(key) if f != SENTINEL]
@@ -112,9 +112,15 @@ class TreeCapacity:
         restored = 0
         for tree_id, jobs in running.items():
             project = jobs[0].project
-            if not self.client.exists(keys.live(tree_id, tag_for(self.client, project))):
+            try:
+                if self.client.exists(keys.live(tree_id, tag_for(self.client, project))):
+                    continue
                 self.seed(tree_id, jobs, project)
-                restored += 1
+            except redis.RedisError:
+                if not self._clustered:
+                    raise
+                continue  # its shard is down: the next pass
+            restored += 1
         return restored
 
 

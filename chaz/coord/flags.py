@@ -49,9 +49,16 @@ class CancelFlags:
     def restore(self, job_id: str, project: str) -> None:
         """Set the flag of a ``stopping`` job if it is missing (lost with Redis).
 
-        An existing flag keeps its reason.
+        An existing flag keeps its reason. On a cluster, a shard that does not
+        answer is left for the reconciler's next pass.
         """
-        self.client.set(keys.cancel(job_id, tag_for(self.client, project)), DEFAULT_REASON, nx=True)
+        key = keys.cancel(job_id, tag_for(self.client, project))
+        try:
+            self.client.set(key, DEFAULT_REASON, nx=True)
+        except redis.RedisError:
+            if not clustered(self.client):
+                raise
+            log.warning("could not restore the cancel flag of %s: its shard is down", job_id)
 
 
 class Settable(Protocol):

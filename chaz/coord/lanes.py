@@ -14,9 +14,10 @@ import threading
 import time
 
 import redis
+from redis.crc import key_slot
 
 from chaz.coord import keys, scripts
-from chaz.coord.redis import clustered
+from chaz.coord.redis import SHARDS_DOWN, clustered
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +87,15 @@ class Lanes:
         out: list[tuple[str, str]] = []
         tags = [t + ":" for t in keys.bucket_tags()] if self._clustered else [""]
         for t in tags:
+            zset = keys.leases(t)
+            if self._clustered and SHARDS_DOWN.down(self.client, zset):
+                continue
             try:
-                found = self._expired(keys=[keys.leases(t)], args=[keys.lane("", t), limit])
-            except redis.RedisError:
+                found = self._expired(keys=[zset], args=[keys.lane("", t), limit])
+            except (redis.RedisError, redis.exceptions.RedisClusterException):
                 if not self._clustered:
                     raise
+                SHARDS_DOWN.mark(self.client, zset)
                 log.debug("leases of bucket %s unreachable", t, exc_info=True)
                 continue
             out.extend((str(s), t) for s in found)
@@ -110,8 +115,23 @@ class Lanes:
             return set()
         ids = list(sessions)
         names = [keys.lane(s, self._t(sessions[s])) for s in ids]
-        values = self.client.mget_nonatomic(names) if self._clustered else self.client.mget(names)  # type: ignore[attr-defined]
-        return {s for s, v in zip(ids, values, strict=True) if v}
+        if not self._clustered:
+            values = self.client.mget(names)
+            return {s for s, v in zip(ids, values, strict=True) if v}
+        # One MGET per slot; a shard that does not answer counts its sessions
+        # as held: nobody can run them until it is back, so none is woken.
+        by_slot: dict[int, list[int]] = {}
+        for i, name in enumerate(names):
+            by_slot.setdefault(key_slot(name.encode()), []).append(i)
+        held: set[str] = set()
+        for group in by_slot.values():
+            try:
+                values = self.client.mget([names[i] for i in group])
+            except redis.RedisError:
+                log.warning("a cluster shard did not answer; its sessions are left alone")
+                values = ["?"] * len(group)
+            held.update(ids[i] for i, v in zip(group, values, strict=True) if v)
+        return held
 
 
 def _ms(seconds: float) -> int:

@@ -29,7 +29,7 @@ import redis
 from pydantic import BaseModel, ConfigDict, Field
 
 from chaz.coord import keys
-from chaz.coord.pubsub import publish_raw, sharded_message, wire
+from chaz.coord.pubsub import PUBLISH_ERRORS, publish_raw, sharded_message, wire
 from chaz.coord.redis import clustered
 
 #: Longest a delta waits in the buffer for company, in seconds.
@@ -128,7 +128,7 @@ class PartialPublisher:
         data = partial.model_dump_json()
         # Best effort: the reply entry is the record, the partial a preview.
         # Into the buffer first: a stream woken by the publish finds it there.
-        with contextlib.suppress(redis.RedisError):
+        with contextlib.suppress(*PUBLISH_ERRORS):
             pipe = self._client.pipeline(transaction=False)
             pipe.xadd(self._buffer_key, {"p": data}, maxlen=BUFFER_MAX, approximate=True)
             pipe.expire(self._buffer_key, BUFFER_SECONDS)

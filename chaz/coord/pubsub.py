@@ -26,7 +26,7 @@ from typing import Any
 import redis
 
 from chaz.coord import keys
-from chaz.coord.redis import clustered
+from chaz.coord.redis import SHARDS_DOWN, clustered
 from chaz.domain.entries import Entry
 from chaz.domain.events import Event
 
@@ -37,13 +37,27 @@ def wire(client: redis.Redis, channel: str) -> str:
     return keys.sharded(channel) if clustered(client) else channel
 
 
+#: What a best-effort publish may fail with (a cluster shard that is down
+#: raises RedisClusterException, which is no RedisError).
+PUBLISH_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
+
+
 def publish_raw(client: redis.Redis, channel: str, data: str) -> None:
     """Publish ``data`` on a session channel: ``SPUBLISH`` on a cluster (only
     the shard of the channel's slot carries it), ``PUBLISH`` on a single Redis."""
-    if clustered(client):
-        client.spublish(keys.sharded(channel), data)
-    else:
+    if not clustered(client):
         client.publish(channel, data)
+        return
+    name = keys.sharded(channel)
+    # A notification is best effort: a turn must not wait on a shard that is
+    # down once per entry (watchers re-read the database meanwhile).
+    if SHARDS_DOWN.down(client, name):
+        return
+    try:
+        client.spublish(name, data)
+    except PUBLISH_ERRORS:
+        SHARDS_DOWN.mark(client, name)
+        raise
 
 
 def publish(client: redis.Redis, entry: Entry) -> None:
@@ -53,7 +67,7 @@ def publish(client: redis.Redis, entry: Entry) -> None:
     it sees a gap or hears nothing for a while.
     """
     # The entry is durable; a watcher's periodic re-read finds it if this fails.
-    with contextlib.suppress(redis.RedisError):
+    with contextlib.suppress(*PUBLISH_ERRORS):
         publish_raw(client, keys.entries_channel(entry.session_id), entry.model_dump_json())
 
 
@@ -63,7 +77,7 @@ def publish_event(client: redis.Redis, event: Event) -> None:
     A notification only: followers re-read the table, so a lost publish
     delays them by their poll interval at most.
     """
-    with contextlib.suppress(redis.RedisError):
+    with contextlib.suppress(*PUBLISH_ERRORS):
         publish_raw(client, keys.events_channel(event.session_id), event.model_dump_json())
 
 

@@ -27,7 +27,7 @@ from typing import cast
 import redis
 
 from chaz.coord import keys, scripts
-from chaz.coord.redis import clustered
+from chaz.coord.redis import clustered, scan_keys
 from chaz.domain.jobs import Job
 from chaz.domain.limits import EffectiveLimits
 from chaz.domain.projects import ProjectLimits
@@ -238,11 +238,18 @@ class Quotas:
         projects = {job.session_id: job.project for job in active}
         for session_id, project in projects.items():
             t = self._t(project)
-            if not self.client.exists(keys.cumulative(session_id, t)) or not self.client.exists(
-                keys.queued(session_id, t)
-            ):
+            try:
+                if self.client.exists(keys.cumulative(session_id, t)) and self.client.exists(
+                    keys.queued(session_id, t)
+                ):
+                    continue
                 self._rebuild(session_id, project)
-                restored += 1
+            except redis.RedisError:
+                if not self._clustered:
+                    raise
+                # That session's shard is down: the next pass rebuilds it.
+                continue
+            restored += 1
         return restored
 
     def _rebuild(
@@ -279,7 +286,7 @@ class Quotas:
         dropped: list[str] = []
         pattern = keys.project_live_pattern(self._clustered)
         # On a cluster, SCAN visits every master in turn.
-        for key in self.client.scan_iter(match=pattern, count=500):
+        for key in scan_keys(self.client, pattern):
             scored = cast(list[tuple[str, float]], self.client.zrange(key, 0, -1, withscores=True))
             members = [(str(m), float(score)) for m, score in scored if m != "_"]
             if not members:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import redis
 
 from chaz.coord import keys, scripts
-from chaz.coord.pubsub import publish_raw
+from chaz.coord.pubsub import PUBLISH_ERRORS, publish_raw
 from chaz.coord.redis import clustered, tag_for
 from chaz.domain.entries import Entry
 from chaz.domain.jobs import Job
@@ -69,7 +69,7 @@ class TurnSignals:
         script: the channel is on the session's slot, the script's keys on
         its project's (a single Redis publishes inside the script)."""
         if self._clustered and data:
-            with contextlib.suppress(redis.RedisError):
+            with contextlib.suppress(*PUBLISH_ERRORS):
                 publish_raw(self.client, keys.entries_channel(job.session_id), data)
 
     def ended(

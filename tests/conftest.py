@@ -87,7 +87,14 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 #: workers, SIGKILL recovery, hand-back, cancel and follow-ups. (The flush test
 #: names single-Redis keys; tests/acceptance/test_cluster.py flushes per shard.)
 CLUSTER_TESTS: dict[str, frozenset[str] | None] = {
-    "test_turns": None,
+    "test_turns": frozenset(
+        {
+            "test_message_produces_exactly_one_turn",
+            "test_failures_end_as_clear_entries_and_the_session_goes_on",
+            "test_turns_of_one_session_never_overlap_and_keep_admission_order",
+            "test_many_sessions_run_in_parallel",
+        }
+    ),
     "test_recovery": frozenset(
         {
             "test_sigkill_mid_turn_resumes_without_duplicates",
@@ -157,7 +164,7 @@ def _http_on_second_stack(item: pytest.Item) -> bool:
         return False
     stack = params.get("stack", params.get("module_stack"))
     first = "embedded" if item.path.stem in EMBEDDED_FIRST else "server"
-    return stack is not None and stack != first and stack != "cluster"
+    return stack is not None and stack != first
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -192,3 +192,61 @@ def test_a_flushed_master_has_only_its_counters_rebuilt(cstack: Stack) -> None:
     finally:
         flushed.close()
         kept.close()
+
+
+@pytest.fixture(scope="module")
+def replicated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three masters with a replica each: a killed master fails over."""
+    cluster = Cluster(tmp_path_factory.mktemp("replicated-cluster"), replicas=1).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def promoted(nodes: Cluster, slot: int, old: Node) -> bool:
+    """Whether a running node other than ``old`` now serves ``slot``."""
+    try:
+        return nodes.master_of(slot).port != old.port
+    except LookupError:
+        return False
+
+
+def test_a_master_that_fails_over_to_its_replica_loses_nothing(
+    replicated: Cluster, pg_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    stack = Stack.cluster(tmp_path / "home", pg_url, replicated, broker_url=redis_url)
+    try:
+        far, near, victim = projects_apart(replicated)
+        stack.workers(2, concurrency=4, beat=True)
+        moved = chaz.Client(stack.settings, migrate=False, project=far)
+        steady = chaz.Client(stack.settings, migrate=False, project=near)
+        try:
+            steady.agents.put(ECHO)
+            a = [moved.sessions.create("echo") for _ in range(SESSIONS)]
+            b = [steady.sessions.create("echo") for _ in range(SESSIONS)]
+            admitted = post_all(moved, a, "admitted") + post_all(steady, b, "steady")
+            victim.kill()
+            # Its replica takes its slots; the node is never started again.
+            stack.wait_for(
+                lambda: promoted(replicated, project_slot(far), victim),
+                WAIT,
+                "the replica's promotion",
+            )
+            after = post_all(moved, a, "after")
+            everything = admitted + after
+            stack.wait_for(
+                lambda: (
+                    done(moved, [p for p in everything if p.session_id in {s.id for s in a}])
+                    and done(steady, [p for p in everything if p.session_id in {s.id for s in b}])
+                ),
+                WAIT,
+                "every turn after the failover",
+            )
+            assert_once_in_order(moved, a)
+            assert_once_in_order(steady, b)
+        finally:
+            moved.close()
+            steady.close()
+    finally:
+        stack.close()

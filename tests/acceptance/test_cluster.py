@@ -8,6 +8,7 @@ keeps its order. The broker is a plain Redis beside the cluster.
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,12 +72,24 @@ def projects_apart(nodes: Cluster) -> tuple[str, str, Node]:
     return a, b, next(n for n in nodes.nodes if n.port == port_a)
 
 
-def post_all(client: chaz.Client, sessions: list[chaz.Session], tag: str) -> list[chaz.Entry]:
-    return [
-        client.sessions.post(s.id, f"{tag}-{s.id}-{i}", sender="user:a")
-        for i in range(MESSAGES)
-        for s in sessions
-    ]
+def post_all(
+    client: chaz.Client, sessions: list[chaz.Session], tag: str, *, retry: bool = False
+) -> list[chaz.Entry]:
+    """``MESSAGES`` posts into each session; with ``retry``, a post refused with
+    ``backend.unavailable`` is sent again, as a producer must (a client whose
+    view of the cluster is stale after a failover learns the new one so)."""
+    out = []
+    for i in range(MESSAGES):
+        for s in sessions:
+            for attempt in range(20 if retry else 1):
+                try:
+                    out.append(client.sessions.post(s.id, f"{tag}-{s.id}-{i}", sender="user:a"))
+                    break
+                except chaz.errors.BackendUnavailable:
+                    if attempt == 19 or not retry:
+                        raise
+                    time.sleep(0.25)
+    return out
 
 
 def done(client: chaz.Client, posted: list[chaz.Entry]) -> bool:
@@ -233,7 +246,7 @@ def test_a_master_that_fails_over_to_its_replica_loses_nothing(
                 WAIT,
                 "the replica's promotion",
             )
-            after = post_all(moved, a, "after")
+            after = post_all(moved, a, "after", retry=True)
             everything = admitted + after
             stack.wait_for(
                 lambda: (

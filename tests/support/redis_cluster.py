@@ -21,8 +21,11 @@ from pathlib import Path
 import redis
 from redis.cluster import RedisCluster
 
-#: Where a test run looks for cluster ports first (CHAZ_TEST_CLUSTER_PORT moves it).
-PORT_BASE = int(os.environ.get("CHAZ_TEST_CLUSTER_PORT", "7100"))
+#: Where a test run looks for cluster ports first (CHAZ_TEST_CLUSTER_PORT moves it);
+#: each pytest-xdist process 40 ports further, so two never probe the same ones.
+PORT_BASE = int(os.environ.get("CHAZ_TEST_CLUSTER_PORT", "7100")) + 40 * int(
+    os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0
+)
 #: Candidates for a redis-server of version 7 or later, before $PATH's.
 CANDIDATES = ("/usr/bin/redis-server", "/usr/local/bin/redis-server")
 
@@ -87,6 +90,9 @@ class Node:
                 "--cluster-node-timeout", "2000",
                 # A shard down leaves the others serving (docs/operations.md).
                 "--cluster-require-full-coverage", "no",
+                # A replica fails over however long its link was down: on a
+                # loaded machine a fresh replica may not have synced yet.
+                "--cluster-replica-validity-factor", "0",
                 "--appendonly", "yes",
                 "--appendfsync", "everysec",
                 "--save", "",
@@ -173,7 +179,21 @@ class Cluster:
             capture_output=True,
         )  # fmt: skip
         self.wait_ok(timeout)
+        self.wait_synced(timeout)
         return self
+
+    def wait_synced(self, timeout: float = 60.0) -> None:
+        """Wait until every replica's link to its master is up (a failover needs it)."""
+        deadline = time.monotonic() + timeout
+        for node in self.nodes:
+            while True:
+                with node.client() as c, contextlib.suppress(redis.RedisError):
+                    info = c.info("replication")
+                    if info.get("role") == "master" or info.get("master_link_status") == "up":
+                        break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"replica {node.port} did not sync with its master")
+                time.sleep(0.1)
 
     def wait_ok(self, timeout: float = 60.0, nodes: list[Node] | None = None) -> None:
         """Wait until each of ``nodes`` (default: all running) reports ``cluster_state:ok``."""

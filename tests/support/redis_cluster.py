@@ -157,7 +157,15 @@ class Cluster:
         return f"redis://127.0.0.1:{self.nodes[0].port}/0"
 
     def start(self, timeout: float = 60.0) -> Cluster:
-        """Start every node, join them, and wait until every node says ``ok``."""
+        """Start every node, join them, and wait until every node says ``ok``
+        (a start that fails stops the nodes it started)."""
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, timeout: float) -> Cluster:
         for node in self.nodes:
             node.start()
         if len(self.nodes) == 1:

@@ -41,7 +41,7 @@ import redis
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks import noop_app
+from benchmarks import noop_app, shards
 from benchmarks.cpu import CpuMeter, _cpu_seconds, _machine_busy, available
 from benchmarks.measure import (
     ClosedLoop,
@@ -531,6 +531,13 @@ def main(argv: list[str] | None = None) -> int:
         type=lambda s: tuple(int(x) for x in s.split(",")),
         help="worker counts of (h), comma-separated (default 1,2,3,4; --quick 1,2)",
     )
+    parser.add_argument(
+        "--shards",
+        type=lambda s: tuple(int(x) for x in s.split(",")),
+        help="also run (s): coordination on a Redis Cluster of these many masters each "
+        "(e.g. 1,3), the broker on BENCH_REDIS_URL",
+    )
+    parser.add_argument("--only-shards", action="store_true", help="run (s) alone (with --shards)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     if not available():
@@ -546,6 +553,29 @@ def main(argv: list[str] | None = None) -> int:
         f"Python {info['python']}, Celery {info['celery']}; load average {info['load_before']}"
     )
     console.print(f"chaz measured: {code_version()}")
+    sharded: list[shards.ShardPhase] = []
+    if args.shards:
+        started = time.perf_counter()
+        try:
+            sharded = shards.run_all(
+                args.shards,
+                BASE_WORKERS,
+                sessions=sizes.sessions,
+                senders=sizes.senders,
+                concurrency=sizes.concurrency,
+                warmup=sizes.warmup,
+                seconds=sizes.phase_seconds,
+                say=lambda m: console.print(f"[dim]{time.perf_counter() - started:6.1f}s[/] {m}"),
+            )
+        except Exception:
+            console.print(f"[red]the shards phase failed[/]\n{traceback.format_exc()}")
+            return 1
+        console.print(shards.table(sharded))
+        if args.only_shards:
+            if args.json:
+                payload = {"machine": info, "shards": [dataclasses.asdict(p) for p in sharded]}
+                args.json.write_text(json.dumps(payload, indent=2, default=str))
+            return 1 if any(p.result.errors or not p.result.count for p in sharded) else 0
     try:
         result = run(sizes, memory=not args.no_memory)
     except Exception:
@@ -562,6 +592,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": info,
             "sizes": dataclasses.asdict(sizes),
             "run": dataclasses.asdict(result),
+            "shards": [dataclasses.asdict(p) for p in sharded],
         }
         args.json.write_text(json.dumps(payload, indent=2, default=str))
     return 1 if problems(result) else 0

@@ -114,8 +114,12 @@ class Worker:
 class BenchStack:
     """One chaz installation for the benchmark, torn down by :meth:`close`."""
 
-    def __init__(self, kind: str, broker_url: str | None = None) -> None:
-        """``broker_url``: the Celery broker, if not the stack's Redis (benchmarks.brokers)."""
+    def __init__(
+        self, kind: str, broker_url: str | None = None, *, cluster_url: str | None = None
+    ) -> None:
+        """``broker_url``: the Celery broker, if not the stack's Redis (benchmarks.brokers).
+        ``cluster_url``: on the server stack, coordination on this Redis Cluster and
+        the broker on ``BENCH_REDIS_URL``."""
         if kind not in ("embedded", "server"):
             raise ValueError(f"unknown stack {kind!r}")
         self.kind = kind
@@ -132,6 +136,14 @@ class BenchStack:
                 broker_url=broker_url,
             )
             redis.Redis.from_url(REDIS_URL).flushdb()
+            if cluster_url is not None:
+                self.settings = self.settings.model_copy(
+                    update={
+                        "redis_url": cluster_url,
+                        "redis_cluster": True,
+                        "broker_url": REDIS_URL,
+                    }
+                )
         store = Store(self.settings.effective_database_url())
         try:
             upgrade(store.engine)
@@ -139,8 +151,10 @@ class BenchStack:
             store.close()
         self.client = chaz.Client(self.settings, migrate=False)
         self.client.agents.put(AGENT)
-        #: A plain Redis client (bytes) for the benchmark's own keys.
-        self.redis = redis.Redis.from_url(self.settings.effective_redis_url())
+        #: A plain Redis client (bytes) for the benchmark's own keys (the broker's).
+        self.redis = redis.Redis.from_url(
+            REDIS_URL if cluster_url is not None else self.settings.effective_redis_url()
+        )
         self._chaz: list[WorkerProcess] = []
         self._noop: list[Worker] = []
 

@@ -16,7 +16,8 @@ from chaz.settings import broker_url_for, get_settings
 _settings = get_settings()
 
 #: The broker: CHAZ_BROKER_URL, else the same Redis that holds chaz's
-#: coordination state. Redis and RabbitMQ are supported (docs/brokers.md).
+#: coordination state (a Redis Cluster cannot be a broker: then it is
+#: elsewhere). Redis and RabbitMQ are supported (docs/brokers.md).
 _broker = broker_conf(broker_url_for(_settings))
 broker_url: str = _broker.pop("broker_url")
 

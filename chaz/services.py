@@ -30,6 +30,9 @@ from chaz.settings import Settings
 from chaz.store.db import PoolOptions
 from chaz.store.facade import Store
 
+#: Sessions whose project :meth:`Services.coord_project` remembers (then it starts over).
+PROJECTS_REMEMBERED = 100_000
+
 
 class Services:
     """Store, Redis and broker for one process; cheap to share across threads."""
@@ -42,6 +45,8 @@ class Services:
         self.db_threads = db_threads
         self._subscriber: Subscriber | None = None
         self._subscriber_lock = threading.Lock()
+        self._projects: dict[str, str] = {}
+        self._projects_lock = threading.Lock()
 
     @property
     def pool(self) -> PoolOptions:
@@ -57,6 +62,29 @@ class Services:
     def redis(self) -> redis.Redis:
         """The Redis client (coordination state and pub/sub)."""
         return connect(self.settings)
+
+    @cached_property
+    def clustered(self) -> bool:
+        """Whether coordination runs on a Redis Cluster (CHAZ_REDIS_CLUSTER)."""
+        return self.settings.redis_cluster
+
+    def coord_project(self, session_id: str) -> str:
+        """The project whose bucket holds ``session_id``'s coordination keys,
+        for a caller that has only the session id: on a cluster, read once
+        from the database and remembered (a session never changes project);
+        on a single Redis no key carries it, and this is ``""`` without a read."""
+        if not self.clustered:
+            return ""
+        with self._projects_lock:
+            known = self._projects.get(session_id)
+        if known is not None:
+            return known
+        project = self.store.get_session(session_id).project
+        with self._projects_lock:
+            if len(self._projects) >= PROJECTS_REMEMBERED:
+                self._projects.clear()
+            self._projects[session_id] = project
+        return project
 
     @cached_property
     def lanes(self) -> Lanes:

@@ -98,10 +98,17 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(
         None, description="Redis URL; default the embedded server at $CHAZ_HOME/redis.sock."
     )
+    redis_cluster: bool = Field(
+        False,
+        description="CHAZ_REDIS_URL names a node of a Redis Cluster (7.0 or later): "
+        "coordination is sharded over its masters (docs/coordination.md#on-a-redis-cluster). "
+        "The broker cannot run on a cluster: set CHAZ_BROKER_URL too.",
+    )
     broker_url: str | None = Field(
         None,
         description="Celery broker URL: redis://... or amqp://... (RabbitMQ, docs/brokers.md); "
-        "default the Redis of CHAZ_REDIS_URL, which then carries both.",
+        "default the Redis of CHAZ_REDIS_URL, which then carries both (required with "
+        "CHAZ_REDIS_CLUSTER).",
     )
     # -- PostgreSQL connections (docs/capacity.md#postgresql-connections)
     db_pool_size: int | None = Field(
@@ -411,6 +418,17 @@ class Settings(BaseSettings):
         if value == 0:
             raise ValueError("0 would refuse every turn for ever; use -1 or null for unlimited")
         return value
+
+    @model_validator(mode="after")
+    def _a_cluster_is_named_with_a_broker(self) -> Settings:
+        # kombu's Redis transport needs one server's lists and keyspace: a
+        # cluster cannot hold the queue, and the embedded server is no cluster.
+        if self.redis_cluster and (not self.redis_url or not self.broker_url):
+            raise ValueError(
+                "CHAZ_REDIS_CLUSTER needs CHAZ_REDIS_URL (a node of the cluster) and "
+                "CHAZ_BROKER_URL (a broker apart from it)"
+            )
+        return self
 
     @property
     def embedded_redis(self) -> bool:

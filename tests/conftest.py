@@ -17,6 +17,11 @@ Every test under ``tests/acceptance`` is marked ``fleet`` here, at collection, a
 :meth:`tests.support.stack.Stack.workers` refuses to start a worker for a test
 without that mark: ``-m "not fleet"`` cannot start a worker process, and a new
 test cannot forget the mark.
+
+A third stack, ``cluster`` (PostgreSQL, a three-master Redis Cluster of the
+test run's own as coordination, and the machine's Redis as the broker), runs
+the fleet tests of :data:`CLUSTER_TESTS` unchanged under the ``cluster`` mark
+(docs/coordination.md#on-a-redis-cluster).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ if str(ROOT) not in sys.path:
 pytest.register_assert_rewrite("tests.support")
 
 from tests.support import stack as stack_support  # noqa: E402
+from tests.support.redis_cluster import Cluster as RedisClusterNodes  # noqa: E402
 from tests.support.servers import postgres_admin, unavailable  # noqa: E402
 from tests.support.stack import Stack  # noqa: E402
 
@@ -101,6 +107,37 @@ REDIS_FLEET_URL = os.environ.get("CHAZ_TEST_REDIS_FLEET_URL")
 #: Database numbers test runs may claim: 0 is left to people, 13 to the benchmarks.
 REDIS_DBS = [n for n in range(1, 16) if n != 13]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+#: The fleet acceptance tests that run again on the ``cluster`` stack, by module
+#: (None: every test of the module that takes a stack): turns, FIFO under three
+#: workers, SIGKILL recovery, hand-back, cancel and follow-ups. (The flush test
+#: names single-Redis keys; tests/acceptance/test_cluster.py flushes per shard.)
+CLUSTER_TESTS: dict[str, frozenset[str] | None] = {
+    "test_turns": frozenset(
+        {
+            "test_message_produces_exactly_one_turn",
+            "test_failures_end_as_clear_entries_and_the_session_goes_on",
+            "test_turns_of_one_session_never_overlap_and_keep_admission_order",
+            "test_many_sessions_run_in_parallel",
+        }
+    ),
+    "test_recovery": frozenset(
+        {
+            "test_sigkill_mid_turn_resumes_without_duplicates",
+            "test_a_message_delivered_twice_runs_its_turn_once",
+            "test_a_killed_workers_turn_resumes_with_no_beat_running",
+        }
+    ),
+    "test_termination": frozenset(
+        {
+            "test_sigterm_lets_the_running_turn_finish_and_takes_no_new_one",
+            "test_a_turn_outliving_the_shutdown_grace_is_handed_back_and_resumed_at_once",
+        }
+    ),
+    "test_stop": None,
+    "test_turn_grants": frozenset(
+        {"test_a_follow_up_continues_the_caller_with_the_grants_it_handed_on"}
+    ),
+}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -114,6 +151,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             params.append(pytest.param("rabbitmq", marks=pytest.mark.rabbitmq))
     else:
         params = list(STACKS)
+    if ACCEPTANCE in metafunc.definition.path.parents and _on_cluster(
+        metafunc.definition.path.stem, metafunc.definition.originalname
+    ):
+        params.append(pytest.param("cluster", marks=pytest.mark.cluster))
     # A test on a module's fleet gets its stack through module_stack (and ``tenant``).
     if "module_stack" in metafunc.fixturenames:
         metafunc.parametrize("module_stack", params, indirect=True, scope="module")
@@ -135,6 +176,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+def _on_cluster(module: str, test: str) -> bool:
+    if module not in CLUSTER_TESTS:
+        return False
+    names = CLUSTER_TESTS[module]
+    return names is None or test in names
 
 
 def _http_on_second_stack(item: pytest.Item) -> bool:
@@ -228,10 +276,37 @@ def _claim(db: int) -> str:
     return f"chaz-test:redis-db:{db}"
 
 
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterNodes]:
+    """A three-master Redis Cluster of this run's own (the ``cluster`` stack)."""
+    yield from _cluster(tmp_path_factory.mktemp("redis-cluster"))
+
+
+@pytest.fixture(scope="session")
+def fleet_redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterNodes]:
+    """Another one, for the module fleets (see ``fleet_pg_url``)."""
+    yield from _cluster(tmp_path_factory.mktemp("fleet-redis-cluster"))
+
+
+def _cluster(workdir: Path) -> Iterator[RedisClusterNodes]:
+    nodes = RedisClusterNodes(workdir).start()
+    try:
+        yield nodes
+    finally:
+        nodes.stop()
+
+
 def _make_stack(request: pytest.FixtureRequest, home: Path, *, fleet: bool = False) -> Stack:
     if request.param == "embedded":
         return Stack.embedded(home)
     prefix = "fleet_" if fleet else ""
+    if request.param == "cluster":
+        return Stack.cluster(
+            home,
+            request.getfixturevalue(f"{prefix}pg_url"),
+            request.getfixturevalue(f"{prefix}redis_cluster"),
+            broker_url=request.getfixturevalue(f"{prefix}redis_url"),
+        )
     return Stack.server(
         home,
         request.getfixturevalue(f"{prefix}pg_url"),

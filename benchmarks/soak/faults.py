@@ -11,6 +11,15 @@
 * ``redeliver``: every unacked ``chaz.turn`` message pushed back onto its queue
   (what an expired visibility timeout does), plus duplicate wake-ups for
   sessions with work and stale ones for finished jobs.
+
+With ``--cluster`` (coordination on a three-master Redis Cluster, the broker
+on the soak's Redis, which the four kinds above then hit):
+
+* ``shard-kill``: ``kill -9`` of one master, ``--redis-outage`` seconds down,
+  then the same node started again (its append-only file and nodes.conf):
+  only the projects on its slots pause.
+* ``shard-flush``: ``FLUSHALL`` on one master: only its projects' counters,
+  leases and flags are gone.
 """
 
 from __future__ import annotations
@@ -28,8 +37,11 @@ import psycopg
 
 from benchmarks.soak.stack import Database, RedisServer, Supervisor
 from chaz.plumbing.dispatch import Dispatcher, Wake
+from tests.support.redis_cluster import Cluster, Node
 
 KINDS = ("kill", "pg", "redis-flush", "redis-restart", "redeliver")
+#: The kinds that need ``--cluster``.
+CLUSTER_KINDS = ("shard-kill", "shard-flush")
 
 
 @dataclass
@@ -74,7 +86,7 @@ def plan(kinds: list[str], per_kind: int, seconds: float, outage: float, seed: i
             round_[0], round_[-1] = round_[-1], round_[0]
         order += round_
     warmup = min(10.0, seconds * 0.1)
-    blocked = outage * order.count("redis-restart")
+    blocked = outage * (order.count("redis-restart") + order.count("shard-kill"))
     # The last fault comes one gap before the load stops: it is injected under load.
     gap = max(1.0, (seconds - warmup - blocked) / (len(order) + 1))
     return Plan(order, gap, warmup)
@@ -92,7 +104,9 @@ class Injector:
         monitor: Monitor,
         *,
         outage: float,
+        cluster: Cluster | None = None,
     ) -> None:
+        self.cluster = cluster
         self.redis = redis_server
         self.database = database
         self.supervisor = supervisor
@@ -149,6 +163,31 @@ class Injector:
         t = time.time()
         back = self.redis.restart(self.outage)
         return Fault("redis-restart", t, back, f"down {back - t:.1f}s")
+
+    def _shard(self) -> Node | None:
+        if self.cluster is None:
+            return None
+        masters = [n for n in self.cluster.nodes if n.proc is not None]
+        return random.choice(masters) if masters else None
+
+    def _shard_kill(self) -> Fault | None:
+        node, t = self._shard(), time.time()
+        if node is None or self.cluster is None:
+            return None
+        node.kill()
+        time.sleep(self.outage)
+        node.start()
+        self.cluster.wait_ok()
+        back = time.time()
+        return Fault("shard-kill", t, back, f"master :{node.port} down {back - t:.1f}s")
+
+    def _shard_flush(self) -> Fault | None:
+        node, t = self._shard(), time.time()
+        if node is None:
+            return None
+        with node.client() as c:
+            c.flushall()
+        return Fault("shard-flush", t, t, f"FLUSHALL on master :{node.port}")
 
     def _redeliver(self) -> Fault | None:
         t = time.time()

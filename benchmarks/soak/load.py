@@ -81,6 +81,8 @@ class Producers:
         window: int,
     ) -> None:
         self.client = client
+        #: session id -> the client of its project (``--cluster``: many projects)
+        self.clients: dict[str, chaz.Client] | None = None
         self.sessions = sessions
         self.index = {sid: i for i, sid in enumerate(sessions)}
         #: session id -> unfinished jobs, refreshed by the monitor.
@@ -136,7 +138,7 @@ class Producers:
         backoff = 0.1
         while True:
             try:
-                self.client.sessions.post(
+                (self.clients or {}).get(sid, self.client).sessions.post(
                     sid,
                     content(i, n),
                     sender=SENDER,

@@ -20,7 +20,7 @@ from rich.console import Console
 import chaz
 from benchmarks.run import code_version
 from benchmarks.soak import check, report
-from benchmarks.soak.faults import KINDS, Fault, Injector, Monitor, plan
+from benchmarks.soak.faults import CLUSTER_KINDS, KINDS, Fault, Injector, Monitor, plan
 from benchmarks.soak.load import AGENT, Producers
 from benchmarks.soak.stack import Database, RedisServer, Supervisor
 from benchmarks.stacks import scrub_environment
@@ -28,6 +28,7 @@ from chaz.plumbing.dispatch import Dispatcher
 from chaz.settings import Settings
 from chaz.store import Store
 from chaz.store.migrate import upgrade
+from tests.support.redis_cluster import Cluster
 
 console = Console(width=int(os.environ.get("COLUMNS", "160")))
 
@@ -55,6 +56,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--redis-outage", type=float, default=10.0, help="seconds Redis stays down (default 10)"
     )
+    p.add_argument(
+        "--cluster",
+        action="store_true",
+        help="coordination on a three-master Redis Cluster of the soak's own (the broker on "
+        f"its Redis); adds the fault kinds {','.join(CLUSTER_KINDS)}",
+    )
     p.add_argument("--sessions", type=int, default=30, help="sessions (default 30)")
     p.add_argument("--producers", type=int, default=3, help="producer threads (default 3)")
     p.add_argument("--rate", type=float, default=6.0, help="posts/s at most (default 6)")
@@ -72,9 +79,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--keep", action="store_true", help="keep the data directory and the database")
     args = p.parse_args(argv)
     args.kinds = [] if args.faults == "none" else [k.strip() for k in args.faults.split(",") if k]
-    unknown = [k for k in args.kinds if k not in KINDS]
+    if args.cluster and args.faults == ",".join(KINDS):
+        args.kinds += list(CLUSTER_KINDS)
+    known = KINDS + CLUSTER_KINDS if args.cluster else KINDS
+    unknown = [k for k in args.kinds if k not in known]
     if unknown:
-        p.error(f"unknown fault kinds {unknown}; choose from {list(KINDS)}")
+        p.error(f"unknown fault kinds {unknown}; choose from {list(known)}")
     if args.per_kind is None:
         args.per_kind = max(2, round(5 * args.minutes / 3))
     return args
@@ -108,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+#: Projects the sessions are spread over with --cluster.
+PROJECTS = 6
+
 #: What _run started, for _cleanup to stop even when _run did not finish.
 _started: dict[str, object] = {}
 
@@ -137,6 +150,12 @@ def _run(args: argparse.Namespace, home: Path, db: Database, server: RedisServer
         redis_url=server.url,
         **overrides,  # type: ignore[arg-type]
     )
+    nodes: Cluster | None = None
+    if args.cluster:
+        nodes = Cluster(home / "cluster").start()
+        _started["cluster"] = nodes
+        apart = {"redis_url": nodes.url, "redis_cluster": True, "broker_url": server.url}
+        settings = settings.model_copy(update=apart)
     store = Store(settings.effective_database_url())
     try:
         upgrade(store.engine)
@@ -145,7 +164,14 @@ def _run(args: argparse.Namespace, home: Path, db: Database, server: RedisServer
     client = chaz.Client(settings, migrate=False)
     _started["client"] = client
     client.agents.put(AGENT)
-    sessions = [client.sessions.create(AGENT.id).id for _ in range(args.sessions)]
+    # On a cluster, sessions in several projects: their buckets spread them over the shards.
+    tenants = [
+        chaz.Client(settings, migrate=False, project=f"soak-{i}")
+        for i in range(PROJECTS if args.cluster else 0)
+    ]
+    _started["tenants"] = tenants
+    owners = [tenants[i % len(tenants)] if tenants else client for i in range(args.sessions)]
+    sessions = [c.sessions.create(AGENT.id).id for c in owners]
     say(
         f"PostgreSQL database {db.name}, Redis on port {server.port}, "
         f"lease {settings.lease_seconds:g}s, reconcile {settings.reconcile_seconds:g}s"
@@ -170,10 +196,14 @@ def _run(args: argparse.Namespace, home: Path, db: Database, server: RedisServer
         window=args.window,
     )
     _started["producers"] = producers
+    if tenants:
+        producers.clients = dict(zip(sessions, owners, strict=True))
     monitor.on_refresh.append(producers.refreshed)
     dispatcher = Dispatcher(settings)
     _started["dispatcher"] = dispatcher
-    injector = Injector(server, db, supervisor, dispatcher, monitor, outage=args.redis_outage)
+    injector = Injector(
+        server, db, supervisor, dispatcher, monitor, outage=args.redis_outage, cluster=nodes
+    )
 
     seconds = args.minutes * 60
     schedule = plan(args.kinds, args.per_kind, seconds, args.redis_outage, args.seed)
@@ -288,14 +318,23 @@ def _cleanup(args: argparse.Namespace, home: Path, db: Database, server: RedisSe
     # Ignore a second Ctrl-C or SIGTERM: half a cleanup would leave processes behind.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    for name in ("producers", "monitor", "supervisor", "dispatcher", "client"):
-        thing = _started.pop(name, None)
-        if thing is None:
-            continue
-        stop = getattr(thing, "stop", None) or getattr(thing, "close", None)
-        with contextlib.suppress(Exception):
-            if stop is not None:
-                stop()
+    for name in (
+        "producers",
+        "monitor",
+        "supervisor",
+        "dispatcher",
+        "client",
+        "tenants",
+        "cluster",
+    ):
+        found = _started.pop(name, None)
+        for thing in found if isinstance(found, list) else [found]:
+            if thing is None:
+                continue
+            stop = getattr(thing, "stop", None) or getattr(thing, "close", None)
+            with contextlib.suppress(Exception):
+                if stop is not None:
+                    stop()
     server.kill()
     if args.keep:
         console.print(f"kept {home} and database {db.name}")

@@ -30,7 +30,8 @@ def backend_errors(fn: Callable[P, R]) -> Callable[P, R]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
-        except redis.RedisError as exc:
+        except (redis.RedisError, redis.exceptions.SlotNotCoveredError) as exc:
+            # SlotNotCoveredError: a Redis Cluster shard is down (it is no RedisError).
             raise BackendUnavailable(f"Redis is unavailable: {exc}") from exc
         except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as exc:
             raise BackendUnavailable(f"the database is unavailable: {exc.orig}") from exc

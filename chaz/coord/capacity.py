@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 import redis
 
 from chaz.coord import keys, scripts
+from chaz.coord.redis import clustered, scan_keys, tag_for
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.limits import EffectiveLimits
 
@@ -43,10 +44,12 @@ class TreeCapacity:
         self._seed_hash = scripts.register(client, "seed_hash")
         self._start = scripts.register(client, "start")
         self._finish = scripts.register(client, "finish")
+        self._clustered = clustered(client)
 
     def start(self, job: Job, limits: EffectiveLimits) -> bool:
         """Take a live slot in the job's tree; False if the tree is full (it waits)."""
-        ks = [keys.live(job.tree_id), keys.waiting(job.tree_id)]
+        t = tag_for(self.client, job.project)
+        ks = [keys.live(job.tree_id, t), keys.waiting(job.tree_id, t)]
         args: list[str | int | float] = [
             job.id,
             scripts.limit_arg(limits.max_live_per_tree),
@@ -55,19 +58,22 @@ class TreeCapacity:
         ]
         answer = self._start(keys=ks, args=args)
         if answer == "rebuild":
-            self.seed(job.tree_id, _holding(self._active(job.tree_id)))
+            self.seed(job.tree_id, _holding(self._active(job.tree_id)), job.project)
             answer = self._start(keys=ks, args=args)
         return bool(answer == "ok")
 
-    def seed(self, tree_id: str, running: Iterable[Job]) -> bool:
-        """Create the tree's live hash from its running jobs, unless it exists.
+    def seed(self, tree_id: str, running: Iterable[Job], project: str) -> bool:
+        """Create the tree's live hash (on ``project``'s slot on a cluster)
+        from its running jobs, unless it exists.
 
         False if it existed (a concurrent seeder won; nothing changed).
         """
         pairs: list[str] = [SENTINEL, "1"]
         for j in running:
             pairs += [j.id, j.session_id]
-        return bool(self._seed_hash(keys=[keys.live(tree_id)], args=pairs))
+        return bool(
+            self._seed_hash(keys=[keys.live(tree_id, tag_for(self.client, project))], args=pairs)
+        )
 
     def prune(self) -> list[str]:
         """Free live slots held by jobs that are no longer active.
@@ -77,8 +83,10 @@ class TreeCapacity:
         good. Returns the sessions to wake (the slots' next takers).
         """
         woken: list[str] = []
-        for key in self.client.scan_iter(match=keys.live("*"), count=500):
+        # On a cluster, SCAN visits every master in turn.
+        for key in scan_keys(self.client, keys.live_pattern(self._clustered)):
             tree_id = str(key).rsplit(":", 1)[-1]
+            t = keys.key_tag(str(key))
             fields = [str(f) for f in self.client.hkeys(key) if f != SENTINEL]
             if not fields:
                 continue
@@ -86,7 +94,7 @@ class TreeCapacity:
             for job_id in fields:
                 job = jobs.get(job_id)
                 if job is None or job.status.terminal:
-                    nxt = self._finish(keys=[key, keys.waiting(tree_id)], args=[job_id])
+                    nxt = self._finish(keys=[key, keys.waiting(tree_id, t)], args=[job_id])
                     if nxt:
                         woken.append(str(nxt))
         return woken
@@ -103,9 +111,16 @@ class TreeCapacity:
             running[job.tree_id].append(job)
         restored = 0
         for tree_id, jobs in running.items():
-            if not self.client.exists(keys.live(tree_id)):
-                self.seed(tree_id, jobs)
-                restored += 1
+            project = jobs[0].project
+            try:
+                if self.client.exists(keys.live(tree_id, tag_for(self.client, project))):
+                    continue
+                self.seed(tree_id, jobs, project)
+            except redis.RedisError:
+                if not self._clustered:
+                    raise
+                continue  # its shard is down: the next pass
+            restored += 1
         return restored
 
 

@@ -18,6 +18,7 @@ from typing import Protocol
 import redis
 
 from chaz.coord import keys
+from chaz.coord.redis import clustered, tag_for
 
 log = logging.getLogger(__name__)
 
@@ -30,25 +31,34 @@ DEFAULT_REASON = "cancelled"
 
 
 class CancelFlags:
-    """The cancel flags of running jobs."""
+    """The cancel flags of running jobs (each on its project's slot on a
+    cluster: the turn's scripts read and clear it)."""
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
 
-    def request(self, job_id: str, reason: str = "") -> None:
+    def request(self, job_id: str, project: str, reason: str = "") -> None:
         """Ask the job's turn to stop at its next step boundary (the flag holds ``reason``)."""
-        self.client.set(keys.cancel(job_id), reason or DEFAULT_REASON)
+        key = keys.cancel(job_id, tag_for(self.client, project))
+        self.client.set(key, reason or DEFAULT_REASON)
 
-    def requested(self, job_id: str) -> bool:
+    def requested(self, job_id: str, project: str) -> bool:
         """Whether cancellation of the job is requested."""
-        return bool(self.client.exists(keys.cancel(job_id)))
+        return bool(self.client.exists(keys.cancel(job_id, tag_for(self.client, project))))
 
-    def restore(self, job_id: str) -> None:
+    def restore(self, job_id: str, project: str) -> None:
         """Set the flag of a ``stopping`` job if it is missing (lost with Redis).
 
-        An existing flag keeps its reason.
+        An existing flag keeps its reason. On a cluster, a shard that does not
+        answer is left for the reconciler's next pass.
         """
-        self.client.set(keys.cancel(job_id), DEFAULT_REASON, nx=True)
+        key = keys.cancel(job_id, tag_for(self.client, project))
+        try:
+            self.client.set(key, DEFAULT_REASON, nx=True)
+        except redis.RedisError:
+            if not clustered(self.client):
+                raise
+            log.warning("could not restore the cancel flag of %s: its shard is down", job_id)
 
 
 class Settable(Protocol):
@@ -78,15 +88,19 @@ class CancelWatcher:
     def __init__(self, client: redis.Redis, interval: float = WATCH_SECONDS) -> None:
         self.client = client
         self._interval = interval
+        self._clustered = clustered(client)
         self._watched: dict[str, list[Settable]] = {}
+        #: job id -> its flag's key (guarded by _lock).
+        self._keys: dict[str, str] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
 
-    def watch(self, job_id: str, token: Settable) -> None:
+    def watch(self, job_id: str, token: Settable, project: str = "") -> None:
         """Set ``token`` once ``job_id``'s flag appears, until :meth:`unwatch`."""
         with self._lock:
             self._watched.setdefault(job_id, []).append(token)
+            self._keys[job_id] = keys.cancel(job_id, tag_for(self.client, project))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="chaz-cancel-watcher", daemon=True
@@ -102,6 +116,7 @@ class CancelWatcher:
                 tokens.remove(token)
             if not tokens:
                 self._watched.pop(job_id, None)
+                self._keys.pop(job_id, None)
 
     def _run(self) -> None:
         while True:
@@ -110,8 +125,14 @@ class CancelWatcher:
                     # Idle: no turn runs, so no round trips until one starts.
                     self._wake.wait()
                 job_ids = list(self._watched)
+                names = [self._keys[j] for j in job_ids]
             try:
-                flags = self.client.mget([keys.cancel(j) for j in job_ids])
+                # On a cluster, one MGET per shard (the flags sit on their projects' slots).
+                flags = (
+                    self.client.mget_nonatomic(names)  # type: ignore[attr-defined]
+                    if self._clustered
+                    else self.client.mget(names)
+                )
             except Exception:
                 # A Redis hiccup: the step boundary checks still see the flag.
                 log.warning("reading cancel flags failed", exc_info=True)

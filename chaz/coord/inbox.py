@@ -11,6 +11,7 @@ from __future__ import annotations
 import redis
 
 from chaz.coord import keys
+from chaz.coord.redis import tag_for
 
 
 class InboxFlags:
@@ -19,10 +20,10 @@ class InboxFlags:
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
 
-    def mark(self, session_id: str) -> None:
+    def mark(self, session_id: str, project: str) -> None:
         """Messages wait in ``session_id``'s inbox."""
-        self.client.set(keys.inbox(session_id), 1)
+        self.client.set(keys.inbox(session_id, tag_for(self.client, project)), 1)
 
-    def clear(self, session_id: str) -> None:
+    def clear(self, session_id: str, project: str) -> None:
         """The inbox is empty (set again by the next queued message)."""
-        self.client.delete(keys.inbox(session_id))
+        self.client.delete(keys.inbox(session_id, tag_for(self.client, project)))

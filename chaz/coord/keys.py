@@ -50,21 +50,76 @@ key                                     type        meaning
 ``chaz:deadletter``                     list        broker messages no worker could decode, newest
                                                     first, as JSON; at most ``DEADLETTER_MAX``
 ======================================  ==========  ==========================================
+
+On a Redis Cluster (``CHAZ_REDIS_CLUSTER``) every key a script touches with
+others carries a hash tag after the prefix, ``chaz:{cNN}:lane:SID``: the tag
+of the key's *project*'s bucket (:func:`tag`), one of :data:`BUCKETS` tags
+spread evenly over the 16,384 slots. A project's session, job, tree and
+project keys therefore share one slot, and admission (``lua/reserve.lua``)
+and a turn's end (``lua/turn_ended.lua``) stay one script call. The leases
+zset is one per bucket (``chaz:{cNN}:leases``). Pub/sub channels of a
+session are tagged by the session itself (``chaz:entries:{SID}``) and are
+sharded channels (``SPUBLISH``). Keys no script shares (``chaz:worker:*``,
+``chaz:beat``, ``chaz:reconciled``, ``chaz:refusals``, ``chaz:deadletter``,
+``chaz:idem:*``, ``chaz:pbuf:*``, ``chaz:cancel:*`` read alone) keep their
+names; a single Redis (the default) has no tags at all, so the names above
+are exactly its keys. See docs/coordination.md#on-a-redis-cluster.
 """
 
 from __future__ import annotations
 
+import functools
+import zlib
+
 PREFIX = "chaz"
 
+#: How many hash tags a cluster's keys are spread over: each project's keys
+#: live in one of them (so on one slot, one shard). 64 spreads evenly over up
+#: to a few dozen shards and keeps the lease watch at 64 small calls a pass.
+BUCKETS = 64
 
-def lane(session_id: str) -> str:
+#: The number of hash slots of a Redis Cluster.
+SLOTS = 16384
+
+
+@functools.cache
+def bucket_tags() -> tuple[str, ...]:
+    """The :data:`BUCKETS` hash tags, ``{cNN}`` where tag ``i``'s slot lies in
+    the ``i``-th of :data:`BUCKETS` equal slot ranges: a cluster whose slots
+    are split evenly (``redis-cli --cluster create``) gets an even share of
+    the buckets on each shard."""
+    from redis.crc import key_slot
+
+    width = SLOTS // BUCKETS
+    found: dict[int, str] = {}
+    n = 0
+    while len(found) < BUCKETS:
+        tag = f"c{n}"
+        slot = key_slot(tag.encode())
+        found.setdefault(slot // width, tag)
+        n += 1
+    return tuple("{" + found[i] + "}" for i in range(BUCKETS))
+
+
+def bucket(project: str) -> int:
+    """The bucket a project's keys live in (stable across processes and versions)."""
+    return zlib.crc32(project.encode()) % BUCKETS
+
+
+def tag(project: str) -> str:
+    """The key infix of a project's keys on a cluster: ``{cNN}:``."""
+    return bucket_tags()[bucket(project)] + ":"
+
+
+def lane(session_id: str, t: str = "") -> str:
     """The lease key of a session's lane."""
-    return f"{PREFIX}:lane:{session_id}"
+    return f"{PREFIX}:{t}lane:{session_id}"
 
 
-def leases() -> str:
-    """The sessions whose lane is leased, scored by the lease's expiry (ms)."""
-    return f"{PREFIX}:leases"
+def leases(t: str = "") -> str:
+    """The sessions whose lane is leased, scored by the lease's expiry (ms)
+    (on a cluster, one zset per bucket ``t``)."""
+    return f"{PREFIX}:{t}leases"
 
 
 def entries_channel(session_id: str) -> str:
@@ -87,29 +142,29 @@ def partials_buffer(job_id: str) -> str:
     return f"{PREFIX}:pbuf:{job_id}"
 
 
-def queued(session_id: str) -> str:
+def queued(session_id: str, t: str = "") -> str:
     """Counter of admitted, waiting jobs in a session."""
-    return f"{PREFIX}:q:{session_id}"
+    return f"{PREFIX}:{t}q:{session_id}"
 
 
-def cumulative(session_id: str) -> str:
+def cumulative(session_id: str, t: str = "") -> str:
     """Counter of jobs ever admitted in a session."""
-    return f"{PREFIX}:cum:{session_id}"
+    return f"{PREFIX}:{t}cum:{session_id}"
 
 
-def live(tree_id: str) -> str:
+def live(tree_id: str, t: str = "") -> str:
     """Set (hash) of jobs running now in a session tree."""
-    return f"{PREFIX}:live:{tree_id}"
+    return f"{PREFIX}:{t}live:{tree_id}"
 
 
-def cancel(job_id: str) -> str:
+def cancel(job_id: str, t: str = "") -> str:
     """Flag set while a job's cancellation is requested."""
-    return f"{PREFIX}:cancel:{job_id}"
+    return f"{PREFIX}:{t}cancel:{job_id}"
 
 
-def waiting(tree_id: str) -> str:
+def waiting(tree_id: str, t: str = "") -> str:
     """Sessions waiting for a free live slot in a tree."""
-    return f"{PREFIX}:wait:{tree_id}"
+    return f"{PREFIX}:{t}wait:{tree_id}"
 
 
 def idempotency_claim(session_id: str, key: str) -> str:
@@ -122,34 +177,53 @@ def worker_ready(hostname: str) -> str:
     return f"{PREFIX}:worker:{hostname}"
 
 
-def inbox(session_id: str) -> str:
+def inbox(session_id: str, t: str = "") -> str:
     """Set while messages wait in a session's inbox: its turn's end drains them."""
-    return f"{PREFIX}:inbox:{session_id}"
+    return f"{PREFIX}:{t}inbox:{session_id}"
 
 
-def project_live(project: str) -> str:
+def project_live(project: str, t: str = "") -> str:
     """Sorted set of a project's unfinished jobs (the live quota), with a sentinel ``_``."""
-    return f"{PREFIX}:plive:{project}"
+    return f"{PREFIX}:{t}plive:{project}"
 
 
-def project_live_pattern() -> str:
+def project_live_pattern(tagged: bool = False) -> str:
     """A ``SCAN`` pattern matching every project's live set (for the reconciler)."""
-    return f"{PREFIX}:plive:*"
+    return f"{PREFIX}:{{*}}:plive:*" if tagged else f"{PREFIX}:plive:*"
 
 
-def project_jobs(project: str) -> str:
+def live_pattern(tagged: bool = False) -> str:
+    """A ``SCAN`` pattern matching every tree's live hash (for the reconciler)."""
+    return f"{PREFIX}:{{*}}:live:*" if tagged else f"{PREFIX}:live:*"
+
+
+def key_tag(key: str) -> str:
+    """The tag infix (``{cNN}:``, or ``""``) of a key this module named."""
+    rest = key[len(PREFIX) + 1 :]
+    if rest.startswith("{"):
+        return rest[: rest.index("}") + 2]
+    return ""
+
+
+def sharded(channel: str) -> str:
+    """A session channel's name as a sharded channel: its session id as the tag."""
+    head, _, session_id = channel.rpartition(":")
+    return f"{head}:{{{session_id}}}"
+
+
+def project_jobs(project: str, t: str = "") -> str:
     """Counter of jobs ever admitted in a project."""
-    return f"{PREFIX}:pjobs:{project}"
+    return f"{PREFIX}:{t}pjobs:{project}"
 
 
-def project_rate(project: str) -> str:
+def project_rate(project: str, t: str = "") -> str:
     """The token bucket of a project's turns per minute (missing: full)."""
-    return f"{PREFIX}:prate:{project}"
+    return f"{PREFIX}:{t}prate:{project}"
 
 
-def project_tokens(project: str) -> str:
+def project_tokens(project: str, t: str = "") -> str:
     """The token bucket of a project's model tokens per minute (missing: no debt)."""
-    return f"{PREFIX}:ptok:{project}"
+    return f"{PREFIX}:{t}ptok:{project}"
 
 
 def reconciled() -> str:

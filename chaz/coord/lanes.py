@@ -14,8 +14,10 @@ import threading
 import time
 
 import redis
+from redis.crc import key_slot
 
 from chaz.coord import keys, scripts
+from chaz.coord.redis import SHARDS_DOWN, clustered
 
 log = logging.getLogger(__name__)
 
@@ -26,63 +28,110 @@ class Lanes:
     Every lease is also a member of the leases zset, scored by its expiry,
     in the same script that takes, renews or gives it back
     (``lua/lane_*.lua``): the lease watch finds the expired ones
-    (``lua/leases_expired.lua``) without scanning lanes.
+    (``lua/leases_expired.lua``) without scanning lanes. On a cluster the
+    lane and its zset carry the session's project's tag (one zset per
+    bucket, docs/coordination.md#on-a-redis-cluster); every method takes the
+    project for that.
     """
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
+        self._clustered = clustered(client)
         self._acquire = scripts.register(client, "lane_acquire")
         self._renew = scripts.register(client, "lane_renew")
         self._release = scripts.register(client, "lane_release")
         self._expired = scripts.register(client, "leases_expired")
 
-    def acquire(self, session_id: str, job_id: str, ttl_seconds: float) -> str | None:
+    def _t(self, project: str) -> str:
+        return keys.tag(project) if self._clustered else ""
+
+    def acquire(
+        self, session_id: str, job_id: str, ttl_seconds: float, *, project: str
+    ) -> str | None:
         """Take the session's lease for ``job_id``; the token, or None if it is held."""
         token = secrets.token_hex(8)
+        t = self._t(project)
         ok = self._acquire(
-            keys=[keys.lane(session_id), keys.leases()],
+            keys=[keys.lane(session_id, t), keys.leases(t)],
             args=[f"{token} {job_id}", _ms(ttl_seconds), session_id],
         )
         return token if ok else None
 
-    def renew(self, session_id: str, token: str, ttl_seconds: float) -> bool:
+    def renew(self, session_id: str, token: str, ttl_seconds: float, *, project: str) -> bool:
         """Extend our lease; False if it expired or another holder took it."""
+        t = self._t(project)
         return bool(
             self._renew(
-                keys=[keys.lane(session_id), keys.leases()],
+                keys=[keys.lane(session_id, t), keys.leases(t)],
                 args=[token, _ms(ttl_seconds), session_id],
             )
         )
 
-    def release(self, session_id: str, token: str) -> bool:
+    def release(self, session_id: str, token: str, *, project: str) -> bool:
         """Give the lease back; False if it was no longer ours."""
+        t = self._t(project)
         return bool(
-            self._release(keys=[keys.lane(session_id), keys.leases()], args=[token, session_id])
+            self._release(keys=[keys.lane(session_id, t), keys.leases(t)], args=[token, session_id])
         )
 
-    def expired(self, limit: int = 100) -> list[str]:
-        """Claim the sessions whose lease expired without being given back.
+    def expired(self, limit: int = 100) -> list[tuple[str, str]]:
+        """Claim the sessions whose lease expired without being given back,
+        each with the bucket tag it was found in (for :meth:`watch_again`).
 
         Each is returned to one caller only, which must wake the session:
         its turn's worker is gone (or cut off from Redis for longer than the
-        lease), and nobody else will.
+        lease), and nobody else will. On a cluster every bucket's zset is
+        asked in turn; a shard that does not answer delays only its own
+        sessions.
         """
-        found = self._expired(keys=[keys.leases()], args=[keys.lane(""), limit])
-        return [str(s) for s in found]
+        out: list[tuple[str, str]] = []
+        tags = [t + ":" for t in keys.bucket_tags()] if self._clustered else [""]
+        for t in tags:
+            zset = keys.leases(t)
+            if self._clustered and SHARDS_DOWN.down(self.client, zset):
+                continue
+            try:
+                found = self._expired(keys=[zset], args=[keys.lane("", t), limit])
+            except (redis.RedisError, redis.exceptions.RedisClusterException):
+                if not self._clustered:
+                    raise
+                SHARDS_DOWN.mark(self.client, zset)
+                log.debug("leases of bucket %s unreachable", t, exc_info=True)
+                continue
+            out.extend((str(s), t) for s in found)
+        return out
 
-    def watch_again(self, session_id: str) -> None:
+    def watch_again(self, session_id: str, t: str) -> None:
         """Put a session claimed by :meth:`expired` back, due now, for the next claim.
 
         For a caller that could not wake it: the session is not lost.
         """
-        self.client.zadd(keys.leases(), {session_id: 0})
+        self.client.zadd(keys.leases(t), {session_id: 0})
 
-    def held(self, session_ids: list[str]) -> set[str]:
-        """Which of these sessions have a live lease (one round trip)."""
-        if not session_ids:
+    def held(self, sessions: dict[str, str]) -> set[str]:
+        """Which of these sessions (id -> project) have a live lease (one round
+        trip per shard)."""
+        if not sessions:
             return set()
-        values = self.client.mget([keys.lane(s) for s in session_ids])
-        return {s for s, v in zip(session_ids, values, strict=True) if v}
+        ids = list(sessions)
+        names = [keys.lane(s, self._t(sessions[s])) for s in ids]
+        if not self._clustered:
+            values = self.client.mget(names)
+            return {s for s, v in zip(ids, values, strict=True) if v}
+        # One MGET per slot; a shard that does not answer counts its sessions
+        # as held: nobody can run them until it is back, so none is woken.
+        by_slot: dict[int, list[int]] = {}
+        for i, name in enumerate(names):
+            by_slot.setdefault(key_slot(name.encode()), []).append(i)
+        held: set[str] = set()
+        for group in by_slot.values():
+            try:
+                values = self.client.mget([names[i] for i in group])
+            except redis.RedisError:
+                log.warning("a cluster shard did not answer; its sessions are left alone")
+                values = ["?"] * len(group)
+            held.update(ids[i] for i, v in zip(group, values, strict=True) if v)
+        return held
 
 
 def _ms(seconds: float) -> int:
@@ -92,9 +141,10 @@ def _ms(seconds: float) -> int:
 class Lease:
     """One held lane lease, kept alive by a :class:`LeaseKeeper`."""
 
-    def __init__(self, session_id: str, token: str) -> None:
+    def __init__(self, session_id: str, token: str, project: str) -> None:
         self.session_id = session_id
         self.token = token
+        self.project = project
         #: Set when a renewal found the lease gone: the turn must stop writing.
         self.lost = threading.Event()
 
@@ -125,9 +175,9 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def hold(self, session_id: str, token: str) -> Lease:
+    def hold(self, session_id: str, token: str, project: str) -> Lease:
         """Keep this lease alive until :meth:`drop`."""
-        lease = Lease(session_id, token)
+        lease = Lease(session_id, token, project)
         with self._lock:
             self._held[id(lease)] = lease
             if self._thread is None or not self._thread.is_alive():
@@ -149,7 +199,9 @@ class LeaseKeeper:
                 leases = list(self._held.values())
             for lease in leases:
                 try:
-                    if not self._lanes.renew(lease.session_id, lease.token, self._ttl):
+                    if not self._lanes.renew(
+                        lease.session_id, lease.token, self._ttl, project=lease.project
+                    ):
                         lease.lost.set()
                 except Exception:
                     # A Redis hiccup: try again next beat; the lease outlives three misses.

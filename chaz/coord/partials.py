@@ -29,6 +29,8 @@ import redis
 from pydantic import BaseModel, ConfigDict, Field
 
 from chaz.coord import keys
+from chaz.coord.pubsub import PUBLISH_ERRORS, publish_raw, sharded_message, wire
+from chaz.coord.redis import clustered
 
 #: Longest a delta waits in the buffer for company, in seconds.
 DEFAULT_INTERVAL = 0.05
@@ -80,6 +82,7 @@ class PartialPublisher:
         max_chars: int = DEFAULT_MAX_CHARS,
     ) -> None:
         self._client = client
+        self._sharded = clustered(client)
         self._channel = keys.partials_channel(session_id)
         self._buffer_key = keys.partials_buffer(job_id)
         self.session_id = session_id
@@ -125,12 +128,18 @@ class PartialPublisher:
         data = partial.model_dump_json()
         # Best effort: the reply entry is the record, the partial a preview.
         # Into the buffer first: a stream woken by the publish finds it there.
-        with contextlib.suppress(redis.RedisError):
+        with contextlib.suppress(*PUBLISH_ERRORS):
             pipe = self._client.pipeline(transaction=False)
             pipe.xadd(self._buffer_key, {"p": data}, maxlen=BUFFER_MAX, approximate=True)
             pipe.expire(self._buffer_key, BUFFER_SECONDS)
-            pipe.publish(self._channel, data)
-            pipe.execute()
+            if self._sharded:
+                # The buffer (the job's slot) and the channel (the session's)
+                # are on different shards: the publish goes on its own.
+                pipe.execute()
+                publish_raw(self._client, self._channel, data)
+            else:
+                pipe.publish(self._channel, data)
+                pipe.execute()
 
     def discard(self) -> None:
         """Drop the buffered text unpublished (the stream was cancelled)."""
@@ -175,9 +184,14 @@ class StreamListener:
     """
 
     def __init__(self, client: redis.Redis, session_id: str) -> None:
-        self._entries = keys.entries_channel(session_id)
+        self._sharded = clustered(client)
+        self._entries = wire(client, keys.entries_channel(session_id))
         self._pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call,unused-ignore]
-        self._pubsub.subscribe(self._entries, keys.partials_channel(session_id))
+        channels = (self._entries, wire(client, keys.partials_channel(session_id)))
+        if self._sharded:
+            self._pubsub.ssubscribe(*channels)
+        else:
+            self._pubsub.subscribe(*channels)
 
     def next(self, timeout: float) -> tuple[Literal["entry", "partial"], Any] | None:
         """The next message as ``(channel kind, data)``, or None after ``timeout``
@@ -190,8 +204,12 @@ class StreamListener:
         """
         deadline = time.monotonic() + timeout
         while True:
-            message = self._pubsub.get_message(timeout=max(0.0, deadline - time.monotonic()))
-            if message is not None and message.get("type") == "message":
+            wait = max(0.0, deadline - time.monotonic())
+            if self._sharded:
+                message = sharded_message(self._pubsub, wait)
+            else:
+                message = self._pubsub.get_message(timeout=wait)
+            if message is not None and message.get("type") in ("message", "smessage"):
                 break
             if time.monotonic() >= deadline:
                 return None

@@ -26,8 +26,38 @@ from typing import Any
 import redis
 
 from chaz.coord import keys
+from chaz.coord.redis import SHARDS_DOWN, clustered
 from chaz.domain.entries import Entry
 from chaz.domain.events import Event
+
+
+def wire(client: redis.Redis, channel: str) -> str:
+    """A session channel's name on ``client``'s Redis: itself, or on a cluster
+    the sharded channel on the session's own slot (``chaz:entries:{SID}``)."""
+    return keys.sharded(channel) if clustered(client) else channel
+
+
+#: What a best-effort publish may fail with (a cluster shard that is down
+#: raises RedisClusterException, which is no RedisError).
+PUBLISH_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
+
+
+def publish_raw(client: redis.Redis, channel: str, data: str) -> None:
+    """Publish ``data`` on a session channel: ``SPUBLISH`` on a cluster (only
+    the shard of the channel's slot carries it), ``PUBLISH`` on a single Redis."""
+    if not clustered(client):
+        client.publish(channel, data)
+        return
+    name = keys.sharded(channel)
+    # A notification is best effort: a turn must not wait on a shard that is
+    # down once per entry (watchers re-read the database meanwhile).
+    if SHARDS_DOWN.down(client, name):
+        return
+    try:
+        client.spublish(name, data)
+    except PUBLISH_ERRORS:
+        SHARDS_DOWN.mark(client, name)
+        raise
 
 
 def publish(client: redis.Redis, entry: Entry) -> None:
@@ -37,8 +67,8 @@ def publish(client: redis.Redis, entry: Entry) -> None:
     it sees a gap or hears nothing for a while.
     """
     # The entry is durable; a watcher's periodic re-read finds it if this fails.
-    with contextlib.suppress(redis.RedisError):
-        client.publish(keys.entries_channel(entry.session_id), entry.model_dump_json())
+    with contextlib.suppress(*PUBLISH_ERRORS):
+        publish_raw(client, keys.entries_channel(entry.session_id), entry.model_dump_json())
 
 
 def publish_event(client: redis.Redis, event: Event) -> None:
@@ -47,8 +77,8 @@ def publish_event(client: redis.Redis, event: Event) -> None:
     A notification only: followers re-read the table, so a lost publish
     delays them by their poll interval at most.
     """
-    with contextlib.suppress(redis.RedisError):
-        client.publish(keys.events_channel(event.session_id), event.model_dump_json())
+    with contextlib.suppress(*PUBLISH_ERRORS):
+        publish_raw(client, keys.events_channel(event.session_id), event.model_dump_json())
 
 
 class Listener:
@@ -61,12 +91,19 @@ class Listener:
 
     def __init__(self, client: redis.Redis, *channels: str) -> None:
         self._pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call,unused-ignore]
-        self._pubsub.subscribe(*channels)
+        self._sharded = clustered(client)
+        if self._sharded:
+            self._pubsub.ssubscribe(*(keys.sharded(c) for c in channels))
+        else:
+            self._pubsub.subscribe(*channels)
 
     def next(self, timeout: float) -> Any | None:
         """The data of the next message, or None if none came within ``timeout`` seconds."""
-        message = self._pubsub.get_message(timeout=timeout)
-        if message is None or message.get("type") != "message":
+        if self._sharded:
+            message = sharded_message(self._pubsub, timeout)
+        else:
+            message = self._pubsub.get_message(timeout=timeout)
+        if message is None or message.get("type") not in ("message", "smessage"):
             return None
         return message["data"]
 
@@ -79,6 +116,18 @@ class Listener:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def sharded_message(pubsub: Any, timeout: float) -> dict[str, Any] | None:
+    """The next message of a cluster pubsub's sharded channels, waiting up to
+    ``timeout`` seconds (redis-py polls each shard's connection in turn)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        message: dict[str, Any] | None = pubsub.get_sharded_message(
+            ignore_subscribe_messages=True, timeout=min(0.05, max(0.0, timeout))
+        )
+        if message is not None or time.monotonic() >= deadline:
+            return message
 
 
 def wait_time(deadline: float | None, poll: float) -> float | None:
@@ -191,6 +240,7 @@ class Subscriber:
         name: str = "chaz-subscriber",
     ) -> None:
         self._client = client
+        self._sharded = clustered(client)
         self._name = name
         self._linger = linger
         #: channel -> when its last waiter left (guarded by _lock; insertion
@@ -354,15 +404,24 @@ class Subscriber:
                     self._since.pop(channel, None)
                     self._recent.pop(channel, None)
             self._active -= remove
-            self._pubsub.unsubscribe(*remove)
+            if self._sharded:
+                self._pubsub.sunsubscribe(*(keys.sharded(c) for c in remove))
+            else:
+                self._pubsub.unsubscribe(*remove)
         if add:
-            self._pubsub.subscribe(*add)
+            if self._sharded:
+                self._pubsub.ssubscribe(*(keys.sharded(c) for c in add))
+            else:
+                self._pubsub.subscribe(*add)
             self._active |= add
             for channel in add:
                 self._pending[channel] = self._pending.get(channel, 0) + 1
 
     def _read(self, timeout: float) -> None:
         """Wait for a message or a wake-up, and route what came."""
+        if self._sharded:
+            self._read_sharded(timeout)
+            return
         conn = None if self._pubsub is None else self._pubsub.connection
         sock = None if conn is None else getattr(conn, "_sock", None)
         if conn is not None and sock is None:
@@ -384,11 +443,32 @@ class Subscriber:
             if message is not None:
                 self._route(message)
 
+    def _read_sharded(self, timeout: float) -> None:
+        """The cluster's :meth:`_read`: one connection per shard, so no single
+        socket to poll beside the wake-up pipe; short polls of the shards in
+        turn, looking at the pipe between them."""
+        poller = select.poll()
+        poller.register(self._wake_r, select.POLLIN)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self._active:
+                poller.poll(max(0.0, deadline - time.monotonic()) * 1000)
+                return
+            message = self._pubsub.get_sharded_message(timeout=0.02)
+            if message is not None:
+                self._route(message)
+            if poller.poll(0):
+                return
+
     def _route(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
         channel = message.get("channel")
         if isinstance(channel, bytes):
             channel = channel.decode()
+        if self._sharded and isinstance(channel, str):
+            # The wire name's session id is in braces: back to the caller's name.
+            channel = channel.replace("{", "").replace("}", "")
+            kind = {"smessage": "message", "ssubscribe": "subscribe"}.get(str(kind), kind)
         if kind == "message" and isinstance(channel, str):
             data = message["data"]
             with self._lock:

@@ -27,6 +27,7 @@ from typing import cast
 import redis
 
 from chaz.coord import keys, scripts
+from chaz.coord.redis import clustered, scan_keys
 from chaz.domain.jobs import Job
 from chaz.domain.limits import EffectiveLimits
 from chaz.domain.projects import ProjectLimits
@@ -87,6 +88,10 @@ class Quotas:
         self._seed_project = scripts.register(client, "seed_project")
         self._rate_peek = scripts.register(client, "rate_peek")
         self._debit_tokens = scripts.register(client, "debit_tokens")
+        self._clustered = clustered(client)
+
+    def _t(self, project: str) -> str:
+        return keys.tag(project) if self._clustered else ""
 
     def debit_tokens(self, project: str, tokens: int) -> float | None:
         """Charge ``tokens`` a turn reported to the project's token bucket
@@ -95,7 +100,7 @@ class Quotas:
         if tokens <= 0:
             return None
         left = self._debit_tokens(
-            keys=[keys.project_tokens(project)], args=[tokens, COUNTER_TTL_MS]
+            keys=[keys.project_tokens(project, self._t(project))], args=[tokens, COUNTER_TTL_MS]
         )
         return None if left is None else float(left)
 
@@ -113,8 +118,9 @@ class Quotas:
         """
         if limits.turns_per_minute is None and limits.tokens_per_minute is None:
             return
+        t = self._t(project)
         answer = self._rate_peek(
-            keys=[keys.project_rate(project), keys.project_tokens(project)],
+            keys=[keys.project_rate(project, t), keys.project_tokens(project, t)],
             args=[
                 scripts.limit_arg(limits.turns_per_minute),
                 scripts.limit_arg(limits.tokens_per_minute),
@@ -145,13 +151,15 @@ class Quotas:
         counts from the database if they must be rebuilt, for a caller inside
         a transaction that must read through it (default: the constructor's).
         """
+        # One slot on a cluster: the project's tag is on every key.
+        t = self._t(at.project)
         ks = [
-            keys.queued(at.session_id),
-            keys.cumulative(at.session_id),
-            keys.project_live(at.project),
-            keys.project_jobs(at.project),
-            keys.project_rate(at.project),
-            keys.project_tokens(at.project),
+            keys.queued(at.session_id, t),
+            keys.cumulative(at.session_id, t),
+            keys.project_live(at.project, t),
+            keys.project_jobs(at.project, t),
+            keys.project_rate(at.project, t),
+            keys.project_tokens(at.project, t),
         ]
         args: list[str | int | float] = [
             scripts.limit_arg(limits.max_queued_per_session),
@@ -168,7 +176,7 @@ class Quotas:
         # keys vanished again at once, and the script then answers as it finds.
         for _ in range(2):
             if answer == "rebuild":
-                self._rebuild(at.session_id, counts)
+                self._rebuild(at.session_id, at.project, counts)
             elif answer == "rebuild_project":
                 self._rebuild_project(at.project, project_counts)
             else:
@@ -183,13 +191,14 @@ class Quotas:
 
     def refund(self, at: Reservation) -> None:
         """Undo a reservation whose job was never written, its token included."""
+        t = self._t(at.project)
         self._refund(
             keys=[
-                keys.queued(at.session_id),
-                keys.cumulative(at.session_id),
-                keys.project_jobs(at.project),
-                keys.project_live(at.project),
-                keys.project_rate(at.project),
+                keys.queued(at.session_id, t),
+                keys.cumulative(at.session_id, t),
+                keys.project_jobs(at.project, t),
+                keys.project_live(at.project, t),
+                keys.project_rate(at.project, t),
             ],
             args=[at.job_id, "1" if at.rated else "0"],
         )
@@ -203,17 +212,20 @@ class Quotas:
         for the same job changes nothing.
         """
         self._job_ended(
-            keys=[keys.project_live(job.project), keys.queued(job.session_id)],
+            keys=[
+                keys.project_live(job.project, self._t(job.project)),
+                keys.queued(job.session_id, self._t(job.project)),
+            ],
             args=[job.id, "1" if dequeued else "0"],
         )
 
-    def dequeued(self, session_id: str) -> None:
+    def dequeued(self, session_id: str, project: str) -> None:
         """A queued job left the queue: it started, or it was cancelled.
 
         Called by whoever won the job's QUEUED transition in the database, so
         exactly once per job.
         """
-        self._decrement(keys=[keys.queued(session_id)])
+        self._decrement(keys=[keys.queued(session_id, self._t(project))])
 
     def rebuild(self, active: Iterable[Job]) -> int:
         """Restore the missing counters of the sessions of these unfinished jobs.
@@ -223,20 +235,30 @@ class Quotas:
         how many sessions' counters were restored.
         """
         restored = 0
-        for session_id in dict.fromkeys(job.session_id for job in active):
-            if not self.client.exists(keys.cumulative(session_id)) or not self.client.exists(
-                keys.queued(session_id)
-            ):
-                self._rebuild(session_id)
-                restored += 1
+        projects = {job.session_id: job.project for job in active}
+        for session_id, project in projects.items():
+            t = self._t(project)
+            try:
+                if self.client.exists(keys.cumulative(session_id, t)) and self.client.exists(
+                    keys.queued(session_id, t)
+                ):
+                    continue
+                self._rebuild(session_id, project)
+            except redis.RedisError:
+                if not self._clustered:
+                    raise
+                # That session's shard is down: the next pass rebuilds it.
+                continue
+            restored += 1
         return restored
 
     def _rebuild(
-        self, session_id: str, counts: Callable[[], tuple[int, int]] | None = None
+        self, session_id: str, project: str, counts: Callable[[], tuple[int, int]] | None = None
     ) -> None:
         queued, total = self._counts(session_id) if counts is None else counts()
+        t = self._t(project)
         self._seed(
-            keys=[keys.queued(session_id), keys.cumulative(session_id)],
+            keys=[keys.queued(session_id, t), keys.cumulative(session_id, t)],
             args=[queued, total, COUNTER_TTL_MS],
         )
 
@@ -244,8 +266,9 @@ class Quotas:
         self, project: str, counts: Callable[[], tuple[list[str], int]] | None = None
     ) -> None:
         live, total = self._project_counts(project) if counts is None else counts()
+        t = self._t(project)
         self._seed_project(
-            keys=[keys.project_live(project), keys.project_jobs(project)],
+            keys=[keys.project_live(project, t), keys.project_jobs(project, t)],
             args=[COUNTER_TTL_MS, total, *live],
         )
 
@@ -261,7 +284,9 @@ class Quotas:
         now = self.client.time()
         cutoff = int(now[0]) * 1000 + int(now[1]) // 1000 - grace_ms
         dropped: list[str] = []
-        for key in self.client.scan_iter(match=keys.project_live_pattern(), count=500):
+        pattern = keys.project_live_pattern(self._clustered)
+        # On a cluster, SCAN visits every master in turn.
+        for key in scan_keys(self.client, pattern):
             scored = cast(list[tuple[str, float]], self.client.zrange(key, 0, -1, withscores=True))
             members = [(str(m), float(score)) for m, score in scored if m != "_"]
             if not members:

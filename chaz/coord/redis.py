@@ -7,13 +7,15 @@ process of a single-machine install (producer, workers, beat) shares it.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from chaz.errors import BackendUnavailable
 from chaz.plumbing.files import PRIVATE_UMASK, create_private, private_dir
@@ -21,6 +23,8 @@ from chaz.settings import Settings
 
 if TYPE_CHECKING:
     import redis
+
+log = logging.getLogger(__name__)
 
 
 def connect(settings: Settings) -> redis.Redis:
@@ -32,9 +36,85 @@ def connect(settings: Settings) -> redis.Redis:
     if settings.embedded_redis:
         ensure_embedded(settings)
     url = settings.effective_redis_url()
+    if settings.redis_cluster:
+        # The cluster client speaks the same commands; it routes each to the
+        # master of its key's slot (docs/coordination.md#on-a-redis-cluster).
+        # Typed as redis.Redis: the coordination classes use only the
+        # commands both clients share, and check clustered() where they differ.
+        from redis.backoff import ExponentialWithJitterBackoff
+        from redis.cluster import RedisCluster
+        from redis.retry import Retry
+
+        cluster = RedisCluster.from_url(
+            url,
+            decode_responses=True,
+            socket_keepalive=True,
+            health_check_interval=30,
+            # A shard that is down costs a caller about a second, not redis-py's
+            # ten retries: the caller's own retry (a turn's checkpoint, the
+            # reconciler's next pass) is the one that waits it out.
+            retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), retries=3),
+        )
+        return cast("redis.Redis", cluster)
     # TCP keepalive does not apply to the embedded server's Unix socket.
     extra = {} if url.startswith("unix://") else {"socket_keepalive": True}
     return redis.Redis.from_url(url, decode_responses=True, health_check_interval=30, **extra)
+
+
+def clustered(client: Any) -> bool:
+    """Whether ``client`` talks to a Redis Cluster (keys then carry hash tags)."""
+    from redis.cluster import RedisCluster
+
+    return isinstance(client, RedisCluster)
+
+
+def tag_for(client: Any, project: str) -> str:
+    """The key infix of ``project``'s keys on ``client``'s Redis: its bucket's
+    hash tag on a cluster, nothing on a single Redis (chaz.coord.keys)."""
+    from chaz.coord import keys
+
+    return keys.tag(project) if clustered(client) else ""
+
+
+class ShardsDown:
+    """Cluster nodes that failed a best-effort call lately, by name: such calls
+    to them are skipped for :attr:`seconds` (a notification, a lease-watch
+    pass), so that a shard that is down costs each caller one failure, not one
+    per call. Calls that must happen (admission, a turn's signals) never ask."""
+
+    def __init__(self, seconds: float = 2.0) -> None:
+        self.seconds = seconds
+        self._until: dict[str, float] = {}
+
+    def down(self, client: Any, key: str) -> bool:
+        """Whether ``key``'s node failed within the last :attr:`seconds`."""
+        return self._until.get(client.get_node_from_key(key).name, 0.0) > time.monotonic()
+
+    def mark(self, client: Any, key: str) -> None:
+        """``key``'s node just failed a call."""
+        self._until[client.get_node_from_key(key).name] = time.monotonic() + self.seconds
+
+
+#: The process's record of cluster nodes that are down (chaz.coord.pubsub, chaz.coord.lanes).
+SHARDS_DOWN = ShardsDown()
+
+
+def scan_keys(client: Any, pattern: str) -> Iterator[str]:
+    """Every key matching ``pattern``: one ``SCAN`` on a single Redis; on a
+    cluster, one per master in turn, a master that does not answer skipped
+    (its keys wait for the next pass: per shard, not all or nothing)."""
+    if not clustered(client):
+        yield from (str(k) for k in client.scan_iter(match=pattern, count=500))
+        return
+    import redis
+
+    for node in client.get_primaries():
+        try:
+            found = list(client.scan_iter(match=pattern, count=500, target_nodes=node))
+        except redis.RedisError:
+            log.warning("cluster node %s did not answer a scan; next pass", node.name)
+            continue
+        yield from (str(k) for k in found)
 
 
 def _ping(socket_path: Path) -> bool:

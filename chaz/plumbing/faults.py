@@ -16,6 +16,11 @@ from sqlalchemy import exc as sa_exc
 
 from chaz.errors import BackendUnavailable
 
+_CLUSTER_FAULTS = (
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.SlotNotCoveredError,
+)
 _SQLITE_BUSY = ("database is locked", "database is busy", "disk i/o error")
 
 
@@ -29,6 +34,9 @@ def _transient(exc: BaseException) -> bool:
         return True
     # Connection refused or dropped, a timeout, a server still loading its data.
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return True
+    # A Redis Cluster shard down or failing over: its slots come back (or move).
+    if isinstance(exc, _CLUSTER_FAULTS):
         return True
     if isinstance(exc, sa_exc.DBAPIError):
         if exc.connection_invalidated:

@@ -71,14 +71,14 @@ def compact(services: Services, ref: str, *, timeout: float = 60.0) -> Entry | N
     session = services.store.get_session(ref)
     _check_live(session)
     sid = session.id
-    token = _take_lane(services, sid, timeout)
-    lease = services.lease_keeper.hold(sid, token)
+    token = _take_lane(services, sid, timeout, session.project)
+    lease = services.lease_keeper.hold(sid, token, session.project)
     try:
         return compact_held(services, sid, auto=False, lost=lease.lost)
     finally:
         services.lease_keeper.drop(lease)
         with contextlib.suppress(Exception):
-            services.lanes.release(sid, token)
+            services.lanes.release(sid, token, project=session.project)
         # Released first, looked second, as a turn's end does (chaz.usecases.turns): an
         # admission that found the lane ours sent a wake-up that was dropped.
         head = services.store.head_job(sid)
@@ -154,11 +154,11 @@ def _check_live(session: Session) -> None:
         raise SessionArchived(f"session {session.id} is archived", session_id=session.id)
 
 
-def _take_lane(services: Services, session_id: str, timeout: float) -> str:
+def _take_lane(services: Services, session_id: str, timeout: float, project: str) -> str:
     deadline = time.monotonic() + timeout
     while True:
         token = services.lanes.acquire(
-            session_id, f"compact:{session_id}", services.settings.lease_seconds
+            session_id, f"compact:{session_id}", services.settings.lease_seconds, project=project
         )
         if token is not None:
             return token

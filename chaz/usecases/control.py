@@ -266,7 +266,7 @@ def _cancel_one(
                     expected_version=expected_version or job.version,
                     completion=completion.ended,
                 )
-                services.flags.request(job.id, reason)
+                services.flags.request(job.id, job.project, reason)
                 return _outcome(done, previous=job.status, changed=True)
             return _outcome(job, previous=job.status, changed=False)
         except Conflict:

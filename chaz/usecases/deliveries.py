@@ -260,7 +260,7 @@ def _enqueue(services: Services, values: dict[str, object], target: Session) -> 
     """Put a message in a busy target's inbox; drain it at once if the target went idle."""
     delivery, dropped = services.store.queue_message(values, limit=INBOX_LIMIT)
     try:
-        services.inbox.mark(target.id)
+        services.inbox.mark(target.id, target.project)
     except Exception:
         # Queued in the database: the reconciler drains an idle target's
         # inbox even without its flag, so the message only waits longer.
@@ -320,7 +320,7 @@ def drain(services: Services, session_id: str) -> int:
     while True:
         waiting = services.store.deliveries.inbox(session_id)
         if not waiting:
-            services.inbox.clear(session_id)
+            services.inbox.clear(session_id, services.coord_project(session_id))
             # A message queued between the read and the clear set the flag
             # after this read: look once more, so its flag is not lost.
             if services.store.deliveries.has_inbox(session_id):

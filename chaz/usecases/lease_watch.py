@@ -34,7 +34,7 @@ class LeaseWatch:
         """One pass: the sessions it woke."""
         svc = self.services
         woken = []
-        for session_id in svc.lanes.expired():
+        for session_id, bucket in svc.lanes.expired():
             try:
                 head = svc.store.head_job(session_id)
                 if head is None:
@@ -51,7 +51,7 @@ class LeaseWatch:
             except Exception:
                 log.warning("could not wake session %s", session_id, exc_info=True)
             # Not woken: put it back, due now, for the next pass.
-            svc.lanes.watch_again(session_id)
+            svc.lanes.watch_again(session_id, bucket)
         return woken
 
     def start(self) -> None:

@@ -16,6 +16,7 @@ from chaz.coord import keys
 from chaz.domain.jobs import Job, JobStatus
 from chaz.ids import utcnow
 from chaz.plumbing.dispatch import Wake
+from chaz.plumbing.faults import is_transient
 from chaz.services import Services
 from chaz.usecases import approvals, webhooks
 from chaz.usecases.deliveries import SweepReport, sweep
@@ -70,7 +71,7 @@ class Reconciler:
         heads: dict[str, Job] = {}
         for job in active:
             heads.setdefault(job.session_id, job)
-        held = svc.lanes.held(list(heads))
+        held = svc.lanes.held({sid: job.project for sid, job in heads.items()})
         heads = self._drop_ended(heads, held)
         now = utcnow()
         for session_id, head in heads.items():
@@ -105,7 +106,7 @@ class Reconciler:
         # A cancel requested before a flush must still stop its turn.
         for job in active:
             if job.status is JobStatus.STOPPING:
-                svc.flags.restore(job.id)
+                svc.flags.restore(job.id, job.project)
         # Only a running job with no lease is an orphaned turn (its worker is
         # gone); a queued job past the grace period just had its wake-up sent
         # again, which a backlog of wake-ups explains as well as a lost one.
@@ -140,7 +141,14 @@ class Reconciler:
         """Note in Redis that a pass completed now (read by ``chaz doctor``)."""
         svc = self.services
         ttl = max(RECORD_PERIODS * svc.settings.reconcile_seconds, RECORD_MIN_SECONDS)
-        svc.redis.set(keys.reconciled(), utcnow().isoformat(), px=int(ttl * 1000))
+        try:
+            svc.redis.set(keys.reconciled(), utcnow().isoformat(), px=int(ttl * 1000))
+        except Exception as exc:
+            # On a cluster the key's shard may be the one that is down: the
+            # pass did its work on the others, and the next one records it.
+            if not (svc.clustered and is_transient(exc)):
+                raise
+            log.warning("could not record the reconciler's pass: %s", exc)
 
     def rebuild_counters(self, active: list[Job]) -> int:
         """Restore missing quota counters and live hashes from the database.

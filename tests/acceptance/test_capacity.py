@@ -74,12 +74,12 @@ def test_a_job_admitted_while_the_lane_is_released_still_runs(
     def admit_behind_a_held_lane(text: str) -> tuple[str, str]:
         first = admission.write(svc, s.id, EntryType.MESSAGE, "user:u", text).job
         assert first is not None
-        token = svc.lanes.acquire(s.id, first.id, 30)
+        token = svc.lanes.acquire(s.id, first.id, 30, project="default")
         assert token is not None
         second = admission.write(svc, s.id, EntryType.MESSAGE, "user:u", text + "2").job
         assert second is not None
         assert runner.wake(s.id, second.id).status == "busy"
-        svc.lanes.release(s.id, token)
+        svc.lanes.release(s.id, token, project="default")
         recorder.wakes.clear()
         return first.id, second.id
 

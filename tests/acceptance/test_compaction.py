@@ -199,7 +199,9 @@ def test_a_turn_queued_during_compaction_runs_after_it_in_order(stack: Stack) ->
     done: list[chaz.Entry | None] = []
     thread = threading.Thread(target=lambda: done.append(client.sessions.compact(s.id)))
     thread.start()
-    stack.wait_for(lambda: client.services.lanes.held([s.id]), 30, "the compaction's lane")
+    stack.wait_for(
+        lambda: client.services.lanes.held({s.id: s.project}), 30, "the compaction's lane"
+    )
     posted = client.sessions.post(s.id, "show", sender="user:alice")
     # The compaction holds the lane: the turn waits behind it, whatever the worker does.
     assert client.jobs.get(posted.job_id or "").status is chaz.JobStatus.QUEUED
@@ -228,7 +230,9 @@ def test_a_crash_in_mid_compaction_leaves_the_session_usable(stack: Stack) -> No
     s = client.sessions.create("reader")
     first, _ = reply_to(client, s.id, "hello there, a long enough message")
     # Its turn is over; its worker is compacting, held at the gate, in the lane.
-    stack.wait_for(lambda: client.services.lanes.held([s.id]), 30, "the compaction's lane")
+    stack.wait_for(
+        lambda: client.services.lanes.held({s.id: s.project}), 30, "the compaction's lane"
+    )
     worker.kill(signal.SIGKILL)
     assert worker.proc is not None
     worker.proc.wait(timeout=30)

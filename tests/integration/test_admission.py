@@ -98,7 +98,7 @@ def test_cumulative_allowance_never_refills(client: chaz.Client) -> None:
     # Cancel both queued jobs (they leave the queue, but were admitted).
     for job in jobs(client, s.id):
         client.services.store.transition(job.id, JobStatus.CANCELLED, completion=completion.ended)
-        client.services.quotas.dequeued(s.id)
+        client.services.quotas.dequeued(s.id, s.project)
     assert counters(client, s.id) == (0, 2)
     with pytest.raises(JobsExhausted):
         client.sessions.post(s.id, "again")
@@ -258,7 +258,7 @@ def test_a_turns_end_keeps_the_lane_only_when_jobs_wait_and_it_is_ours(
     svc = client.services
     sid = client.sessions.create("bot").id
     first = client.jobs.get(client.sessions.post(sid, "one").job_id or "")
-    token = svc.lanes.acquire(sid, first.id, 30)
+    token = svc.lanes.acquire(sid, first.id, 30, project="default")
     assert token is not None
     svc.redis.pexpire(keys.lane(sid), 500)  # nearly spent: a kept lane is renewed
     svc.store.start_turn(first.id, token)
@@ -267,7 +267,7 @@ def test_a_turns_end_keeps_the_lane_only_when_jobs_wait_and_it_is_ours(
     # Nothing waits: released even when the caller would keep it.
     assert _ended(client, first, token, keep=True) == (False, 0, None)
 
-    token = svc.lanes.acquire(sid, first.id, 30)
+    token = svc.lanes.acquire(sid, first.id, 30, project="default")
     assert token is not None
     svc.redis.pexpire(keys.lane(sid), 500)
     client.sessions.post(sid, "two")  # one job waits now
@@ -279,7 +279,7 @@ def test_a_turns_end_keeps_the_lane_only_when_jobs_wait_and_it_is_ours(
     assert _ended(client, first, token, keep=False) == (False, 1, None)
 
     # Not ours any more (taken over after an expiry): left alone, never kept.
-    other = svc.lanes.acquire(sid, first.id, 30)
+    other = svc.lanes.acquire(sid, first.id, 30, project="default")
     assert other is not None
     kept, _, holder = _ended(client, first, token, keep=True)
     assert not kept and holder is not None and holder.startswith(other)

@@ -33,14 +33,14 @@ def services(mstack: Stack) -> Iterator[Services]:
 def test_a_cancel_flag_holds_its_reason_and_a_restore_keeps_it(services: Services) -> None:
     flags: CancelFlags = services.flags
     job = new_id()
-    assert not flags.requested(job)
-    flags.restore(job)  # lost with Redis: restored with the default reason
-    assert flags.requested(job)
+    assert not flags.requested(job, "default")
+    flags.restore(job, "default")  # lost with Redis: restored with the default reason
+    assert flags.requested(job, "default")
     assert services.redis.get(keys.cancel(job)) == "cancelled"
 
     other = new_id()
-    flags.request(other, "user asked")
-    flags.restore(other)
+    flags.request(other, "default", "user asked")
+    flags.restore(other, "default")
     assert services.redis.get(keys.cancel(other)) == "user asked"
     third = new_id()
     flags.request(third, "")  # no reason: the default

@@ -44,7 +44,7 @@ def test_acquire_is_exclusive_across_threads(lanes: Lanes) -> None:
     def grab(i: int) -> None:
         barrier.wait()
         try:
-            tokens[i] = lanes.acquire(sid, f"job{i}", ttl_seconds=10)
+            tokens[i] = lanes.acquire(sid, f"job{i}", ttl_seconds=10, project="default")
         except BaseException as exc:
             errors.append(exc)
 
@@ -58,76 +58,76 @@ def test_acquire_is_exclusive_across_threads(lanes: Lanes) -> None:
     assert len(winners) == 1, tokens
     i, token = winners[0]
     assert lanes.client.get(keys.lane(sid)) == f"{token} job{i}"
-    assert lanes.held([sid, new_id()]) == {sid}
+    assert lanes.held(dict.fromkeys([sid, new_id()], "default")) == {sid}
     # While it is held nobody else gets it, not even the same job again.
-    assert lanes.acquire(sid, f"job{i}", ttl_seconds=10) is None
-    assert lanes.release(sid, token)
+    assert lanes.acquire(sid, f"job{i}", ttl_seconds=10, project="default") is None
+    assert lanes.release(sid, token, project="default")
     assert lanes.client.get(keys.lane(sid)) is None
-    assert lanes.acquire(sid, "next", ttl_seconds=10) is not None
+    assert lanes.acquire(sid, "next", ttl_seconds=10, project="default") is not None
 
 
 def test_release_with_a_wrong_token_does_nothing(lanes: Lanes, services: Services) -> None:
     sid = new_id()
-    token = lanes.acquire(sid, "job1", ttl_seconds=10)
+    token = lanes.acquire(sid, "job1", ttl_seconds=10, project="default")
     assert token is not None
     ttl_before = services.redis.pttl(keys.lane(sid))
     for wrong in ("", "nope", token[:8], token + "x", "job1", f"{token[:-1]}0 job1"):
         if wrong == token:
             continue
-        assert lanes.release(sid, wrong) is False
-        assert lanes.renew(sid, wrong, ttl_seconds=60) is False
+        assert lanes.release(sid, wrong, project="default") is False
+        assert lanes.renew(sid, wrong, ttl_seconds=60, project="default") is False
     assert lanes.client.get(keys.lane(sid)) == f"{token} job1"
     # A failed renew did not extend the lease either.
     assert services.redis.pttl(keys.lane(sid)) <= ttl_before
-    assert lanes.release(sid, token) is True
-    assert lanes.release(sid, token) is False  # twice is harmless
+    assert lanes.release(sid, token, project="default") is True
+    assert lanes.release(sid, token, project="default") is False  # twice is harmless
     assert lanes.client.get(keys.lane(sid)) is None
 
 
 def test_renew_extends_the_lease(lanes: Lanes, services: Services) -> None:
     sid = new_id()
-    token = lanes.acquire(sid, "job1", ttl_seconds=0.5)
+    token = lanes.acquire(sid, "job1", ttl_seconds=0.5, project="default")
     assert token is not None
     assert 0 < services.redis.pttl(keys.lane(sid)) <= 500
-    assert lanes.renew(sid, token, ttl_seconds=5) is True
+    assert lanes.renew(sid, token, ttl_seconds=5, project="default") is True
     assert 4000 < services.redis.pttl(keys.lane(sid)) <= 5000
     time.sleep(0.7)  # past the original expiry
     assert lanes.client.get(keys.lane(sid)) == f"{token} job1"
-    assert lanes.acquire(sid, "job2", ttl_seconds=5) is None
+    assert lanes.acquire(sid, "job2", ttl_seconds=5, project="default") is None
 
 
 def test_an_expired_lease_passes_to_another_holder(lanes: Lanes) -> None:
     sid = new_id()
-    old = lanes.acquire(sid, "job1", ttl_seconds=0.2)
+    old = lanes.acquire(sid, "job1", ttl_seconds=0.2, project="default")
     assert old is not None
-    assert lanes.acquire(sid, "job2", ttl_seconds=5) is None
+    assert lanes.acquire(sid, "job2", ttl_seconds=5, project="default") is None
     time.sleep(0.35)
     assert lanes.client.get(keys.lane(sid)) is None
-    new = lanes.acquire(sid, "job2", ttl_seconds=5)
+    new = lanes.acquire(sid, "job2", ttl_seconds=5, project="default")
     assert new is not None and new != old
     # The old holder can neither renew nor release what is now someone else's.
-    assert lanes.renew(sid, old, ttl_seconds=60) is False
-    assert lanes.release(sid, old) is False
+    assert lanes.renew(sid, old, ttl_seconds=60, project="default") is False
+    assert lanes.release(sid, old, project="default") is False
     assert lanes.client.get(keys.lane(sid)) == f"{new} job2"
-    assert lanes.renew(sid, new, ttl_seconds=5) is True
-    assert lanes.release(sid, new) is True
+    assert lanes.renew(sid, new, ttl_seconds=5, project="default") is True
+    assert lanes.release(sid, new, project="default") is True
 
 
 def test_an_expired_lease_cannot_be_renewed_back(lanes: Lanes) -> None:
     sid = new_id()
-    token = lanes.acquire(sid, "job1", ttl_seconds=0.1)
+    token = lanes.acquire(sid, "job1", ttl_seconds=0.1, project="default")
     assert token is not None
     time.sleep(0.25)
-    assert lanes.renew(sid, token, ttl_seconds=5) is False
+    assert lanes.renew(sid, token, ttl_seconds=5, project="default") is False
     assert lanes.client.get(keys.lane(sid)) is None
 
 
 def test_lanes_of_different_sessions_are_independent(lanes: Lanes) -> None:
     a, b = new_id(), new_id()
-    ta = lanes.acquire(a, "job", ttl_seconds=5)
-    tb = lanes.acquire(b, "job", ttl_seconds=5)
+    ta = lanes.acquire(a, "job", ttl_seconds=5, project="default")
+    tb = lanes.acquire(b, "job", ttl_seconds=5, project="default")
     assert ta is not None and tb is not None and ta != tb
-    assert lanes.release(a, tb) is False
-    assert lanes.held([a, b]) == {a, b}
-    assert lanes.release(a, ta) and lanes.release(b, tb)
-    assert lanes.held([a, b]) == set()
+    assert lanes.release(a, tb, project="default") is False
+    assert lanes.held(dict.fromkeys([a, b], "default")) == {a, b}
+    assert lanes.release(a, ta, project="default") and lanes.release(b, tb, project="default")
+    assert lanes.held(dict.fromkeys([a, b], "default")) == set()

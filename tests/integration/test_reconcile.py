@@ -35,7 +35,7 @@ def test_orphaned_running_job_is_woken_and_held_lanes_are_left_alone(svc: Servic
     assert j1 is not None and j2 is not None
     svc.store.start_turn(j1.id, "dead-worker")  # running, but nobody holds its lease
     svc.store.start_turn(j2.id, "live-worker")
-    assert svc.lanes.acquire(s2.id, j2.id, 30) is not None
+    assert svc.lanes.acquire(s2.id, j2.id, 30, project="default") is not None
     report = Reconciler(svc, grace_seconds=0).run()
     assert report.orphaned == [j1.id]
     assert report.woken == [s1.id]
@@ -50,7 +50,7 @@ def test_a_turn_that_ends_during_the_pass_is_not_an_orphan(
     svc.store.start_turn(job.id, "worker")
     real_held = svc.lanes.held
 
-    def held_once_the_turn_has_ended(session_ids: list[str]) -> set[str]:
+    def held_once_the_turn_has_ended(session_ids: dict[str, str]) -> set[str]:
         # The turn ends (and releases its lane) after the pass read the
         # active jobs and before it looks at the leases.
         svc.store.transition(job.id, JobStatus.SUCCEEDED, completion=completion.ended)

@@ -20,6 +20,7 @@ from chaz.stack import WorkerProcess
 from chaz.store import Store
 from chaz.store.migrate import upgrade
 from tests.support import rabbitmq as rabbitmq_support
+from tests.support.redis_cluster import Cluster
 
 #: Short leases and a fast reconciler, so recovery tests take seconds.
 FAST = {"lease_seconds": 3.0, "reconcile_seconds": 1.0}
@@ -69,6 +70,8 @@ class Stack:
         self._client: chaz.Client | None = None
         #: False for a :meth:`tenant`: its close leaves the embedded Redis running.
         self._owns_servers = owns_servers
+        #: The cluster's nodes, on the ``cluster`` stack (to kill, restart, flush).
+        self.nodes: Cluster | None = None
 
     @classmethod
     def embedded(cls, home: Path, **overrides: Any) -> Stack:
@@ -109,6 +112,21 @@ class Stack:
         redis.Redis.from_url(redis_url).flushdb()
         return cls("rabbitmq" if rabbitmq else "server", settings, vhost=vhost)
 
+    @classmethod
+    def cluster(
+        cls, home: Path, pg_url: str, nodes: Cluster, *, broker_url: str, **overrides: Any
+    ) -> Stack:
+        """PostgreSQL, a Redis Cluster as coordination and a plain Redis as the
+        broker (a cluster cannot be one), all emptied first."""
+        stack = cls.server(home, pg_url, broker_url, **overrides)
+        nodes.flush_all()
+        settings = stack.settings.model_copy(
+            update={"redis_url": nodes.url, "redis_cluster": True, "broker_url": broker_url}
+        )
+        out = cls("cluster", settings)
+        out.nodes = nodes
+        return out
+
     @property
     def client(self) -> chaz.Client:
         """A producer client (migrates on first use)."""
@@ -126,6 +144,7 @@ class Stack:
         starts itself are its own and stop at its :meth:`close`.
         """
         view = Stack(self.kind, self.settings, owns_servers=False)
+        view.nodes = self.nodes
         view._client = chaz.Client(
             self.settings, migrate=False, project=f"t-{uuid.uuid4().hex[:12]}"
         )

@@ -73,10 +73,15 @@ class _Services:
         self.signals = SimpleNamespace(ended=self._ended)
         self.dispatcher = SimpleNamespace(send_wake=self._send_wake)
 
-    def _acquire(self, session_id: str, execution_id: str, seconds: float) -> str | None:
+    def coord_project(self, session_id: str) -> str:
+        return ""
+
+    def _acquire(
+        self, session_id: str, execution_id: str, seconds: float, *, project: str
+    ) -> str | None:
         return "tok" if self.lane_free else None
 
-    def _release(self, session_id: str, token: str) -> None:
+    def _release(self, session_id: str, token: str, *, project: str) -> None:
         self.released.append(token)
 
     def _ended(self, job: Any, token: str, last: Any, *, keep_if_queued: bool, **_: Any) -> TurnEnd:

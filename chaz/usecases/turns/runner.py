@@ -96,6 +96,8 @@ class _Lane:
     lend_slot: bool
     #: Past this (``time.monotonic()``), the lane is not kept for another turn.
     deadline: float
+    #: The project whose bucket holds the lane (``""`` on a single Redis).
+    project: str
     outcome: WakeOutcome = WakeOutcome("idle")
     #: The lane is still ours, to release when the wake-up ends.
     held: bool = True
@@ -162,10 +164,13 @@ class TurnRunner:
         """Take the lane, run turns while :meth:`_turn` keeps it, then leave it."""
         svc = self.services
         asked = time.time_ns()
-        token = svc.lanes.acquire(session_id, execution_id, svc.settings.lease_seconds)
+        project = svc.coord_project(session_id)
+        token = svc.lanes.acquire(
+            session_id, execution_id, svc.settings.lease_seconds, project=project
+        )
         if token is None:
             return WakeOutcome("busy")
-        lane = _Lane(session_id, token, lend_slot, time.monotonic() + KEEP_LANE_SECONDS)
+        lane = _Lane(session_id, token, lend_slot, time.monotonic() + KEEP_LANE_SECONDS, project)
         lane.acquired = (asked, time.time_ns())
         try:
             while self._turn(lane):
@@ -307,7 +312,7 @@ class TurnRunner:
         svc = self.services
         if lane.held:
             with contextlib.suppress(Exception):
-                svc.lanes.release(lane.session_id, lane.token)
+                svc.lanes.release(lane.session_id, lane.token, project=lane.project)
         if lane.then is None:
             return
         # Released first, looked second: an admitter commits first and wakes
@@ -363,11 +368,11 @@ class TurnRunner:
     def _think(self, turn: Turn) -> Ran:
         """Run the turn under its lease heartbeat, watched for a cancel and a hand-back."""
         svc, job = self.services, turn.job
-        turn.heartbeat = svc.lease_keeper.hold(job.session_id, turn.fence.token)
+        turn.heartbeat = svc.lease_keeper.hold(job.session_id, turn.fence.token, job.project)
         # From here the worker's one watcher sets the turn's token as soon as
         # the job's cancel flag appears (docs/runtime.md#preemptive-cancel),
         # and a shutdown whose grace ran out hands it back.
-        svc.cancel_watcher.watch(job.id, turn.cancel)
+        svc.cancel_watcher.watch(job.id, turn.cancel, job.project)
         self.running.hold(turn.cancel)
         try:
             turn.run()

@@ -435,7 +435,11 @@ class _StopCheck:
         if self._heartbeat.lost.is_set():
             raise LeaseLost(f"job {self._job_id} lost its lane lease")
         first, self._first = self._first, False
-        if not first and not self._cancel.is_set() and self._services.flags.requested(self._job_id):
+        if (
+            not first
+            and not self._cancel.is_set()
+            and self._services.flags.requested(self._job_id, self._heartbeat.project)
+        ):
             self._cancel.set()
         self._cancel.poll()
         self._cancel.raise_if_set()

@@ -579,6 +579,12 @@ def get_settings() -> Settings:
     return Settings()
 
 
+def broker_is_coordination(settings: Settings) -> bool:
+    """Whether the Celery broker is the coordination Redis itself
+    (``CHAZ_BROKER_URL`` unset), so one client reads both."""
+    return not (settings.broker_url and settings.broker_url.strip())
+
+
 def broker_url_for(settings: Settings) -> str:
     """The Celery broker URL in force: ``CHAZ_BROKER_URL``, else the Redis in force
     (kombu spells its sockets differently)."""

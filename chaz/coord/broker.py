@@ -83,17 +83,32 @@ def install_restart_workaround() -> None:
         _installed = True
 
 
-#: How long a depth read waits for RabbitMQ before it fails (an exporter scrape
+#: How long a depth read waits for the broker before it fails (an exporter scrape
 #: or a doctor run must not hang on a broker that does not answer).
 AMQP_TIMEOUT = 5.0
 
 
-def queue_depths(client: redis.Redis, broker_url: str) -> dict[str, int]:
+def queue_depths(client: redis.Redis | None, broker_url: str) -> dict[str, int]:
     """Messages waiting in each of chaz's queues (every priority level), not yet
-    taken by a worker: from ``client`` on Redis, else from RabbitMQ at
-    ``broker_url``. A queue no worker has declared yet holds nothing: 0."""
+    taken by a worker: from RabbitMQ at ``broker_url``, or from Redis: ``client``
+    when the broker is the coordination Redis, else (``None``) a connection of
+    its own to ``broker_url`` (another Redis: the coordination one may be a
+    cluster, which holds no queues). A queue no worker has declared yet holds
+    nothing: 0."""
     if is_amqp(broker_url):
         return _amqp_depths(broker_url)
+    if client is None:
+        own = redis.Redis.from_url(
+            broker_url, socket_timeout=AMQP_TIMEOUT, socket_connect_timeout=AMQP_TIMEOUT
+        )
+        try:
+            return _redis_depths(own)
+        finally:
+            own.close()
+    return _redis_depths(client)
+
+
+def _redis_depths(client: redis.Redis) -> dict[str, int]:
     pipe = client.pipeline(transaction=False)
     for queue in QUEUES:
         pipe.llen(queue)

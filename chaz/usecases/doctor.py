@@ -23,7 +23,7 @@ from chaz.brokers import configure
 from chaz.coord import keys
 from chaz.coord.broker import QUEUES, queue_depths
 from chaz.errors import ChazError
-from chaz.settings import Settings, broker_url_for, is_amqp, mask_url
+from chaz.settings import Settings, broker_is_coordination, broker_url_for, is_amqp, mask_url
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
@@ -88,7 +88,8 @@ def diagnose(load_settings: Callable[[], Settings]) -> list[CheckResult]:
         results.append(redis_result)
         if not redis_result.ok:
             return results + _skipped(_REDIS_CHECKS, redis_result) + bridges
-        results.append(check_queues(client, broker_url_for(settings)))
+        same = broker_is_coordination(settings)
+        results.append(check_queues(client if same else None, broker_url_for(settings)))
         results.append(check_workers(settings))
         results.append(check_reconcile(settings, client))
         results.append(check_beat(client))
@@ -232,7 +233,7 @@ def check_redis(settings: Settings, client: redis.Redis) -> CheckResult:
     return CheckResult("redis", True, f"{url} answers")
 
 
-def check_queues(client: redis.Redis, broker_url: str) -> CheckResult:
+def check_queues(client: redis.Redis | None, broker_url: str) -> CheckResult:
     """The broker queues' depths (a report: any depth is well by itself), from
     Redis or RabbitMQ, whichever ``broker_url`` names."""
     try:

@@ -27,7 +27,7 @@ from prometheus_client.registry import Collector
 from chaz.coord import refusals
 from chaz.coord.broker import queue_depths
 from chaz.services import Services
-from chaz.settings import broker_url_for, is_amqp
+from chaz.settings import broker_is_coordination, broker_url_for, is_amqp
 from chaz.store.fleet import counts
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,8 @@ class FleetCollector(Collector):
             labels=["queue"],
         )
         broker = broker_url_for(self.services.settings)
-        for queue, n in queue_depths(self.services.redis, broker).items():
+        same = broker_is_coordination(self.services.settings)
+        for queue, n in queue_depths(self.services.redis if same else None, broker).items():
             depth.add_metric([queue], n)
         return depth
 

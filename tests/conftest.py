@@ -23,6 +23,7 @@ import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -107,7 +108,46 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         (dropped if _http_on_second_stack(item) else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+    # The longest files without workers first, each still in one piece (its
+    # module fixtures set up once per process): spread test by test over the
+    # xdist processes (pytest_xdist_make_scheduler), they start at once
+    # instead of ending the run alone.
+    items[:] = sorted(kept, key=_longest_first)
+
+
+#: The no-worker files whose tests take longest (``--durations``, docs/testing.md).
+LONGEST = (
+    "test_properties.py",
+    "test_visibility_projects.py",
+    "test_keys.py",
+    "test_migrations.py",
+    "test_watch.py",
+)
+
+
+def _longest_first(item: pytest.Item) -> int:
+    if ACCEPTANCE in item.path.parents or item.path.name not in LONGEST:
+        return len(LONGEST)
+    return LONGEST.index(item.path.name)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, but only for the acceptance tests, whose module
+    fleets a file shares: every other test is a work unit of its own, so one
+    file's long tests (the properties', about a minute each under load) run on
+    several processes at once rather than one after another on one."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    acceptance = f"{ACCEPTANCE.relative_to(config.rootpath).as_posix()}/"
+
+    class AcceptanceByFile(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return super()._split_scope(nodeid) if nodeid.startswith(acceptance) else nodeid
+
+    return AcceptanceByFile(config, log)
 
 
 def _http_on_second_stack(item: pytest.Item) -> bool:

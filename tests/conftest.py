@@ -143,7 +143,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     acceptance = f"{ACCEPTANCE.relative_to(config.rootpath).as_posix()}/"
 
-    class AcceptanceByFile(LoadFileScheduling):
+    class AcceptanceByFile(LoadFileScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             return super()._split_scope(nodeid) if nodeid.startswith(acceptance) else nodeid
 

@@ -212,14 +212,22 @@ def fleet_redis_url() -> Iterator[str]:
 
 
 def _claimed_redis(given: str | None) -> Iterator[str]:
+    server = REDIS_SERVER
     if given is not None:
         try:
             redis.Redis.from_url(given, socket_timeout=3).ping()
         except redis.RedisError as exc:
             _unavailable("Redis", exc)
-        yield given
-        return
-    admin = redis.Redis.from_url(f"{REDIS_SERVER}/0", socket_timeout=3)
+        # Under pytest-xdist the named database would be every process's at
+        # once, and one process's FLUSHDB (a server stack's start) would wipe
+        # another's lanes and counters mid test: each process claims a
+        # number of its own on the named server instead.
+        shared = _numbered(given) if os.environ.get("PYTEST_XDIST_WORKER") else None
+        if shared is None:
+            yield given
+            return
+        server = shared
+    admin = redis.Redis.from_url(f"{server}/0", socket_timeout=3)
     try:
         claimed = next(
             (n for n in REDIS_DBS if admin.set(_claim(n), os.getpid(), nx=True, ex=6 * 3600)),
@@ -231,10 +239,17 @@ def _claimed_redis(given: str | None) -> Iterator[str]:
     if claimed is None:
         pytest.fail(f"every Redis database {REDIS_DBS} is claimed by another test run")
     try:
-        yield f"{REDIS_SERVER}/{claimed}"
+        yield f"{server}/{claimed}"
     finally:
         admin.delete(_claim(claimed))
         admin.close()
+
+
+def _numbered(url: str) -> str | None:
+    """``redis://HOST[:PORT]`` of a ``redis://HOST[:PORT]/N`` URL, else None."""
+    base, _, number = url.rpartition("/")
+    plain = url.startswith("redis://") and base.count("/") == 2 and "@" not in base
+    return base if plain and number.isdigit() else None
 
 
 def _claim(db: int) -> str:

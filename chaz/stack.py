@@ -21,15 +21,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import SecretStr
-
 from chaz.coord import keys
 from chaz.errors import BackendUnavailable
 from chaz.plumbing.files import PRIVATE_UMASK, create_private, private_dir
-from chaz.settings import Settings
 
 if TYPE_CHECKING:
     from chaz.client import Client
+    from chaz.settings import Settings
 
 
 #: How long a stop waits for a worker's warm shutdown before it kills the group.
@@ -41,6 +39,8 @@ HAND_BACK_MARGIN = 5.0
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """``CHAZ_*`` variables that make a child process see the same settings."""
+    from pydantic import SecretStr
+
     env: dict[str, str] = {}
     for name in type(settings).model_fields:
         value = getattr(settings, name)
@@ -288,6 +288,7 @@ def embedded(
     # line only, and the client, the store and redis-py would delay its exec.
     from chaz.client import Client
     from chaz.coord.redis import ensure_embedded, stop_embedded
+    from chaz.settings import Settings
     from chaz.store import Store
     from chaz.store.migrate import upgrade
 

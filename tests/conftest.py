@@ -31,6 +31,7 @@ import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -175,7 +176,46 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         (dropped if _http_on_second_stack(item) else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+    # The longest files without workers first, each still in one piece (its
+    # module fixtures set up once per process): spread test by test over the
+    # xdist processes (pytest_xdist_make_scheduler), they start at once
+    # instead of ending the run alone.
+    items[:] = sorted(kept, key=_longest_first)
+
+
+#: The no-worker files whose tests take longest (``--durations``, docs/testing.md).
+LONGEST = (
+    "test_properties.py",
+    "test_visibility_projects.py",
+    "test_keys.py",
+    "test_migrations.py",
+    "test_watch.py",
+)
+
+
+def _longest_first(item: pytest.Item) -> int:
+    if ACCEPTANCE in item.path.parents or item.path.name not in LONGEST:
+        return len(LONGEST)
+    return LONGEST.index(item.path.name)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, but only for the acceptance tests, whose module
+    fleets a file shares: every other test is a work unit of its own, so one
+    file's long tests (the properties', about a minute each under load) run on
+    several processes at once rather than one after another on one."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    acceptance = f"{ACCEPTANCE.relative_to(config.rootpath).as_posix()}/"
+
+    class AcceptanceByFile(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return super()._split_scope(nodeid) if nodeid.startswith(acceptance) else nodeid
+
+    return AcceptanceByFile(config, log)
 
 
 def _on_cluster(module: str, test: str) -> bool:
@@ -247,14 +287,22 @@ def fleet_redis_url() -> Iterator[str]:
 
 
 def _claimed_redis(given: str | None) -> Iterator[str]:
+    server = REDIS_SERVER
     if given is not None:
         try:
             redis.Redis.from_url(given, socket_timeout=3).ping()
         except redis.RedisError as exc:
             _unavailable("Redis", exc)
-        yield given
-        return
-    admin = redis.Redis.from_url(f"{REDIS_SERVER}/0", socket_timeout=3)
+        # Under pytest-xdist the named database would be every process's at
+        # once, and one process's FLUSHDB (a server stack's start) would wipe
+        # another's lanes and counters mid test: each process claims a
+        # number of its own on the named server instead.
+        shared = _numbered(given) if os.environ.get("PYTEST_XDIST_WORKER") else None
+        if shared is None:
+            yield given
+            return
+        server = shared
+    admin = redis.Redis.from_url(f"{server}/0", socket_timeout=3)
     try:
         claimed = next(
             (n for n in REDIS_DBS if admin.set(_claim(n), os.getpid(), nx=True, ex=6 * 3600)),
@@ -266,10 +314,17 @@ def _claimed_redis(given: str | None) -> Iterator[str]:
     if claimed is None:
         pytest.fail(f"every Redis database {REDIS_DBS} is claimed by another test run")
     try:
-        yield f"{REDIS_SERVER}/{claimed}"
+        yield f"{server}/{claimed}"
     finally:
         admin.delete(_claim(claimed))
         admin.close()
+
+
+def _numbered(url: str) -> str | None:
+    """``redis://HOST[:PORT]`` of a ``redis://HOST[:PORT]/N`` URL, else None."""
+    base, _, number = url.rpartition("/")
+    plain = url.startswith("redis://") and base.count("/") == 2 and "@" not in base
+    return base if plain and number.isdigit() else None
 
 
 def _claim(db: int) -> str:

@@ -29,18 +29,13 @@ import argparse
 import os
 from pathlib import Path
 
-from chaz.cli.urls import check_redis_url
+from chaz.cli.urls import check_redis_url, plain_environment
 from chaz.domain.entries import Entry
 from chaz.domain.jobs import Job, JobStatus
 from chaz.domain.principals import DEFAULT_PROJECT, check_project
 from chaz.domain.sessions import Session
 from chaz.domain.validation import MAX_SEQ, check_choice, check_int, check_limit, check_ref
 from chaz.store.direct import DirectReads
-
-#: The settings the fast path reads itself: strings, which Settings never refuses.
-PLAIN_SETTINGS = frozenset(
-    {"CHAZ_DATABASE_URL", "CHAZ_REDIS_URL", "CHAZ_HOME", "CHAZ_PRINCIPAL", "CHAZ_PROJECT"}
-)
 
 #: ``client.sessions.queue``'s states: what runs, then what waits.
 QUEUE_STATUSES = (
@@ -49,23 +44,6 @@ QUEUE_STATUSES = (
     JobStatus.WAITING_APPROVAL,
     JobStatus.QUEUED,
 )
-
-
-def plain_environment(environ: dict[str, str] | os._Environ[str]) -> dict[str, str] | None:
-    """The ``CHAZ_*`` settings of ``environ`` (names upper-cased), or None when
-    any other is set, one is set twice (pydantic-settings ignores case), or a
-    ``.env`` file could add more."""
-    if Path(".env").exists():
-        return None
-    found: dict[str, str] = {}
-    for key, value in environ.items():
-        name = key.upper()
-        if not name.startswith("CHAZ_"):
-            continue
-        if name not in PLAIN_SETTINGS or name in found:
-            return None
-        found[name] = value
-    return found
 
 
 class Direct:

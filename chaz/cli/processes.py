@@ -1,10 +1,9 @@
-"""``chaz demo``, ``chaz up``, ``chaz worker`` and ``chaz migrate``: the commands
-that run chaz's processes, or bring their database up to date."""
+"""``chaz demo``, ``chaz up`` and ``chaz migrate``: the commands that run chaz's
+processes, or bring their database up to date (``chaz worker``: :mod:`chaz.cli.worker`)."""
 
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -285,68 +284,11 @@ def _up_banner(ctx: Context, workers: Sequence[WorkerProcess], concurrency: int)
     out.line("Press Ctrl-C to stop.")
 
 
-def cmd_worker(ctx: Context) -> int:
-    """Replace this process with a ``celery worker`` consuming chaz's queues."""
-    from chaz.coord.redis import ensure_embedded
-    from chaz.stack import worker_command
-
-    args, out = ctx.args, ctx.out
-    settings = ctx.server_settings
-    home = settings.home.resolve()
-    extra = list(args.extra)
-    if extra[:1] == ["--"]:
-        extra = extra[1:]
-    cmd = worker_command(
-        args.concurrency or settings.worker_concurrency,
-        # The pid survives exec, so the node name is unique on this host.
-        name=f"chaz-{os.getpid()}",
-        loglevel=args.loglevel,
-        beat_schedule=home / "celerybeat-schedule" if args.beat else None,
-        extra=extra,
-    )
-    if args.dry_run:
-        if out.json_mode:
-            out.json({"command": cmd})
-        else:
-            out.line(shlex.join(cmd))
-        return EXIT_OK
-    home.mkdir(parents=True, exist_ok=True)
-    if settings.embedded_redis:
-        # The worker's broker is this Redis: it must answer before celery connects.
-        ensure_embedded(settings)
-    # Every second before the exec delays the worker's first turn (and each
-    # scale-up): the revision, which needs Alembic, is not read.
-    _migrate(settings, report=False)
-    env = dict(os.environ)
-    # --home must reach chaz.celery_settings and the tasks, which read CHAZ_HOME themselves.
-    env["CHAZ_HOME"] = str(home)
-    if args.metrics_port is not None:
-        # The tasks module starts the endpoint when the worker is ready (chaz.metrics).
-        env["CHAZ_METRICS_PORT"] = str(args.metrics_port)
-    if args.metrics_addr is not None:
-        env["CHAZ_METRICS_ADDR"] = args.metrics_addr
-    out.note(f"exec: {shlex.join(cmd)}")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execvpe(cmd[0], cmd, env)
-
-
 def _migrate(settings: Settings, *, report: bool = True) -> str | None:
     """Upgrade the schema; with ``report``, return the revision it is at."""
-    from chaz.store.migrate import current_revision, is_current_file, is_current_postgres, upgrade
+    from chaz.cli.worker import migrate_url
 
-    url = settings.effective_database_url()
-    if not report and (is_current_file(url) or is_current_postgres(url)):
-        return None  # the database is current: no SQLAlchemy needed
-    # An engine, not a Store: the store's models would load for nothing.
-    from chaz.store.db import make_engine
-
-    engine = make_engine(url)
-    try:
-        upgrade(engine)
-        return current_revision(engine) if report else None
-    finally:
-        engine.dispose()
+    return migrate_url(settings.effective_database_url(), report=report)
 
 
 def cmd_migrate(ctx: Context) -> int:

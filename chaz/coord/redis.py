@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from chaz.errors import BackendUnavailable
 from chaz.plumbing.files import PRIVATE_UMASK, create_private, private_dir
-from chaz.settings import Settings
 
 if TYPE_CHECKING:
     import redis
+
+    from chaz.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -139,8 +140,13 @@ def _ping(socket_path: Path) -> bool:
 
 def ensure_embedded(settings: Settings, timeout: float = 10.0) -> bool:
     """Start the embedded Redis unless it answers already. True if this call started it."""
-    home = settings.home.resolve()
-    sock = settings.redis_socket
+    return ensure_embedded_at(settings.home.resolve(), timeout)
+
+
+def ensure_embedded_at(home: Path, timeout: float = 10.0) -> bool:
+    """:func:`ensure_embedded` of the ``CHAZ_HOME`` ``home`` (resolved): for
+    ``chaz worker``, which may start without the settings' module."""
+    sock = home / "redis.sock"  # Settings.redis_socket
     if _ping(sock):
         return False
     private_dir(home)

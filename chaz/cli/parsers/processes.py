@@ -51,7 +51,7 @@ def register(commands: Subcommands) -> None:
 
     p = commands.add(
         "worker",
-        command("cmd_worker", "chaz.cli.processes"),
+        command("cmd_worker", "chaz.cli.worker"),
         "exec a celery worker on chaz's queues (extra args go to celery)",
         allow_abbrev=False,  # an unknown option is celery's, never a prefix of ours
     )

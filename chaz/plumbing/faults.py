@@ -29,6 +29,16 @@ def is_transient(exc: BaseException) -> bool:
     return any(_transient(e) for e in _chain(exc))
 
 
+def is_deadlock(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is PostgreSQL aborting a transaction
+    to break a deadlock (SQLSTATE ``40P01``): nothing of that transaction was
+    written, so it may simply be run again."""
+    return any(
+        isinstance(e, sa_exc.DBAPIError) and getattr(e.orig, "sqlstate", None) == "40P01"
+        for e in _chain(exc)
+    )
+
+
 def _transient(exc: BaseException) -> bool:
     if isinstance(exc, BackendUnavailable):
         return True

@@ -24,12 +24,20 @@ from chaz.domain.jobs import Job
 from chaz.domain.multitask import Strategy, can_roll_back
 from chaz.domain.principals import Grant, Principal
 from chaz.errors import ChazError, Unsupported
+from chaz.plumbing.faults import is_deadlock
 from chaz.services import Services
 from chaz.store.admitting import Admitting
 from chaz.store.types import Appended, JobFields
 from chaz.usecases import admission, control
 
 log = logging.getLogger(__name__)
+
+#: A rollback's admission locks its session's row and then its running jobs'
+#: rows (to mark them), while a running turn's fenced write locks its job's row
+#: and then its session's: the two can deadlock, and PostgreSQL then aborts
+#: one. An aborted admission wrote nothing, so it is run again, this many
+#: times in all, before its error reaches the caller.
+DEADLOCK_TRIES = 3
 
 
 @dataclass
@@ -83,14 +91,21 @@ def admit_displacing(
             tx.roll_back([j.id for j in jobs])
         return jobs
 
-    done, jobs = admission.admit_checked(
-        services,
-        session_id,
-        draft,
-        earlier,
-        job_fields=job_fields,
-        project=principal.project,
-    )
+    for attempt in range(1, DEADLOCK_TRIES + 1):
+        try:
+            done, jobs = admission.admit_checked(
+                services,
+                session_id,
+                draft,
+                earlier,
+                job_fields=job_fields,
+                project=principal.project,
+            )
+            break
+        except Exception as exc:
+            if attempt == DEADLOCK_TRIES or not is_deadlock(exc):
+                raise
+            log.info("session %s: a %s admission deadlocked; again", session_id, strategy.value)
     new = done.job.id if done.job is not None else "?"
     reason = f"{strategy.value}: run {new} was sent to the thread"
     # Newest first: the running head is cancelled last, so the lane never

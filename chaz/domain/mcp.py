@@ -12,10 +12,6 @@ import json
 import re
 from typing import Any
 
-import jsonschema
-from jsonschema.exceptions import SchemaError
-from jsonschema.validators import validator_for
-
 from chaz.errors import McpBadSchema, McpNameClash, ToolArgumentsInvalid
 
 #: What an MCP tool's own name may be here: 1-64 letters, digits, ``_ . -``
@@ -84,6 +80,12 @@ def checked_input_schema(server: str, tool: str, schema: object) -> dict[str, An
         raise bad(f"is {size} bytes (at most {MAX_SCHEMA_BYTES})")
     if schema.get("type", "object") != "object":
         raise bad("does not describe an object")
+    # jsonschema here, not at the top: a worker imports these rules at start
+    # and checks a schema only when a turn names an MCP tool.
+    import jsonschema
+    from jsonschema.exceptions import SchemaError
+    from jsonschema.validators import validator_for
+
     try:
         validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
     except SchemaError as exc:
@@ -97,6 +99,9 @@ def check_arguments(name: str, schema: dict[str, Any], arguments: dict[str, Any]
     """Refuse ``arguments`` that ``schema`` (a checked input schema) does not
     accept: :class:`~chaz.errors.ToolArgumentsInvalid` naming where and why, as
     a built-in tool's pydantic model would."""
+    import jsonschema
+    from jsonschema.validators import validator_for
+
     cls = validator_for(schema, default=jsonschema.Draft202012Validator)
     try:
         errors = sorted(cls(schema).iter_errors(arguments), key=lambda e: list(e.path))

@@ -4,6 +4,8 @@ narrowing, results, and the registry's handling of a tool source."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pydantic
 import pytest
@@ -224,3 +226,17 @@ def test_wire_names_fit_the_api_and_map_back_one_to_one() -> None:
     # Two names, one wire name: the first keeps it, the second is not mapped.
     clash = WireNames(["a.b", "a__b"])
     assert clash.local("a__b") == "a.b" and clash.wire("a__b") == "a__b"
+
+
+def test_a_worker_imports_neither_the_mcp_sdk_nor_jsonschema_until_a_turn_names_a_tool() -> None:
+    # Every worker imports the MCP source; few name a server. The SDK and
+    # jsonschema were a quarter of a worker's start when imported with it.
+    code = (
+        "import sys\n"
+        "import workers.tasks\n"
+        "heavy = ('mcp', 'mcp_types', 'jsonschema', 'httpx2')\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in heavy)\n"
+        "assert not loaded, loaded\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -22,7 +22,9 @@ from chaz.errors import McpToolError
 from chaz.runtime.cancel import CancelToken
 from chaz.runtime.registry import Tool, ToolContext
 from chaz.settings import McpServer
-from chaz.tools.mcp.hub import Listed, McpHub
+
+if TYPE_CHECKING:
+    from chaz.tools.mcp.hub import Listed, McpHub
 
 #: The most of an error result's text put in its tool error's message.
 MAX_ERROR_CHARS = 8000
@@ -48,6 +50,11 @@ class McpTools:
 
     def hub(self) -> McpHub:
         """This process's hub, made on first use (from the settings then in force)."""
+        # The SDK is imported here, at the first turn that names an MCP tool:
+        # a worker with no MCP server never pays its import (about a quarter
+        # of a worker's start, docs/performance.md#worker-start-up).
+        from chaz.tools.mcp.hub import McpHub
+
         with self._lock:
             if self._hub is None:
                 self._hub = McpHub(self._servers())

@@ -19,6 +19,7 @@ Exit status 0 if all is well, 1 with one line per problem otherwise.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Iterator
@@ -76,17 +77,31 @@ def validate_document(doc: dict[str, Any]) -> list[str]:
     # kubernetes-validate stops at a document's first error: fix, then run again.
     found: dict[str, list[str]] = {}
     for version in KUBERNETES_VERSIONS:
-        try:
-            kubernetes_validate.validate(doc, version, strict=True)
-        except kubernetes_validate.ValidationError as exc:
-            found.setdefault(f"{_where(exc)}: {exc.message}", []).append(version)
-        except kubernetes_validate.SchemaNotFoundError:
-            message = (
-                f"no schema for {doc['apiVersion']} {doc['kind']}, neither in Kubernetes "
-                f"nor in deploy/schemas/{schema_path.name}"
-            )
+        message = _kubernetes_problem(json.dumps(doc, sort_keys=True), version)
+        if message is not None:
             found.setdefault(message, []).append(version)
     return [f"{message} (Kubernetes {', '.join(v)})" for message, v in found.items()]
+
+
+@functools.lru_cache(maxsize=1024)
+def _kubernetes_problem(doc_json: str, version: str) -> str | None:
+    """The first problem of one manifest (as JSON) against one Kubernetes version.
+
+    Remembered per manifest and version: kubernetes-validate reads and parses
+    its definitions (megabytes of JSON) at every call, and a base's manifests
+    are checked again and again unchanged (by the tests, once per broken copy).
+    """
+    doc = json.loads(doc_json)
+    try:
+        kubernetes_validate.validate(doc, version, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        return f"{_where(exc)}: {exc.message}"
+    except kubernetes_validate.SchemaNotFoundError:
+        return (
+            f"no schema for {doc['apiVersion']} {doc['kind']}, neither in Kubernetes "
+            f"nor in deploy/schemas/{_custom_schema(doc).name}"
+        )
+    return None
 
 
 def _pod_templates(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:

@@ -27,6 +27,7 @@ the fleet tests of :data:`CLUSTER_TESTS` unchanged under the ``cluster`` mark
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 from collections.abc import Iterator
@@ -38,6 +39,17 @@ import pytest
 import redis
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# A test run writes bytecode (into the ignored __pycache__ folders) even where
+# PYTHONDONTWRITEBYTECODE is set, as on our machines: without it every pytest
+# process rewrote and compiled every test module again, about 10 s of CPU per
+# xdist process before its first test, and every child process (workers, the
+# CLI) compiled chaz again. Not a PYTHONPYCACHEPREFIX: Python would then
+# ignore the installed packages' bytecode and compile them all once more
+# (docs/testing.md#bytecode).
+if sys.dont_write_bytecode and not os.environ.get("CHAZ_TEST_NO_BYTECODE"):
+    sys.dont_write_bytecode = False
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -170,10 +182,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     runs would double the extras' time (tests/support/producers.py)."""
     kept: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
+    extras = _extras_left_out(config)
     for item in items:
         if ACCEPTANCE in item.path.parents:
             item.add_marker(pytest.mark.fleet)
-        (dropped if _http_on_second_stack(item) else kept).append(item)
+        left_out = any(item.get_closest_marker(mark) for mark in extras)
+        (dropped if left_out or _http_on_second_stack(item) else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     # The longest files without workers first, each still in one piece (its
@@ -181,6 +195,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # xdist processes (pytest_xdist_make_scheduler), they start at once
     # instead of ending the run alone.
     items[:] = sorted(kept, key=_longest_first)
+
+
+#: The marks of the tests the default run leaves to ``.ci/run``'s second call.
+EXTRAS = (
+    "slow",
+    "soak",
+    "second_stack",
+    "bridge",
+    "mcp",
+    "tracing",
+    "rabbitmq",
+    "cluster",
+    "hosts",
+)
+
+
+def _extras_left_out(config: pytest.Config) -> list[str]:
+    """The extras' marks a run leaves out: those its ``-m`` does not name.
+
+    So a ``-m`` narrows the default run rather than replacing it (``-m "not
+    fleet"`` is the default run without worker processes, not every unmarked
+    extra besides), a ``-m`` that names an extra selects it, and an explicit
+    empty ``-m ""`` runs everything.
+    """
+    expression = config.getoption("markexpr") or ""
+    args = config.invocation_params.args
+    if not expression.strip() and any(a == "-m" or a.startswith("-m=") for a in args):
+        return []
+    words = set(re.findall(r"[A-Za-z_]+", expression))
+    return [mark for mark in EXTRAS if mark not in words]
 
 
 #: The no-worker files whose tests take longest (``--durations``, docs/testing.md).

@@ -11,7 +11,6 @@ from typing import Any
 
 import pydantic
 import pytest
-from sqlalchemy import func, select
 
 import chaz
 from chaz.domain.entries import EntryType
@@ -29,6 +28,7 @@ from chaz.store.models import (
 )
 from chaz.tools import default_registry
 from chaz.usecases.turns import RunnerDelegation, TurnRunner
+from tests.support.counts import row_counts
 from tests.support.stack import Stack
 
 AGENT = chaz.AgentSpec(id="bot", script=[{"steps": [{"say": "ok"}]}])
@@ -48,13 +48,8 @@ def client(mstack: Stack) -> chaz.Client:
 
 def rows(client: chaz.Client) -> dict[str, int]:
     """How many rows each table holds: a refused call must change none."""
-    out = {}
-    with client.services.store.engine.connect() as conn:
-        for table in (AgentRow, SessionRow, EntryRow, JobRow, CommandRow, ScheduleRow):
-            out[table.__tablename__] = int(
-                conn.scalar(select(func.count()).select_from(table)) or 0
-            )
-    return out
+    tables = (AgentRow, SessionRow, EntryRow, JobRow, CommandRow, ScheduleRow)
+    return row_counts(client.services.store.engine, (t.__table__ for t in tables))
 
 
 def refused(client: chaz.Client, call: Callable[[], Any]) -> ValidationError:

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import func, select
 
 import chaz
 from chaz.errors import ChazError, ValidationError
@@ -28,6 +27,7 @@ from chaz.runtime.registry import ToolContext, ToolOutcome
 from chaz.store.models import Base
 from chaz.tools import default_registry
 from chaz.usecases.turns import RunnerDelegation, TurnRunner
+from tests.support.counts import row_counts
 from tests.support.stack import Stack
 from tests.support.turns import interactive_turn
 
@@ -89,11 +89,7 @@ def sides(
 
 
 def rows(client: chaz.Client) -> dict[str, int]:
-    with client.services.store.engine.connect() as conn:
-        return {
-            t.name: int(conn.scalar(select(func.count()).select_from(t)) or 0)
-            for t in Base.metadata.sorted_tables
-        }
+    return row_counts(client.services.store.engine, Base.metadata.sorted_tables)
 
 
 Outcome = tuple[Any, ...]

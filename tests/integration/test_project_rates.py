@@ -333,9 +333,11 @@ def test_a_project_driven_at_ten_times_its_rate_does_not_hold_back_another(
     elapsed = time.monotonic() - started
     refused = [r for r in a_results if isinstance(r, ProjectRateExceeded)]
     # The burst, and what refilled while the loop ran (one token per 60/rate s).
+    # A loop slowed by a busy machine only refills more: the bounds follow
+    # the time it took rather than assume it (CI once took over a minute).
     refilled = int(elapsed * rate / 60) + 1
     assert rate <= len(a_results) - len(refused) <= rate + refilled
-    assert elapsed < 60 and len(refused) >= rate * 10 - rate - refilled
+    assert len(refused) >= rate * 10 - rate - refilled
     assert all(e.code == "quota.project_rate" and e.details["retry_after"] > 0 for e in refused)
     # Every one of B's admissions passed, and its turns ran, in admission order.
     assert len(b_entries) == 20 and all(e.job_id for e in b_entries)

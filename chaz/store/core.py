@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from datetime import datetime
 from typing import Any, Protocol, cast
 
 from sqlalchemy import Connection, and_, update
@@ -24,7 +25,7 @@ from chaz.domain.entries import Entry, EntryType, NewEntry, parse_sender
 from chaz.domain.jobs import Job, JobStatus, Usage, check_transition
 from chaz.errors import AgentNotFound, LeaseLost, SessionNotFound
 from chaz.ids import utcnow
-from chaz.store import artifacts, entries
+from chaz.store import artifacts, entries, oneshot
 from chaz.store import statements as st
 from chaz.store.admitting import Admitting
 from chaz.store.agents import SpecCache
@@ -88,9 +89,16 @@ class TurnStart:
         if self._conn is None:
             with self._db.write(durable=False) as conn:
                 return _start_turn(conn, job.id, token, ack_sender, ack_metadata, job, usage)
+        seen: Job | None = job
+        if job.delivery_id is None and job.fire_id is None:
+            # The start and its Ack as one statement (chaz.store.oneshot).
+            done = _start_in_one(self._conn, job, token, ack_sender, ack_metadata, usage)
+            if done is not None:
+                return done
+            seen = None  # it changed since: the locking path
         # Not durable, as start_turn's own transaction (see Database.write).
         self._conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
-        return _start_turn(self._conn, job.id, token, ack_sender, ack_metadata, job, usage)
+        return _start_turn(self._conn, job.id, token, ack_sender, ack_metadata, seen, usage)
 
 
 class Writes:
@@ -195,6 +203,14 @@ class Writes:
             draft = replace(draft, job_id=finish.job_id)
         woke: tuple[Job | None, tuple[Entry, ...]] = (None, ())
         try:
+            if not self.db.sqlite and draft is not None and oneshot.covers_end(finish, draft):
+                with self.db.autocommit() as conn:
+                    now = utcnow()
+                    values = oneshot.end(
+                        conn, fence.token, finish, session_id, draft, _end_params(finish, now), now
+                    )
+                if values is not None:
+                    return Appended(entry=as_entry(values), job=None, created=True)
             with self.db.write() as conn:
                 delivery_id, fire_id, webhook, project = _fenced_finish(conn, fence, finish)
                 if finish.result is not None:
@@ -345,14 +361,7 @@ def _start_turn(
         record(conn, row["session_id"], ev.job_event("running"), {"job_id": job_id})
     ack: Entry | None = None
     if ack_sender is not None and row["starts"] == 1:
-        ack_entry = NewEntry(
-            EntryType.ACK,
-            ack_sender,
-            "processing",
-            metadata=ack_metadata,
-            idempotency_key=f"job:{job_id}:ack",
-            job_id=job_id,
-        )
+        ack_entry = _ack(job_id, ack_sender, ack_metadata)
         ack = as_entry(append_entry(conn, row["session_id"], ack_entry))
     return as_job(row), ack
 
@@ -405,14 +414,7 @@ def _fenced_finish(
     """
     done = conn.execute(
         st.FENCED_FINISH[finish.status],
-        {
-            "jid": finish.job_id,
-            "token": fence.token,
-            "v_result": finish.result,
-            "v_error": finish.error,
-            "v_finished_at": utcnow(),
-            "v_usage": _usage(finish.usage),
-        },
+        {"jid": finish.job_id, "token": fence.token, **_end_params(finish, utcnow())},
     ).first()
     if done is not None:
         return (
@@ -425,6 +427,61 @@ def _fenced_finish(
     check_fence(conn, fence)
     job = _finish(conn, finish)
     return job.delivery_id, job.fire_id, job.webhook, job.project
+
+
+def _end_params(finish: Finish, now: datetime) -> dict[str, Any]:
+    """``st.FENCED_FINISH``'s values of ``finish``, ended at ``now``."""
+    return {
+        "v_result": finish.result,
+        "v_error": finish.error,
+        "v_finished_at": now,
+        "v_usage": _usage(finish.usage),
+    }
+
+
+def _start_in_one(
+    conn: Connection,
+    job: Job,
+    token: str,
+    ack_sender: str | None,
+    ack_metadata: dict[str, Any] | None,
+    usage: Usage | None,
+) -> tuple[Job, Entry | None] | None:
+    """:func:`_start_turn` of ``job`` as read, in one statement that commits
+    itself (:func:`chaz.store.oneshot.start`); None (nothing written) if the
+    job changed since or there is no Ack to write."""
+    if ack_sender is None:
+        return None
+    row = job.model_dump()
+    row["status"] = job.status.value
+    values = _start_values(row, token, usage)
+    done = oneshot.start(
+        conn,
+        job.id,
+        job.session_id,
+        job.version,
+        _start_params(values),
+        _ack(job.id, ack_sender, ack_metadata),
+        utcnow(),
+    )
+    if done is None:
+        return None
+    starts, attempts, ack = done
+    return as_job(row | values | {"starts": starts, "attempts": attempts}), (
+        as_entry(ack) if ack is not None else None
+    )
+
+
+def _ack(job_id: str, sender: str, metadata: dict[str, Any] | None) -> NewEntry:
+    """The Ack of a job's first start."""
+    return NewEntry(
+        EntryType.ACK,
+        sender,
+        "processing",
+        metadata=metadata,
+        idempotency_key=f"job:{job_id}:ack",
+        job_id=job_id,
+    )
 
 
 def _usage(usage: Usage | None) -> dict[str, Any] | None:

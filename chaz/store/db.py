@@ -187,6 +187,18 @@ class Database:
             yield conn
 
     @contextmanager
+    def autocommit(self) -> Iterator[Connection]:
+        """A PostgreSQL connection with no transaction around its statements:
+        each commits on its own, with no ``BEGIN`` or ``COMMIT`` round trip.
+
+        For reads that need no snapshot in common (under READ COMMITTED each
+        statement of a transaction takes its own anyway) and for a write
+        that is one statement (docs/performance.md#postgresql-work-per-turn).
+        """
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            yield conn
+
+    @contextmanager
     def read(self) -> Iterator[Connection]:
         """A read transaction (SQLite: a deferred one, taking no write lock)."""
         with self.engine.connect() as conn, conn.begin():

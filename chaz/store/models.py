@@ -75,6 +75,15 @@ class SessionRow(Base):
         # Names are unique per project (migration 0010), so a taken name says
         # nothing about another project (docs/contracts.md#names).
         Index("uq_sessions_project_name", "project", "name", unique=True),
+        # Only a spawned session has a parent: an admission's session update
+        # (never HOT, it sets active_at) adds nothing to it for a root one
+        # (docs/performance.md#postgresql-work-per-turn, migration 0021).
+        Index(
+            "ix_sessions_parent_job_id",
+            "parent_job_id",
+            postgresql_where=text("parent_job_id IS NOT NULL"),
+            sqlite_where=text("parent_job_id IS NOT NULL"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -82,7 +91,7 @@ class SessionRow(Base):
     name: Mapped[str | None] = mapped_column(String(255))
     tree_id: Mapped[str] = mapped_column(String(32), index=True)
     #: The job that created it (a spawn or fork); counts toward that turn's fan-out.
-    parent_job_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    parent_job_id: Mapped[str | None] = mapped_column(String(32))
     call_depth: Mapped[int] = mapped_column(Integer, default=0)
     last_seq: Mapped[int] = mapped_column(Integer, default=0)
     last_ordinal: Mapped[int] = mapped_column(Integer, default=0)

@@ -60,19 +60,7 @@ def insert_entry(
         job_id = job_row["id"]
     else:
         job_id = draft.job_id
-    entry_values = {
-        "id": entry_id,
-        "session_id": session_id,
-        "seq": session["last_seq"],
-        "type": draft.type.value,
-        "sender": draft.sender,
-        "content": draft.content,
-        "metadata": draft.metadata or {},
-        "job_id": job_id,
-        "idempotency_key": draft.idempotency_key,
-        "key_scope": draft.key_scope.value if draft.idempotency_key is not None else None,
-        "created_at": now,
-    }
+    entry_values = entry_row(entry_id, session_id, session["last_seq"], draft, job_id, now)
     conn.execute(st.INSERT_ENTRY, entry_values)
     if job_row is not None:
         conn.execute(st.INSERT_JOB, job_row)
@@ -82,6 +70,25 @@ def insert_entry(
             # turn a quarter more PostgreSQL time (docs/performance.md).
             record(conn, session_id, ev.job_event("queued"), {"job_id": job_row["id"]})
     return entry_values, job_row
+
+
+def entry_row(
+    entry_id: str, session_id: str, seq: int, draft: NewEntry, job_id: str | None, now: datetime
+) -> dict[str, Any]:
+    """Every column of ``draft``'s row as entry ``entry_id`` at ``seq``."""
+    return {
+        "id": entry_id,
+        "session_id": session_id,
+        "seq": seq,
+        "type": draft.type.value,
+        "sender": draft.sender,
+        "content": draft.content,
+        "metadata": draft.metadata or {},
+        "job_id": job_id,
+        "idempotency_key": draft.idempotency_key,
+        "key_scope": draft.key_scope.value if draft.idempotency_key is not None else None,
+        "created_at": now,
+    }
 
 
 def append_entry(conn: Connection, session_id: str, draft: NewEntry) -> dict[str, Any]:

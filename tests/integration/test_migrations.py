@@ -166,6 +166,34 @@ def test_the_head_job_query_can_use_the_partial_index(engine: Engine) -> None:
     assert "ix_jobs_session_active" in " ".join(str(r[-1]) for r in plan), plan
 
 
+def test_the_partial_session_indexes_serve_their_readers(engine: Engine) -> None:
+    """Migration 0021 made ``ix_sessions_parent_job_id`` (and on PostgreSQL the
+    trigram indexes of a session's name and description) partial, ``IS NOT
+    NULL``: a reader's comparison implies the predicate, so its plan (a
+    generic one, as prepared, on PostgreSQL) may still use them."""
+    upgrade(engine)
+    by_parent = "SELECT count(*) FROM sessions WHERE parent_job_id = "
+    with engine.begin() as conn:
+        if engine.dialect.name == "sqlite":
+            plan = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + by_parent + "?", ("j",)).all()
+            assert "ix_sessions_parent_job_id" in " ".join(str(r[-1]) for r in plan), plan
+            return
+        conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_generic_plan")
+        conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+        conn.exec_driver_sql(f"PREPARE parent(text) AS {by_parent} $1")
+        conn.exec_driver_sql(
+            "PREPARE card(text) AS SELECT id FROM sessions "
+            "WHERE name ILIKE $1 ESCAPE '\\' OR description ILIKE $1 ESCAPE '\\'"
+        )
+        plans = [
+            " ".join(str(r[-1]) for r in conn.exec_driver_sql(f"EXPLAIN EXECUTE {q}").all())
+            for q in ("parent('j')", "card('%%abc%%')")
+        ]
+    assert "ix_sessions_parent_job_id" in plans[0], plans
+    assert "ix_sessions_name_trgm" in plans[1], plans
+    assert "ix_sessions_description_trgm" in plans[1], plans
+
+
 def test_unique_constraints_exist_in_the_migrated_schema(engine: Engine) -> None:
     # Idempotency rests on these (docs/contracts.md#invariant-6); they must come from the migration.
     upgrade(engine)

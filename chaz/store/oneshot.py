@@ -1,0 +1,200 @@
+"""A turn's start and end as one statement each, on PostgreSQL.
+
+The start (the job's compare-and-set start, the session's next seq, the
+Ack) and the end (the job's fenced end, the session's next seq, the reply)
+each run as one statement of data-modifying CTEs. The start runs in the
+transaction of the turn's setup (``Store.turn_start``: the setup's reads
+and the start stay one transaction); the end runs on a connection with no
+transaction around it (:meth:`chaz.store.db.Database.autocommit`), so the
+statement is its own transaction. A turn's start then takes one statement
+instead of four (``SET LOCAL`` included) and its end one round trip instead
+of five (docs/performance.md#postgresql-work-per-turn).
+
+They cover a turn's common case only, and say so by writing nothing: a
+start whose job changed since the setup read it, or whose job a delivery
+or a schedule fire admitted (its event is logged); an end that a stale
+fence, a cancel or a state the target may not follow refuses, or whose job
+has a delivery, a fire or a webhook to tell, or whose session is a room
+(its reply is routed), or that has a result long enough for an artifact.
+The caller then runs the general path of :mod:`chaz.store.core`, which
+writes the same rows in a transaction and says why it refuses. SQLite
+always takes that path.
+
+Both keep the general path's order of row locks (the job, then the
+session), its seq order (the session row's lock is taken by the UPDATE
+that bumps the seq, as :func:`chaz.store.writes.bump` does) and its
+durability: the start does not wait for the disk (``set_config`` of
+``synchronous_commit`` for its transaction, as ``SET LOCAL`` does in
+:meth:`chaz.store.db.Database.write`), the end does.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    CTE,
+    Connection,
+    Insert,
+    Select,
+    Text,
+    bindparam,
+    cast,
+    exists,
+    func,
+    insert,
+    literal,
+    literal_column,
+    select,
+    true,
+    update,
+)
+
+from chaz.domain.entries import NewEntry
+from chaz.domain.jobs import JobStatus
+from chaz.domain.results import RESULT_CAP
+from chaz.ids import new_id
+from chaz.store import statements as st
+from chaz.store.types import Finish
+from chaz.store.writes import entry_row
+
+_ENTRY_COLUMNS = (
+    "id",
+    "session_id",
+    "seq",
+    "type",
+    "sender",
+    "content",
+    "metadata",
+    "job_id",
+    "idempotency_key",
+    "key_scope",
+    "created_at",
+)
+
+
+def _bump_if(name: str, condition: Any) -> CTE:
+    # The session's next seq, taken (and its row locked) only if ``condition``.
+    s = st.SESSIONS.c
+    return (
+        update(st.SESSIONS)
+        .where(s.id == bindparam("sid"), condition)
+        .values(last_seq=s.last_seq + 1)
+        .returning(s.id, s.last_seq)
+        .cte(name)
+    )
+
+
+def _entry_at(seq: CTE) -> Insert:
+    # The entry of the ``e_*`` parameters, at the seq the CTE ``seq`` took.
+    c = st.ENTRIES.c
+    values = [
+        seq.c.last_seq if name == "seq" else bindparam(f"e_{name}", type_=c[name].type)
+        for name in _ENTRY_COLUMNS
+    ]
+    return insert(st.ENTRIES).from_select(list(_ENTRY_COLUMNS), select(*values).select_from(seq))
+
+
+def _start_with_ack() -> Select[Any]:
+    started = st.START.cte("started")
+    first = exists(select(literal(1)).select_from(started).where(started.c.starts == 1))
+    seq = _bump_if("ack_seq", first)
+    ack = _entry_at(seq).returning(st.ENTRIES.c.id).cte("ack")
+    return (
+        select(
+            started.c.starts,
+            started.c.attempts,
+            seq.c.last_seq,
+            # Not durable, as Database.write(durable=False): for this
+            # statement's own transaction.
+            literal_column("set_config('synchronous_commit', 'off', true)"),
+        )
+        .select_from(started.outerjoin(seq, true()))
+        .add_cte(ack)
+    )
+
+
+#: A turn's start (``st.START``'s compare-and-set) and, on its first start,
+#: its Ack at the session's next seq. No row: the job changed since it was read.
+START_WITH_ACK = _start_with_ack()
+
+
+def _end_with_reply(target: JobStatus) -> Select[Any]:
+    j, s = st.JOBS.c, st.SESSIONS.c
+    # The session exists and is no room (``members`` SQL NULL or JSON null).
+    plain = exists(
+        select(literal(1)).where(
+            s.id == bindparam("sid"), func.coalesce(cast(s.members, Text), "null") == "null"
+        )
+    )
+    ended = (
+        st.FENCED_FINISH[target]
+        .where(j.delivery_id.is_(None), j.fire_id.is_(None), j.webhook.is_(None), plain)
+        .cte("ended")
+    )
+    seq = _bump_if("reply_seq", exists(select(literal(1)).select_from(ended)))
+    reply = _entry_at(seq).returning(st.ENTRIES.c.id).cte("reply")
+    return select(seq.c.last_seq).select_from(ended.outerjoin(seq, true())).add_cte(reply)
+
+
+#: A turn's end by target state (``st.FENCED_FINISH``'s fenced compare-and-set)
+#: with its reply at the session's next seq. No row: not this path's case.
+END_WITH_REPLY = {s: _end_with_reply(s) for s in JobStatus if s.terminal}
+
+
+def _entry_params(
+    session_id: str, draft: NewEntry, job_id: str, now: datetime
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    values = entry_row(new_id(), session_id, 0, draft, job_id, now)
+    params = {f"e_{k}": v for k, v in values.items() if k != "seq"}
+    return values, params | {"sid": session_id}
+
+
+def start(
+    conn: Connection,
+    job_id: str,
+    session_id: str,
+    seen_version: int,
+    start_params: dict[str, Any],
+    ack: NewEntry,
+    now: datetime,
+) -> tuple[int, int, dict[str, Any] | None] | None:
+    """Start the job as read at ``seen_version`` (``start_params``: ``st.START``'s
+    ``v_*``) and, on its first start, write ``ack``: ``(starts, attempts, the
+    Ack's columns or None)``, or None (nothing written) if the job changed."""
+    values, params = _entry_params(session_id, ack, job_id, now)
+    row = conn.execute(
+        START_WITH_ACK, {"jid": job_id, "seen_version": seen_version, **start_params, **params}
+    ).first()
+    if row is None:
+        return None
+    starts, attempts, seq = int(row[0]), int(row[1]), row[2]
+    return starts, attempts, (values | {"seq": seq} if seq is not None else None)
+
+
+def covers_end(finish: Finish, draft: NewEntry | None) -> bool:
+    """Whether :func:`end` may take this end (else only the general path can)."""
+    # A result past the cap records an artifact in the same transaction.
+    return draft is not None and (finish.result is None or len(finish.result) <= RESULT_CAP)
+
+
+def end(
+    conn: Connection,
+    token: str,
+    finish: Finish,
+    session_id: str,
+    draft: NewEntry,
+    params: dict[str, Any],
+    now: datetime,
+) -> dict[str, Any] | None:
+    """End the job held under ``token`` and write ``draft``, its reply: the
+    reply's columns, or None if nothing was written (see the module).
+    ``params``: ``st.FENCED_FINISH``'s ``v_*``."""
+    values, entry = _entry_params(session_id, draft, finish.job_id, now)
+    row = conn.execute(
+        END_WITH_REPLY[finish.status], {"jid": finish.job_id, "token": token, **params, **entry}
+    ).first()
+    if row is None:
+        return None
+    return values | {"seq": row[0]}

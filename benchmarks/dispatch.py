@@ -53,6 +53,7 @@ from benchmarks import noop_app
 from benchmarks.measure import DoneListener, Latency, percentile, producer_app
 from benchmarks.stacks import AGENT, BenchStack
 from chaz.coord import keys
+from chaz.domain.entries import agent_sender
 
 #: The goal: chaz's dispatch p99 at most this many times bare Celery's.
 GOAL_RATIO = 2.0
@@ -206,10 +207,12 @@ def _consumer_ready(ready: threading.Event) -> Callable[..., None]:
 
 
 class AckListener:
-    """Every entry published on the sessions' channels: the time each Ack is heard."""
+    """The benchmark agent's entries published on the sessions' channels (its
+    Acks and replies), each with the time it was heard."""
 
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
+        self._me = agent_sender(AGENT.id)
         self._pubsub = client.pubsub()  # type: ignore[no-untyped-call,unused-ignore]
         self._pubsub.psubscribe(keys.entries_channel("*"))
         deadline = time.monotonic() + 10
@@ -229,7 +232,7 @@ class AckListener:
                 continue
             heard = time.time()
             data = json.loads(msg["data"])
-            if data["type"] == "ack":
+            if data["type"] in ("ack", "message", "error") and data["sender"] == self._me:
                 self.acks.put((data, heard))
 
     def close(self) -> None:
@@ -243,7 +246,7 @@ def _ts(value: str | datetime) -> float:
 
 
 @contextlib.contextmanager
-def _watched(
+def watched(
     stack: BenchStack,
 ) -> Iterator[tuple[dict[str, float], dict[str, tuple[float, float]]]]:
     """This process's admissions' commit times and wake-up sends, by job id:
@@ -305,7 +308,7 @@ def measure(
     bare: list[Sample] = []
     chaz: list[Sample] = []
     try:
-        with _watched(stack) as (committed, sent):
+        with watched(stack) as (committed, sent):
             for i in range(samples + warm):
                 b = _bare_one(app, f"d{i}", bare_seen)
                 time.sleep(gap)
@@ -356,10 +359,16 @@ def _chaz_one(
 ) -> Sample:
     entry = client.sessions.post(sid, "ping")
     job = str(entry.job_id)
+    ack: tuple[dict[str, Any], float] | None = None
     while True:
         data, heard = acks.acks.get(timeout=30)
-        if data["job_id"] == job:
-            break
+        if data["job_id"] != job:
+            continue
+        if data["type"] == "ack":
+            ack = (data, heard)
+        elif ack is not None:
+            break  # the turn's reply: the next message finds its worker idle
+    data, heard = ack
     begin, end = sent.get(job, (None, None))
     return Sample(
         "chaz",
@@ -455,6 +464,7 @@ def summary(run: DispatchRun) -> dict[str, Any]:
         "ratio_p99": {e: run.ratio(e) for e in ("stamped", "seen")},
         "segments": {k: _segment_rows(run, k) for k in ("bare", "chaz")},
         "met": run.met(),
+        "goal": goal_line(run),
     }
 
 

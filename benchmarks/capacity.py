@@ -11,7 +11,10 @@ On the server stack (PostgreSQL and Redis) only, in one run:
   transactions (``pg_stat_database`` of the benchmark's database), PostgreSQL
   CPU (the backends connected to that database, from ``/proc``), Redis
   commands (``INFO commandstats``) and worker CPU;
-* (r) one worker's resident memory after 10,000 turns.
+* (r) one worker's resident memory after 10,000 turns;
+* (d) dispatch latency on both stacks, chaz's commit -> Ack against bare
+  Celery's send -> task start, their samples interleaved in the same run
+  (:mod:`benchmarks.dispatch`; the embedded stack's on a stack of its own).
 
 Other people's load on a shared machine stays out of every per-turn figure:
 PostgreSQL's CPU is read from the backends of this run's database only, and
@@ -41,7 +44,7 @@ import redis
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks import noop_app, shards
+from benchmarks import dispatch, noop_app, shards
 from benchmarks.cpu import CpuMeter, _cpu_seconds, _machine_busy, available
 from benchmarks.measure import (
     ClosedLoop,
@@ -81,6 +84,8 @@ class Sizes:
     #: (r): turns one worker runs before its memory is read, read every ``rss_every``.
     rss_turns: int = 10_000
     rss_every: int = 2_500
+    #: (d): messages each way per stack (0: no dispatch phase).
+    dispatch_samples: int = 500
 
 
 FULL = Sizes()
@@ -92,6 +97,7 @@ QUICK = Sizes(
     workers=(1, 2),
     rss_turns=1_000,
     rss_every=500,
+    dispatch_samples=30,
 )
 
 
@@ -359,6 +365,8 @@ class CapacityRun:
     phases: list[Phase]
     memory: Memory | None
     seconds: float
+    #: (d) per stack: benchmarks.dispatch.summary of its run.
+    dispatch: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 def run(sizes: Sizes, *, memory: bool = True) -> CapacityRun:
@@ -370,6 +378,7 @@ def run(sizes: Sizes, *, memory: bool = True) -> CapacityRun:
 
     stack = BenchStack("server")
     meter: CostMeter | None = None
+    dispatched: list[dict[str, Any]] = []
     try:
         versions = stack.versions()
         say(f"stack up ({versions['database']}, Redis {versions['redis']})")
@@ -377,6 +386,8 @@ def run(sizes: Sizes, *, memory: bool = True) -> CapacityRun:
         say(f"(a) bare Celery, {BASE_WORKERS} workers, {sizes.baseline_seconds:g}s")
         baseline = measure_baseline(stack, sizes, meter)
         say(f"(a) {baseline.result.rate:,.0f} round trips/s")
+        if sizes.dispatch_samples:
+            dispatched.append(_dispatch(stack, sizes, say))
         listener = ReplyListener(redis.Redis.from_url(stack.settings.effective_redis_url()))
         phases: list[Phase] = []
         mem: Memory | None = None
@@ -401,7 +412,27 @@ def run(sizes: Sizes, *, memory: bool = True) -> CapacityRun:
         if meter is not None:
             meter.close()
         stack.close()
-    return CapacityRun(versions, baseline, phases, mem, time.perf_counter() - started)
+    if sizes.dispatch_samples:
+        embedded = BenchStack("embedded")
+        try:
+            dispatched.insert(0, _dispatch(embedded, sizes, say))
+        finally:
+            embedded.close()
+    return CapacityRun(versions, baseline, phases, mem, time.perf_counter() - started, dispatched)
+
+
+def _dispatch(stack: BenchStack, sizes: Sizes, say: Callable[[str], None]) -> dict[str, Any]:
+    """(d) on ``stack``: ``BASE_WORKERS`` workers of each kind, samples interleaved."""
+    say(
+        f"(d) dispatch on the {stack.kind} stack: {sizes.dispatch_samples} messages each "
+        "way, bare Celery's and chaz's interleaved"
+    )
+    run = dispatch.measure(
+        stack, sizes.dispatch_samples, workers=BASE_WORKERS, concurrency=sizes.concurrency
+    )
+    console.print(dispatch.table(run))
+    say(dispatch.goal_line(run))
+    return dispatch.summary(run)
 
 
 def _f(value: float, digits: int = 2) -> str:
@@ -494,6 +525,7 @@ def goals(r: CapacityRun) -> list[str]:
             f"({p.per('xacts'):.2f} with the idle fleet's {p.idle_xacts:.1f}/s of periodic "
             f"work) (goal <= {GOAL_XACTS:g}): {'met' if x <= GOAL_XACTS + 0.05 else 'NOT met'}"
         )
+    lines += [d["goal"] for d in r.dispatch]
     if r.memory is not None:
         mb = r.memory.last
         lines.append(
@@ -527,6 +559,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--no-memory", action="store_true", help="skip (r), the memory phase")
     parser.add_argument(
+        "--no-dispatch", action="store_true", help="skip (d), the dispatch latency phases"
+    )
+    parser.add_argument(
         "--workers",
         type=lambda s: tuple(int(x) for x in s.split(",")),
         help="worker counts of (h), comma-separated (default 1,2,3,4; --quick 1,2)",
@@ -547,6 +582,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = QUICK if args.quick else FULL
     if args.workers:
         sizes = dataclasses.replace(sizes, workers=args.workers)
+    if args.no_dispatch:
+        sizes = dataclasses.replace(sizes, dispatch_samples=0)
     info = machine()
     console.print(
         f"[bold]chaz capacity[/] {info['date']}: {info['cpus']} CPUs ({info['cpu']}), "

@@ -2,7 +2,7 @@
 
 Prints one table: (a) bare Celery round trips/s and dispatch latency (the
 baseline), (b) chaz turns/s across 100 sessions, (c) one session's sequential
-turns/s, (d) chaz dispatch latency (Message -> Ack), (e) admissions/s, each
+turns/s, (d) chaz dispatch latency (commit -> Ack), (e) admissions/s, each
 chaz figure also as a ratio to (a) measured in the same run, and (f) one
 session's turns/s after 100,000 entries and a compaction, as a ratio to a
 fresh session's, and (g) a producer's CPU per ``post`` + ``wait_for_reply``
@@ -348,7 +348,7 @@ def table(runs: list[StackRun], sizes: Sizes, workers: int, concurrency: int) ->
         ],
     )
     row(
-        "(d) chaz dispatch p50 ms (Message -> Ack)",
+        "(d) chaz dispatch p50 ms (commit -> Ack)",
         [
             (
                 f"{r.chaz.dispatch.latency.p50:.2f}",
@@ -358,7 +358,7 @@ def table(runs: list[StackRun], sizes: Sizes, workers: int, concurrency: int) ->
         ],
     )
     row(
-        "(d) chaz dispatch p99 ms (Message -> Ack)",
+        "(d) chaz dispatch p99 ms (commit -> Ack)",
         [
             (
                 f"{r.chaz.dispatch.latency.p99:.2f}",

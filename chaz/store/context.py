@@ -107,11 +107,10 @@ def read_setup(
     conn: Connection, specs: SpecCache, session_id: str, max_context: int
 ) -> TurnSetup | None:
     """:meth:`Context.turn_setup` in the open transaction ``conn``."""
-    head = conn.execute(st.HEAD, {"sid": session_id}).mappings().first()
-    if head is None:
+    row = conn.execute(st.SETUP_HEAD, {"sid": session_id}).mappings().first()
+    if row is None or row["head_id"] is None:
         return None
-    job = as_job(head)
-    row = conn.execute(st.SESSION_AND_AGENT, {"sid": session_id}).mappings().one()
+    job = as_job({name: row[label] for label, name in st.SETUP_HEAD_JOB.items()})
     agent = specs.parsed(row["agent_id"], row["agent_spec"])
     if job.member_agent_id not in (None, row["agent_id"]):
         # A room's member: its turn runs with its own spec (docs/rooms.md).

@@ -11,7 +11,19 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sqlalchemy import Table, Update, and_, bindparam, case, func, insert, or_, select, update
+from sqlalchemy import (
+    Table,
+    Update,
+    and_,
+    bindparam,
+    case,
+    func,
+    insert,
+    or_,
+    select,
+    true,
+    update,
+)
 
 from chaz.domain.entries import EntryType
 from chaz.domain.jobs import ACTIVE, JobStatus, sources
@@ -59,6 +71,21 @@ SESSION_AND_AGENT = (
     .join(AGENTS, AGENTS.c.id == SESSIONS.c.agent_id)
     .where(SESSIONS.c.id == bindparam("sid"))
 )
+#: A turn's setup in one statement: the session with its agent's spec and
+#: its head job (HEAD, uncorrelated, so one index probe), each of the job's
+#: columns as ``head_<name>``, NULL when no job is unfinished. One round trip
+#: fewer on the way from a wake-up to the Ack (docs/performance.md#dispatch).
+_HEAD = HEAD.subquery("head")
+SETUP_HEAD = (
+    select(
+        SESSIONS, AGENTS.c.spec.label("agent_spec"), *(c.label(f"head_{c.name}") for c in _HEAD.c)
+    )
+    .join(AGENTS, AGENTS.c.id == SESSIONS.c.agent_id)
+    .outerjoin(_HEAD, true())
+    .where(SESSIONS.c.id == bindparam("sid"))
+)
+#: The ``head_`` columns of SETUP_HEAD, by the job column each one is.
+SETUP_HEAD_JOB = {f"head_{c.name}": c.name for c in _HEAD.c}
 #: What a context needs of an entry (:class:`chaz.domain.entries.Said`).
 SAID_COLUMNS = (
     ENTRIES.c.id,

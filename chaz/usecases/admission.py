@@ -361,11 +361,17 @@ def _await_first(
 
 
 def announce(services: Services, done: Appended, feed: Feed | None = None) -> Appended:
-    """After a commit: publish a new entry and its notices (through ``feed``, the
-    publisher of the turn that wrote them, if one did), and wake a worker for
-    a new job."""
+    """After a commit: wake a worker for a new job, then publish the new entry
+    and its notices (through ``feed``, the publisher of the turn that wrote
+    them, if one did).
+
+    The wake-up goes first: the publish is a Redis round trip that the job's
+    dispatch (commit -> Ack) need not wait for (docs/performance.md#dispatch).
+    A watcher that hears the job's Ack before the Message reads the skipped
+    seqs from the database (:mod:`chaz.usecases.watch`), as for any publish
+    that arrives out of commit order."""
     if done.created:
-        (feed or Feed(services.redis)).publish(done.entry, *done.notices)
         if done.job is not None:
             services.dispatcher.send_wake(done.entry.session_id, done.job.id, Wake.ADMITTED)
+        (feed or Feed(services.redis)).publish(done.entry, *done.notices)
     return done

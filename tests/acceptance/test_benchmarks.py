@@ -119,6 +119,27 @@ def test_quick_capacity_benchmark_prints_the_per_turn_costs(tmp_path: Path) -> N
         assert figure in text, out.stdout[-3000:]
 
 
+def test_quick_dispatch_benchmark_prints_both_pairs_their_segments_and_the_goal(
+    tmp_path: Path,
+) -> None:
+    """``benchmarks.dispatch`` on the embedded stack: bare Celery's and chaz's
+    samples interleaved, both pairs (stamps, heard here), each one's segments
+    from the workers' task events, and the goal read (never asserted)."""
+    stdout = bench(tmp_path, "benchmarks.dispatch", "--stack", "embedded", "--samples", "20")
+    text = " ".join(stdout.split())  # the console wraps long lines
+    for figure in (
+        "bare Celery: send -> task start / Ack stamp",
+        "chaz: commit -> heard here",
+        "chaz / bare (heard here)",
+        "chaz: broker -> consumer (task-received)",
+        "chaz: lane + setup read + live slot -> started_at",
+        "bare: consumer -> pool thread (task-started)",
+    ):
+        assert figure in text, stdout[-3000:]
+    assert re.search(r"embedded: dispatch p99 = \d+\.\d\d ms commit -> Ack heard", text), text
+    assert "nan" not in text.split("chaz / bare")[1][:40], text
+
+
 def test_quick_http_benchmark_prints_chaz_sides_and_the_cpu_goal(tmp_path: Path) -> None:
     """``benchmarks.http --quick --no-langgraph``: LangGraph's client drives
     ``chaz serve`` and the same loads run through the in-process producer, on

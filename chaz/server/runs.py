@@ -250,7 +250,14 @@ async def wait_run(
 ) -> JSONResponse:
     """Start a run and answer when it ends: the thread's values, or ``__error__``.
     A client that leaves frees the server's thread; the run goes on."""
-    given = fields.body(payload)
+    return await wait_run_call(c, thread_id, fields.body(payload), request)
+
+
+async def wait_run_call(
+    c: Call, thread_id: str, given: dict[str, Any], request: Request
+) -> JSONResponse:
+    """:func:`wait_run`'s work, for FastAPI's route and for the fast path
+    (chaz/server/fastpath.py), which answers the same request without it."""
     return await detached(request, lambda: run_and_wait(c, thread_id, given))
 
 

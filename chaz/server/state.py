@@ -3,6 +3,7 @@ acts as (docs/http.md#auth)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -110,12 +111,16 @@ def server_of(request: Request) -> Server:
 
 
 async def call(request: Request) -> Call:
-    """The :class:`Call` of a request: its key authenticated (a dependency).
+    """The :class:`Call` of a request: its key authenticated (a dependency)."""
+    return await call_of(server_of(request), request.headers)
+
+
+async def call_of(server: Server, headers: Mapping[str, str]) -> Call:
+    """The :class:`Call` of a request to ``server`` with ``headers``.
 
     A key authenticated moments ago is answered on the event loop; only a
     database read goes to a worker thread."""
-    server = server_of(request)
-    key = request.headers.get(KEY_HEADER)
+    key = headers.get(KEY_HEADER)
     principal = server.known(key)
     if principal is None:
         principal = await anyio.to_thread.run_sync(server.principal, key)

@@ -16,6 +16,7 @@ from chaz.domain.principals import ALL_GRANTS, DEFAULT_PRINCIPAL, DEFAULT_PROJEC
 from chaz.domain.sessions import Session, missing_session
 from chaz.domain.validation import check_ref
 from chaz.errors import Unauthenticated
+from chaz.server.convo import Conversations
 from chaz.server.keycache import KeyCache
 from chaz.services import Services
 
@@ -34,6 +35,8 @@ class Server:
     anonymous: bool = False
     #: Keys authenticated in the last ``CHAZ_HTTP_KEY_CACHE_SECONDS`` (chaz/server/keycache.py).
     keys: KeyCache = field(init=False)
+    #: Each thread's values as last answered (chaz/server/convo.py).
+    conversations: Conversations = field(init=False, default_factory=Conversations)
 
     def __post_init__(self) -> None:
         self.keys = KeyCache(
@@ -71,6 +74,8 @@ class Call:
 
     services: Services
     principal: Principal
+    #: The replica's copies of threads' values (None: always read them).
+    conversations: Conversations | None = None
 
     def thread(self, thread_id: str) -> Session:
         """The live session a thread id names, in the principal's project.
@@ -124,7 +129,7 @@ async def call_of(server: Server, headers: Mapping[str, str]) -> Call:
     principal = server.known(key)
     if principal is None:
         principal = await anyio.to_thread.run_sync(server.principal, key)
-    return Call(server.services, principal)
+    return Call(server.services, principal, server.conversations)
 
 
 #: A route's caller: the request's key authenticated.

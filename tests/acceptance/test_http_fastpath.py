@@ -189,3 +189,31 @@ def test_the_fast_path_answers_without_fastapis_dependencies(apps: Apps) -> None
     answer = apps.send(fast, "POST", f"/threads/{apps.thread(apps.key)}/runs/wait", apps.key, body)
     assert answer.status_code == 200
     assert answer.json()["messages"][-1]["content"] == "hello from chaz"
+
+
+def test_two_replicas_answer_the_threads_values_with_their_copies(
+    module_stack: Stack, apps: Apps
+) -> None:
+    """Runs of one thread alternate between two replicas (each with its own
+    copy of the thread's values, chaz/server/convo.py): every answer is the
+    thread's state as the database has it, and a replica's second run in a
+    row is answered from its copy."""
+    other = Services(module_stack.settings)
+    try:
+        replicas = [apps.fast, create_app(other)]
+        thread_id = apps.thread(apps.key)
+        path = f"/threads/{thread_id}/runs/wait"
+        for n, app in enumerate([replicas[0], replicas[0], replicas[1], replicas[0]]):
+            body = {"assistant_id": SAYER.id, "input": {"messages": [{"content": f"q{n}"}]}}
+            answer = apps.send(app, "POST", path, apps.key, body)
+            assert answer.status_code == 200, answer.text
+            state = apps.send(apps.slow, "GET", f"/threads/{thread_id}/state", apps.key)
+            assert answer.json() == state.json()["values"]
+            assert [m["content"] for m in answer.json()["messages"]][-2:] == [
+                f"q{n}",
+                "hello from chaz",
+            ]
+        convo = replicas[0].state.chaz.conversations
+        assert convo.hits >= 1
+    finally:
+        other.close()

@@ -34,6 +34,9 @@ key                                     type        meaning
 ``chaz:wait:{tree}``                    zset        sessions whose head job waits for tree
                                                     capacity (score: when it started waiting)
 ``chaz:cancel:{job}``                   string      set while cancellation of ``job`` is requested
+``chaz:rb:{sid}``                       string      rollbacks of ``sid``'s jobs begun plus ended:
+                                                    odd while one is under way, expiring a week
+                                                    after the last (``chaz.coord.rollbacks``)
 ``chaz:idem:{sid}:{key}``               string      held while one caller admits with that
                                                     idempotency key (retries wait for it)
 ``chaz:worker:{hostname}``              string      pid of a worker that is ready for tasks,
@@ -61,7 +64,7 @@ zset is one per bucket (``chaz:{cNN}:leases``). Pub/sub channels of a
 session are tagged by the session itself (``chaz:entries:{SID}``) and are
 sharded channels (``SPUBLISH``). Keys no script shares (``chaz:worker:*``,
 ``chaz:beat``, ``chaz:reconciled``, ``chaz:refusals``, ``chaz:deadletter``,
-``chaz:idem:*``, ``chaz:pbuf:*``, ``chaz:cancel:*`` read alone) keep their
+``chaz:idem:*``, ``chaz:pbuf:*``, ``chaz:cancel:*`` read alone, ``chaz:rb:*``) keep their
 names; a single Redis (the default) has no tags at all, so the names above
 are exactly its keys. See docs/coordination.md#on-a-redis-cluster.
 """
@@ -165,6 +168,11 @@ def cancel(job_id: str, t: str = "") -> str:
 def waiting(tree_id: str, t: str = "") -> str:
     """Sessions waiting for a free live slot in a tree."""
     return f"{PREFIX}:{t}wait:{tree_id}"
+
+
+def rollbacks(session_id: str) -> str:
+    """The count of rollbacks begun and ended on a session's jobs (chaz.coord.rollbacks)."""
+    return f"{PREFIX}:rb:{session_id}"
 
 
 def idempotency_claim(session_id: str, key: str) -> str:

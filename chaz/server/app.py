@@ -7,21 +7,18 @@ any number of replicas may run behind a load balancer.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-import redis
-import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chaz import tracing
-from chaz.errors import BackendUnavailable, ChazError, NotFound, ValidationError
+from chaz.errors import ChazError, NotFound, ValidationError
 from chaz.server import (
     assistants,
     crons,
@@ -36,21 +33,22 @@ from chaz.server import (
     threadless,
     threads,
 )
-from chaz.server.errors import RESPONSES, body_of, status_of
+from chaz.server.errors import BACKEND_ERRORS, RESPONSES, answer, backend_down, body_of, unexpected
+from chaz.server.fastpath import FastRuns
 from chaz.server.limits import BodyLimit, body_limit
 from chaz.server.state import Server
 from chaz.server.traced import TraceContext
 from chaz.server.waits import set_threads
 from chaz.services import Services
 
-log = logging.getLogger(__name__)
 
-
-def create_app(services: Services, *, anonymous: bool = False) -> FastAPI:
+def create_app(services: Services, *, anonymous: bool = False, fast_path: bool = True) -> FastAPI:
     """The app over ``services`` (closed when the app shuts down).
 
     ``anonymous``: a request without an ``x-api-key`` acts as the operator;
-    only for the embedded default's loopback listener (docs/http.md#auth)."""
+    only for the embedded default's loopback listener (docs/http.md#auth).
+    ``fast_path``: a run's wait is answered below FastAPI's layers
+    (chaz/server/fastpath.py); off only for tests that compare the two."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -67,7 +65,10 @@ def create_app(services: Services, *, anonymous: bool = False) -> FastAPI:
         lifespan=lifespan,
         responses=RESPONSES,
     )
-    app.state.chaz = Server(services, anonymous=anonymous)
+    app.state.chaz = server = Server(services, anonymous=anonymous)
+    if fast_path:
+        # Inside the body cap and the trace context (added before them).
+        app.add_middleware(FastRuns, server=server)
     # Before FastAPI reads a body into memory (chaz/server/limits.py).
     app.add_middleware(BodyLimit, limit=body_limit(services.settings.max_content_bytes))
     if tracing.on():
@@ -88,10 +89,8 @@ def create_app(services: Services, *, anonymous: bool = False) -> FastAPI:
     schemas.document(app)
     app.add_exception_handler(ChazError, _chaz_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
-    app.add_exception_handler(redis.RedisError, _backend_down)
-    app.add_exception_handler(sqlalchemy.exc.OperationalError, _backend_down)
-    app.add_exception_handler(sqlalchemy.exc.InterfaceError, _backend_down)
-    app.add_exception_handler(sqlalchemy.exc.TimeoutError, _backend_down)
+    for backend_error in BACKEND_ERRORS:
+        app.add_exception_handler(backend_error, _backend_down)
     app.add_exception_handler(StarletteHTTPException, _routing_error)
     app.add_exception_handler(Exception, _unexpected)
     return app
@@ -118,8 +117,7 @@ def _version() -> str:
         return "0+unknown"
 
 
-def _answer(exc: ChazError) -> JSONResponse:
-    return JSONResponse(body_of(exc), status_code=status_of(exc))
+_answer = answer
 
 
 async def _chaz_error(_: Request, exc: Exception) -> JSONResponse:
@@ -154,9 +152,8 @@ async def _routing_error(_: Request, exc: Exception) -> JSONResponse:
 
 async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
     """A bug: logged with its traceback, answered 500 ``chaz.error`` without it."""
-    log.error("unexpected error", exc_info=exc)
-    return _answer(ChazError("internal error (see the server's log)"))
+    return unexpected(exc)
 
 
 async def _backend_down(_: Request, exc: Exception) -> JSONResponse:
-    return _answer(BackendUnavailable(f"a backend is unavailable: {type(exc).__name__}"))
+    return backend_down(exc)

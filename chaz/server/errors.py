@@ -3,11 +3,17 @@ JSON body that carries the stable code (docs/http.md#errors)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import redis
+import sqlalchemy.exc
 from pydantic import BaseModel, ConfigDict
+from starlette.responses import JSONResponse
 
 from chaz import errors
+
+log = logging.getLogger(__name__)
 
 #: Error class -> HTTP status. The most specific class listed wins (the table
 #: is searched along the error's method resolution order), so a subclass
@@ -43,6 +49,43 @@ def body_of(exc: errors.ChazError) -> dict[str, Any]:
     ``details`` (:meth:`chaz.errors.ChazError.to_dict`), and ``detail`` (the
     message), where LangGraph's clients look for one."""
     return {**exc.to_dict(), "detail": exc.message}
+
+
+#: What a route's code may raise when the database or Redis is down: 503
+#: ``backend.unavailable``, not a bug's 500.
+BACKEND_ERRORS: tuple[type[Exception], ...] = (
+    redis.RedisError,
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    sqlalchemy.exc.TimeoutError,
+)
+
+
+def answer(exc: errors.ChazError) -> JSONResponse:
+    """The answer to a chaz error: its status and :func:`body_of`."""
+    return JSONResponse(body_of(exc), status_code=status_of(exc))
+
+
+def backend_down(exc: Exception) -> JSONResponse:
+    """The answer to a backend's error (one of :data:`BACKEND_ERRORS`)."""
+    return answer(errors.BackendUnavailable(f"a backend is unavailable: {type(exc).__name__}"))
+
+
+def unexpected(exc: Exception) -> JSONResponse:
+    """A bug: logged with its traceback, answered 500 ``chaz.error`` without it."""
+    log.error("unexpected error", exc_info=exc)
+    return answer(errors.ChazError("internal error (see the server's log)"))
+
+
+def error_answer(exc: Exception) -> JSONResponse:
+    """The answer to anything a route's own code raised, as the app's
+    exception handlers give it (chaz/server/app.py): for a route answered
+    without FastAPI (chaz/server/fastpath.py)."""
+    if isinstance(exc, errors.ChazError):
+        return answer(exc)
+    if isinstance(exc, BACKEND_ERRORS):
+        return backend_down(exc)
+    return unexpected(exc)
 
 
 class ErrorBody(BaseModel):

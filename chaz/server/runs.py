@@ -230,18 +230,28 @@ def create_run(thread_id: str, c: Caller, payload: Payload = None) -> JSONRespon
 def run_and_wait(c: Call, thread_id: str, given: dict[str, Any]) -> JSONResponse:
     """Start a run and block until it ends: the thread's values, or ``__error__``."""
     run = start(c, thread_id, given, streamed=False)
-    last: Entry | Partial | None = None
+    seen: list[Entry] = []
     for item in follow(
         c, run.session.id, run.job.id, after=run.entry.seq, written_after=run.written_after
     ):
-        last = item
-    if isinstance(last, Entry) and last.type is EntryType.MESSAGE:
+        if isinstance(item, Entry):
+            seen.append(item)
+    if seen and seen[-1].type is EntryType.MESSAGE:
         # The reply commits in the transaction that ends its job succeeded (a
         # turn's end_turn; a cancel that wins writes an Error instead): the run
         # has ended, and its status needs no read.
-        return JSONResponse(mapping.values(c.said(run.session.id)), headers=run.headers)
+        return JSONResponse(replied(c, run, seen), headers=run.headers)
     job = wait_terminal(c.services, run.job.id, END_SECONDS)
     return JSONResponse(finished(c, run.session, job), headers=run.headers)
+
+
+def replied(c: Call, run: Started, seen: list[Entry]) -> dict[str, Any]:
+    """The thread's values once ``run`` has replied (``seen``: the entries
+    after its input, up to the reply): from the replica's copy when it may
+    be used (chaz/server/convo.py), else read."""
+    if c.conversations is None or run.written_after is None:
+        return mapping.values(c.said(run.session.id))
+    return c.conversations.answer(c.services, run.entry, seen, run.written_after)
 
 
 @router.post("/threads/{thread_id}/runs/wait")
@@ -250,7 +260,14 @@ async def wait_run(
 ) -> JSONResponse:
     """Start a run and answer when it ends: the thread's values, or ``__error__``.
     A client that leaves frees the server's thread; the run goes on."""
-    given = fields.body(payload)
+    return await wait_run_call(c, thread_id, fields.body(payload), request)
+
+
+async def wait_run_call(
+    c: Call, thread_id: str, given: dict[str, Any], request: Request
+) -> JSONResponse:
+    """:func:`wait_run`'s work, for FastAPI's route and for the fast path
+    (chaz/server/fastpath.py), which answers the same request without it."""
     return await detached(request, lambda: run_and_wait(c, thread_id, given))
 
 

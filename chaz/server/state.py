@@ -3,6 +3,7 @@ acts as (docs/http.md#auth)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -15,6 +16,7 @@ from chaz.domain.principals import ALL_GRANTS, DEFAULT_PRINCIPAL, DEFAULT_PROJEC
 from chaz.domain.sessions import Session, missing_session
 from chaz.domain.validation import check_ref
 from chaz.errors import Unauthenticated
+from chaz.server.convo import Conversations
 from chaz.server.keycache import KeyCache
 from chaz.services import Services
 
@@ -33,6 +35,8 @@ class Server:
     anonymous: bool = False
     #: Keys authenticated in the last ``CHAZ_HTTP_KEY_CACHE_SECONDS`` (chaz/server/keycache.py).
     keys: KeyCache = field(init=False)
+    #: Each thread's values as last answered (chaz/server/convo.py).
+    conversations: Conversations = field(init=False, default_factory=Conversations)
 
     def __post_init__(self) -> None:
         self.keys = KeyCache(
@@ -70,6 +74,8 @@ class Call:
 
     services: Services
     principal: Principal
+    #: The replica's copies of threads' values (None: always read them).
+    conversations: Conversations | None = None
 
     def thread(self, thread_id: str) -> Session:
         """The live session a thread id names, in the principal's project.
@@ -110,16 +116,20 @@ def server_of(request: Request) -> Server:
 
 
 async def call(request: Request) -> Call:
-    """The :class:`Call` of a request: its key authenticated (a dependency).
+    """The :class:`Call` of a request: its key authenticated (a dependency)."""
+    return await call_of(server_of(request), request.headers)
+
+
+async def call_of(server: Server, headers: Mapping[str, str]) -> Call:
+    """The :class:`Call` of a request to ``server`` with ``headers``.
 
     A key authenticated moments ago is answered on the event loop; only a
     database read goes to a worker thread."""
-    server = server_of(request)
-    key = request.headers.get(KEY_HEADER)
+    key = headers.get(KEY_HEADER)
     principal = server.known(key)
     if principal is None:
         principal = await anyio.to_thread.run_sync(server.principal, key)
-    return Call(server.services, principal)
+    return Call(server.services, principal, server.conversations)
 
 
 #: A route's caller: the request's key authenticated.

@@ -15,10 +15,13 @@ cancelled by a later one.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from chaz.coord import rollbacks
 from chaz.domain.entries import NewEntry
 from chaz.domain.jobs import Job
 from chaz.domain.multitask import Strategy, can_roll_back
@@ -91,9 +94,36 @@ def admit_displacing(
             tx.roll_back([j.id for j in jobs])
         return jobs
 
+    # A rollback's marks are counted (chaz.coord.rollbacks): copies of the
+    # thread's values then know they may be stale.
+    marking = (
+        rollbacks.under_way(services.redis, session_id)
+        if strategy.hides
+        else contextlib.nullcontext()
+    )
+    with marking:
+        done, jobs = _admit(services, session_id, draft, earlier, strategy, principal, job_fields)
+    new = done.job.id if done.job is not None else "?"
+    reason = f"{strategy.value}: run {new} was sent to the thread"
+    # Newest first: the running head is cancelled last, so the lane never
+    # starts a queued one of them once the head has stopped.
+    outcomes = [_cancel(services, job, principal, reason) for job in reversed(jobs)]
+    return Displaced(done, [o for o in reversed(outcomes) if o is not None])
+
+
+def _admit(
+    services: Services,
+    session_id: str,
+    draft: NewEntry,
+    earlier: Callable[[Admitting], list[Job]],
+    strategy: Strategy,
+    principal: Principal,
+    job_fields: JobFields | None,
+) -> tuple[Appended, list[Job]]:
+    """The displacing admission, run again if PostgreSQL aborted it as a deadlock victim."""
     for attempt in range(1, DEADLOCK_TRIES + 1):
         try:
-            done, jobs = admission.admit_checked(
+            return admission.admit_checked(
                 services,
                 session_id,
                 draft,
@@ -101,17 +131,11 @@ def admit_displacing(
                 job_fields=job_fields,
                 project=principal.project,
             )
-            break
         except Exception as exc:
             if attempt == DEADLOCK_TRIES or not is_deadlock(exc):
                 raise
             log.info("session %s: a %s admission deadlocked; again", session_id, strategy.value)
-    new = done.job.id if done.job is not None else "?"
-    reason = f"{strategy.value}: run {new} was sent to the thread"
-    # Newest first: the running head is cancelled last, so the lane never
-    # starts a queued one of them once the head has stopped.
-    outcomes = [_cancel(services, job, principal, reason) for job in reversed(jobs)]
-    return Displaced(done, [o for o in reversed(outcomes) if o is not None])
+    raise AssertionError("unreachable")
 
 
 def roll_back(
@@ -131,7 +155,8 @@ def roll_back(
     job = services.store.get_job(job_id)
     control.check_control(principal, job)
     if can_roll_back(job.status):
-        services.store.roll_back(job.id)
+        with rollbacks.under_way(services.redis, job.session_id):
+            services.store.roll_back(job.id)
     outcome = control.cancel(services, job.id, principal=principal, reason=reason)
     outcome["rolled_back"] = services.store.get_job(job.id).rolled_back_at is not None
     return outcome

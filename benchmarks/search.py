@@ -272,10 +272,14 @@ def load_postgres(url: str, sessions: list[Any], entries: list[Any]) -> dict[str
             "CREATE INDEX ix_entries_message_trgm ON entries "
             "USING gin (content gin_trgm_ops) WHERE type = 'message'"
         )
-        conn.execute("CREATE INDEX ix_sessions_name_trgm ON sessions USING gin (name gin_trgm_ops)")
+        # As migration 0021 defines them: partial, only non-NULL values.
+        conn.execute(
+            "CREATE INDEX ix_sessions_name_trgm ON sessions "
+            "USING gin (name gin_trgm_ops) WHERE name IS NOT NULL"
+        )
         conn.execute(
             "CREATE INDEX ix_sessions_description_trgm ON sessions "
-            "USING gin (description gin_trgm_ops)"
+            "USING gin (description gin_trgm_ops) WHERE description IS NOT NULL"
         )
         times["index"] = time.perf_counter() - t0
         conn.execute("VACUUM ANALYZE entries")

@@ -1,0 +1,41 @@
+"""What a worker's start does not load: each was a measurable part of every
+worker's start (docs/performance.md#worker-start-up), and each test runs a
+fresh interpreter, as a worker is, so an import anywhere brings it back."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from sqlalchemy import select
+
+from chaz.store.models import Base, JobRow, SessionRow
+
+
+def _loaded_by_worker(prefixes: tuple[str, ...], *, env: dict[str, str] | None = None) -> list[str]:
+    code = (
+        "import sys\n"
+        "import workers.tasks\n"
+        f"heavy = {prefixes!r}\n"
+        "print(sorted(m for m in sys.modules if m.startswith(heavy)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    return list(eval(done.stdout))
+
+
+def test_a_worker_does_not_load_sqlalchemys_orm() -> None:
+    # The store's tables are Core tables: the ORM and its declarative mapping
+    # were about a tenth of a second of every start.
+    assert _loaded_by_worker(("sqlalchemy.orm",)) == []
+
+
+def test_a_table_class_is_its_table() -> None:
+    # Call sites write JobRow.status and select(JobRow) as they did when the
+    # classes were ORM-mapped: the attribute is the table's column.
+    assert JobRow.status is JobRow.__table__.c.status
+    assert SessionRow.__table__ is Base.metadata.tables["sessions"]
+    sql = str(select(JobRow).where(JobRow.id == "j"))
+    assert sql.startswith("SELECT jobs.id, jobs.session_id,") and "FROM jobs" in sql

@@ -8,6 +8,8 @@ the same request may succeed later without being changed.
 
 from __future__ import annotations
 
+import json
+import sys
 from typing import Any, ClassVar
 
 
@@ -494,3 +496,29 @@ class McpResultTooLarge(McpError):
     """The MCP tool's result is larger than its server's ``max_result_bytes``."""
 
     code = "mcp.result_too_large"
+
+
+def validation_message(exc: Any) -> str:
+    """A pydantic ``ValidationError``'s failures in one line: ``field: message; ...``."""
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ())) or "value"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def write_failure(
+    code: str, message: str, payload: dict[str, Any], *, json_mode: bool, console: Any = None
+) -> None:
+    """Report a failure on stderr as the CLI does: ``{"error": payload}`` in JSON
+    mode, ``error [code]: message`` styled on ``console`` (rich's, on a
+    terminal), else plain. Here, below every layer, so that the worker
+    ``chaz worker`` execs reports a refused setting in the command's words."""
+    if json_mode:
+        print(json.dumps({"error": payload}, default=str), file=sys.stderr, flush=True)
+    elif console is not None:
+        from rich.text import Text
+
+        console.print(Text.assemble(("error ", "bold red"), (f"[{code}]", "red"), f": {message}"))
+    else:
+        print(f"error [{code}]: {message}", file=sys.stderr, flush=True)

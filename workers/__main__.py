@@ -7,10 +7,14 @@ worker never uses (docs/performance.md#worker-start-up). This entry runs
 Celery's own ``worker`` command, its options, conversions and defaults
 unchanged, on chaz's app, without loading the others. Anything but
 ``worker`` goes to the full ``celery`` command.
+
+Exec'd by ``chaz worker`` with settings it did not check, it checks them
+first, as the command would have (``chaz.cli.worker.check_worker_settings``).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -23,6 +27,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.argv = ["celery", "-A", "workers", *args]
         celery_main()
         return
+    # chaz.cli.worker.CHECK_SETTINGS_ENV: the settings are this process's to check.
+    check = os.environ.pop("_CHAZ_WORKER_CHECK_SETTINGS", None)
+    if check is not None:
+        _check_settings(check)
     from celery import maybe_patch_concurrency
 
     # As the celery command does first: an eventlet or gevent pool patches
@@ -41,6 +49,31 @@ def main(argv: list[str] | None = None) -> None:
         prog_name="celery -A workers worker",
         obj=CLIContext(app=app, no_color=None, workdir=None, quiet=False),
     )
+
+
+def _check_settings(spec: str) -> None:
+    """Build the settings (which the worker then uses) before Celery starts, and
+    end the start on a refused one as ``chaz worker`` would have: its words
+    (``config.invalid``), its output mode and exit status (``spec``)."""
+    import pydantic
+
+    from chaz.errors import ConfigError, validation_message, write_failure
+    from chaz.settings import get_settings
+
+    try:
+        get_settings()
+    except pydantic.ValidationError as exc:
+        mode, _, status = spec.partition(":")
+        err = ConfigError(f"invalid settings: {validation_message(exc)}")
+        console = None
+        if mode == "fancy":
+            from rich.console import Console
+
+            console = Console(stderr=True, highlight=False)
+        write_failure(
+            err.code, err.message, err.to_dict(), json_mode=mode == "json", console=console
+        )
+        sys.exit(int(status or 1))
 
 
 if __name__ == "__main__":

@@ -8,8 +8,10 @@ import subprocess
 import sys
 
 from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.schema import CreateIndex
 
-from chaz.store.models import Base, JobRow, SessionRow
+from chaz.store.models import Base, JobRow, SessionRow, WebhookRow
 
 
 def _loaded_by_worker(prefixes: tuple[str, ...], *, env: dict[str, str] | None = None) -> list[str]:
@@ -39,3 +41,17 @@ def test_a_table_class_is_its_table() -> None:
     assert SessionRow.__table__ is Base.metadata.tables["sessions"]
     sql = str(select(JobRow).where(JobRow.id == "j"))
     assert sql.startswith("SELECT jobs.id, jobs.session_id,") and "FROM jobs" in sql
+
+
+def test_an_embedded_worker_does_not_load_the_postgresql_dialect() -> None:
+    # The partial indexes' predicates are filled in per dialect on first use.
+    assert _loaded_by_worker(("sqlalchemy.dialects.postgresql",)) == []
+
+
+def test_a_partial_index_has_its_predicate_on_both_dialects() -> None:
+    index = next(i for i in WebhookRow.__table__.indexes if i.name == "ix_webhooks_pending_next")
+    for dialect in (postgresql.dialect(), sqlite.dialect()):
+        ddl = str(CreateIndex(index).compile(dialect=dialect))
+        assert ddl.endswith("ON webhooks (next_at) WHERE state = 'pending'"), ddl
+    assert str(index.dialect_kwargs["postgresql_where"]) == "state = 'pending'"
+    assert str(index.dialect_kwargs["sqlite_where"]) == "state = 'pending'"

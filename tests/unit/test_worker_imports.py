@@ -55,3 +55,9 @@ def test_a_partial_index_has_its_predicate_on_both_dialects() -> None:
         assert ddl.endswith("ON webhooks (next_at) WHERE state = 'pending'"), ddl
     assert str(index.dialect_kwargs["postgresql_where"]) == "state = 'pending'"
     assert str(index.dialect_kwargs["sqlite_where"]) == "state = 'pending'"
+
+
+def test_a_worker_imports_no_built_in_tool_until_a_turn_looks_one_up() -> None:
+    # chaz.tools registers them by name; the MCP source is the package's own.
+    loaded = _loaded_by_worker(("chaz.tools.",))
+    assert loaded == ["chaz.tools.mcp", "chaz.tools.mcp.source"]

@@ -61,3 +61,7 @@ def test_a_worker_imports_no_built_in_tool_until_a_turn_looks_one_up() -> None:
     # chaz.tools registers them by name; the MCP source is the package's own.
     loaded = _loaded_by_worker(("chaz.tools.",))
     assert loaded == ["chaz.tools.mcp", "chaz.tools.mcp.source"]
+
+
+def test_a_worker_does_not_load_croniter_until_a_cron_is_read() -> None:
+    assert _loaded_by_worker(("croniter",)) == []

@@ -522,3 +522,39 @@ def write_failure(
         console.print(Text.assemble(("error ", "bold red"), (f"[{code}]", "red"), f": {message}"))
     else:
         print(f"error [{code}]: {message}", file=sys.stderr, flush=True)
+
+
+def refuses_as_written(exc: ChazError) -> bool:
+    """Whether ``exc`` says the request can never succeed as written (a bad
+    argument, a missing thing, a refused setting): the CLI's exit status 2."""
+    return isinstance(exc, ValidationError | NotFound | ConfigError)
+
+
+def from_exception(exc: Exception) -> ChazError:
+    """The chaz error to report for an exception that escaped a command (or the
+    checks a worker's start makes for ``chaz worker``).
+
+    Libraries are looked up in ``sys.modules``, never imported here: one that
+    is not loaded cannot have raised.
+    """
+    if isinstance(exc, ChazError):
+        return exc
+    pydantic = sys.modules.get("pydantic")
+    if pydantic is not None and isinstance(exc, pydantic.ValidationError):
+        # Input that reached a model unchecked (a malformed id, a bad limit).
+        return ValidationError(validation_message(exc))
+    redis = sys.modules.get("redis")
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    if (redis is not None and isinstance(exc, redis.RedisError)) or (
+        sa_exc is not None and isinstance(exc, sa_exc.OperationalError)
+    ):
+        # An unreachable server is the environment's fault, not a bug: no traceback.
+        return BackendUnavailable(f"{type(exc).__name__}: {exc}".splitlines()[0])
+    if sa_exc is not None and isinstance(exc, sa_exc.ArgumentError):
+        # SQLAlchemy's word for a database URL it cannot parse or load.
+        return ConfigError(f"invalid database URL: {exc}".splitlines()[0])
+    if isinstance(exc, OSError):
+        # A file or directory chaz needs (CHAZ_HOME, an agent file) is unusable.
+        return ChazError(str(exc))
+    # A bug: still one line with a code, never a traceback on a user's screen.
+    return ChazError(f"unexpected {type(exc).__name__}: {exc}".splitlines()[0])

@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from chaz.errors import ChazError
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -52,28 +56,44 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _check_settings(spec: str) -> None:
-    """Build the settings (which the worker then uses) before Celery starts, and
-    end the start on a refused one as ``chaz worker`` would have: its words
-    (``config.invalid``), its output mode and exit status (``spec``)."""
+    """Build the settings (which the worker then uses) before Celery starts and,
+    when ``spec`` says so, bring the schema up to date; end the start on a
+    refused setting or a failure as ``chaz worker`` would have: its words, its
+    output mode and exit status (``spec``: chaz.cli.worker.CHECK_SETTINGS_ENV)."""
     import pydantic
 
-    from chaz.errors import ConfigError, validation_message, write_failure
-    from chaz.settings import get_settings
+    from chaz.errors import ConfigError, validation_message
 
+    mode, usage, failure, migrate = spec.split(":")
     try:
-        get_settings()
-    except pydantic.ValidationError as exc:
-        mode, _, status = spec.partition(":")
-        err = ConfigError(f"invalid settings: {validation_message(exc)}")
-        console = None
-        if mode == "fancy":
-            from rich.console import Console
+        from chaz.settings import get_settings
 
-            console = Console(stderr=True, highlight=False)
-        write_failure(
-            err.code, err.message, err.to_dict(), json_mode=mode == "json", console=console
-        )
-        sys.exit(int(status or 1))
+        settings = get_settings()
+    except pydantic.ValidationError as exc:
+        _fail(ConfigError(f"invalid settings: {validation_message(exc)}"), mode, usage, failure)
+    if migrate:
+        from chaz.store.migrate import ensure_current
+
+        try:
+            ensure_current(settings.effective_database_url())
+        except Exception as exc:
+            from chaz.errors import from_exception
+
+            _fail(from_exception(exc), mode, usage, failure)
+
+
+def _fail(err: ChazError, mode: str, usage: str, failure: str) -> NoReturn:
+    """Report ``err`` as the CLI does (chaz.errors.write_failure) and exit."""
+    from chaz.errors import refuses_as_written, write_failure
+
+    console = None
+    if mode == "fancy":
+        from rich.console import Console
+
+        console = Console(stderr=True, highlight=False)
+    json_mode = mode == "json"
+    write_failure(err.code, err.message, err.to_dict(), json_mode=json_mode, console=console)
+    sys.exit(int(usage if refuses_as_written(err) else failure))
 
 
 if __name__ == "__main__":

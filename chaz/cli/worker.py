@@ -31,19 +31,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chaz.cli.context import Context
-from chaz.cli.output import EXIT_OK
+from chaz.cli.output import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from chaz.cli.urls import check_redis_url, plain_environment
-from chaz.errors import ConfigError
 
 #: ``Settings.home``'s and ``Settings.worker_concurrency``'s defaults
 #: (tests/unit/test_worker_settings.py holds them equal).
 DEFAULT_HOME = ".chaz"
 DEFAULT_CONCURRENCY = 8
 #: Set by ``chaz worker`` for the worker it execs when the settings are the
-#: worker's to check: ``MODE:STATUS``, the command's output (``json``,
-#: ``fancy`` or ``text``) and the exit status of ``config.invalid``
-#: (workers/__main__.py). Not a ``CHAZ_`` name: it is no setting, and the
-#: worker removes it from its environment.
+#: worker's to check: ``MODE:USAGE:FAILURE:MIGRATE``, the command's output
+#: (``json``, ``fancy`` or ``text``), its exit statuses for a request refused
+#: as written and for any other failure, and ``migrate`` when the worker
+#: brings the schema up to date too (workers/__main__.py). Not a ``CHAZ_``
+#: name: it is no setting, and the worker removes it from its environment.
 CHECK_SETTINGS_ENV = "_CHAZ_WORKER_CHECK_SETTINGS"
 #: A ``CHAZ_WORKER_CONCURRENCY`` read without pydantic: digits pydantic reads as
 #: the same positive int; anything else (signs, spaces, ``0``) is left to it.
@@ -160,6 +160,7 @@ def cmd_worker(ctx: Context) -> int:
     """Replace this process with a ``celery worker`` consuming chaz's queues."""
     from chaz.coord.redis import ensure_embedded_at
     from chaz.stack import worker_command
+    from chaz.store.migrate import connect_args
 
     args, out = ctx.args, ctx.out
     unchecked = None
@@ -189,16 +190,19 @@ def cmd_worker(ctx: Context) -> int:
     if settings.embedded_redis:
         # The worker's broker is this Redis: it must answer before celery connects.
         ensure_embedded_at(home)
-    # The revision, which needs Alembic, is not read.
-    migrate_url(settings.database_url, report=False)
+    # On PostgreSQL, a worker that checks the settings also brings the schema
+    # up to date: it imports psycopg anyway, which the command need not.
+    deferred = unchecked is not None and connect_args(settings.database_url) is not None
+    if not deferred:
+        # The revision, which needs Alembic, is not read.
+        migrate_url(settings.database_url, report=False)
     env = dict(os.environ)
     # --home must reach chaz.celery_settings and the tasks, which read CHAZ_HOME themselves.
     env["CHAZ_HOME"] = str(home)
     if unchecked is not None:
-        from chaz.cli.main import exit_code
-
         mode = "json" if out.json_mode else "fancy" if out.fancy else "text"
-        env[CHECK_SETTINGS_ENV] = f"{mode}:{exit_code(ConfigError('refused'))}"
+        migrate = "migrate" if deferred else ""
+        env[CHECK_SETTINGS_ENV] = f"{mode}:{EXIT_USAGE}:{EXIT_FAILURE}:{migrate}"
     if args.metrics_port is not None:
         # The tasks module starts the endpoint when the worker is ready (chaz.metrics).
         env["CHAZ_METRICS_PORT"] = str(args.metrics_port)

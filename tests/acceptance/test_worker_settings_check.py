@@ -11,11 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from chaz.cli.context import load_settings
 from chaz.errors import ConfigError
+from chaz.store.migrate import bundled_head
 from tests.acceptance.test_cli import cli_env
+from tests.conftest import PG_ADMIN, free_port
 
 #: The command under ``-X importtime``: what it imports is on stderr, and the
 #: worker it execs (a plain ``python``) adds none of those lines.
@@ -88,3 +91,55 @@ def test_accepted_settings_reach_celery(tmp_path: Path, redis_url: str) -> None:
     assert "Usage:" in done.stdout and "--concurrency" in done.stdout
     imports = [line for line in done.stderr.splitlines() if line.startswith("import time:")]
     assert imports and not any(line.endswith("pydantic_settings") for line in imports)
+
+
+def test_on_postgresql_the_worker_brings_the_schema_up_to_date(
+    tmp_path: Path, redis_url: str
+) -> None:
+    # The worker imports psycopg anyway; the command, checking nothing, need not.
+    name = f"chaz_wcheck_{os.getpid()}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://")
+    try:
+        env = cli_env(
+            home=tmp_path / "home",
+            CHAZ_DATABASE_URL=f"{base}/{name}",
+            CHAZ_REDIS_URL=redis_url,
+            CHAZ_WORKER_CONCURRENCY="2",
+        )
+        done = subprocess.run(
+            [*TRACED, "worker", "--", "--help"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert done.returncode == 0, done.stderr
+        imports = [line for line in done.stderr.splitlines() if line.startswith("import time:")]
+        assert imports and not any(line.endswith(" psycopg") for line in imports)
+        with psycopg.connect(f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}") as conn:
+            version = conn.execute("SELECT version_num FROM alembic_version").fetchall()
+        assert version == [(bundled_head(),)]
+    finally:
+        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_a_database_the_worker_cannot_reach_ends_the_start_as_the_command_would(
+    tmp_path: Path, redis_url: str
+) -> None:
+    env = cli_env(
+        home=tmp_path / "home",
+        CHAZ_DATABASE_URL=f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/none",
+        CHAZ_REDIS_URL=redis_url,
+        CHAZ_WORKER_CONCURRENCY="2",
+    )
+    status, _, rest = _run(["worker"], env, tmp_path)
+    assert status == 1
+    assert len(rest) == 1 and rest[0].startswith("error [backend.unavailable]: OperationalError")
+    status, _, rest = _run(["--json", "worker"], env, tmp_path)
+    assert status == 1
+    assert [json.loads(line)["error"]["code"] for line in rest] == ["backend.unavailable"]

@@ -8,6 +8,8 @@ the same request may succeed later without being changed.
 
 from __future__ import annotations
 
+import json
+import sys
 from typing import Any, ClassVar
 
 
@@ -494,3 +496,65 @@ class McpResultTooLarge(McpError):
     """The MCP tool's result is larger than its server's ``max_result_bytes``."""
 
     code = "mcp.result_too_large"
+
+
+def validation_message(exc: Any) -> str:
+    """A pydantic ``ValidationError``'s failures in one line: ``field: message; ...``."""
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ())) or "value"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def write_failure(
+    code: str, message: str, payload: dict[str, Any], *, json_mode: bool, console: Any = None
+) -> None:
+    """Report a failure on stderr as the CLI does: ``{"error": payload}`` in JSON
+    mode, ``error [code]: message`` styled on ``console`` (rich's, on a
+    terminal), else plain. Here, below every layer, so that the worker
+    ``chaz worker`` execs reports a refused setting in the command's words."""
+    if json_mode:
+        print(json.dumps({"error": payload}, default=str), file=sys.stderr, flush=True)
+    elif console is not None:
+        from rich.text import Text
+
+        console.print(Text.assemble(("error ", "bold red"), (f"[{code}]", "red"), f": {message}"))
+    else:
+        print(f"error [{code}]: {message}", file=sys.stderr, flush=True)
+
+
+def refuses_as_written(exc: ChazError) -> bool:
+    """Whether ``exc`` says the request can never succeed as written (a bad
+    argument, a missing thing, a refused setting): the CLI's exit status 2."""
+    return isinstance(exc, ValidationError | NotFound | ConfigError)
+
+
+def from_exception(exc: Exception) -> ChazError:
+    """The chaz error to report for an exception that escaped a command (or the
+    checks a worker's start makes for ``chaz worker``).
+
+    Libraries are looked up in ``sys.modules``, never imported here: one that
+    is not loaded cannot have raised.
+    """
+    if isinstance(exc, ChazError):
+        return exc
+    pydantic = sys.modules.get("pydantic")
+    if pydantic is not None and isinstance(exc, pydantic.ValidationError):
+        # Input that reached a model unchecked (a malformed id, a bad limit).
+        return ValidationError(validation_message(exc))
+    redis = sys.modules.get("redis")
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    if (redis is not None and isinstance(exc, redis.RedisError)) or (
+        sa_exc is not None and isinstance(exc, sa_exc.OperationalError)
+    ):
+        # An unreachable server is the environment's fault, not a bug: no traceback.
+        return BackendUnavailable(f"{type(exc).__name__}: {exc}".splitlines()[0])
+    if sa_exc is not None and isinstance(exc, sa_exc.ArgumentError):
+        # SQLAlchemy's word for a database URL it cannot parse or load.
+        return ConfigError(f"invalid database URL: {exc}".splitlines()[0])
+    if isinstance(exc, OSError):
+        # A file or directory chaz needs (CHAZ_HOME, an agent file) is unusable.
+        return ChazError(str(exc))
+    # A bug: still one line with a code, never a traceback on a user's screen.
+    return ChazError(f"unexpected {type(exc).__name__}: {exc}".splitlines()[0])

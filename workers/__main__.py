@@ -7,11 +7,19 @@ worker never uses (docs/performance.md#worker-start-up). This entry runs
 Celery's own ``worker`` command, its options, conversions and defaults
 unchanged, on chaz's app, without loading the others. Anything but
 ``worker`` goes to the full ``celery`` command.
+
+Exec'd by ``chaz worker`` with settings it did not check, it checks them
+first, as the command would have (``chaz.cli.worker.check_worker_settings``).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from chaz.errors import ChazError
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -23,6 +31,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.argv = ["celery", "-A", "workers", *args]
         celery_main()
         return
+    # chaz.cli.worker.CHECK_SETTINGS_ENV: the settings are this process's to check.
+    check = os.environ.pop("_CHAZ_WORKER_CHECK_SETTINGS", None)
+    if check is not None:
+        _check_settings(check)
     from celery import maybe_patch_concurrency
 
     # As the celery command does first: an eventlet or gevent pool patches
@@ -41,6 +53,47 @@ def main(argv: list[str] | None = None) -> None:
         prog_name="celery -A workers worker",
         obj=CLIContext(app=app, no_color=None, workdir=None, quiet=False),
     )
+
+
+def _check_settings(spec: str) -> None:
+    """Build the settings (which the worker then uses) before Celery starts and,
+    when ``spec`` says so, bring the schema up to date; end the start on a
+    refused setting or a failure as ``chaz worker`` would have: its words, its
+    output mode and exit status (``spec``: chaz.cli.worker.CHECK_SETTINGS_ENV)."""
+    import pydantic
+
+    from chaz.errors import ConfigError, validation_message
+
+    mode, usage, failure, migrate = spec.split(":")
+    try:
+        from chaz.settings import get_settings
+
+        settings = get_settings()
+    except pydantic.ValidationError as exc:
+        _fail(ConfigError(f"invalid settings: {validation_message(exc)}"), mode, usage, failure)
+    if migrate:
+        from chaz.store.migrate import ensure_current
+
+        try:
+            ensure_current(settings.effective_database_url())
+        except Exception as exc:
+            from chaz.errors import from_exception
+
+            _fail(from_exception(exc), mode, usage, failure)
+
+
+def _fail(err: ChazError, mode: str, usage: str, failure: str) -> NoReturn:
+    """Report ``err`` as the CLI does (chaz.errors.write_failure) and exit."""
+    from chaz.errors import refuses_as_written, write_failure
+
+    console = None
+    if mode == "fancy":
+        from rich.console import Console
+
+        console = Console(stderr=True, highlight=False)
+    json_mode = mode == "json"
+    write_failure(err.code, err.message, err.to_dict(), json_mode=json_mode, console=console)
+    sys.exit(int(usage if refuses_as_written(err) else failure))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from chaz.cli.output import Output
 from chaz.cli.urls import check_redis_url
-from chaz.errors import ConfigError
+from chaz.errors import ConfigError, validation_message
 
 if TYPE_CHECKING:
     import pydantic
@@ -42,11 +42,7 @@ def load_settings(home: str | None) -> Settings:
 
 def pydantic_message(exc: pydantic.ValidationError) -> str:
     """A pydantic error's failures in one line: ``field: message; ...``."""
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err.get("loc", ())) or "value"
-        parts.append(f"{where}: {err.get('msg', 'invalid')}")
-    return "; ".join(parts)
+    return validation_message(exc)
 
 
 def check_urls(settings: Settings) -> None:

@@ -44,11 +44,10 @@ from chaz.cli.parsers import (
     webhooks,
 )
 from chaz.errors import (
-    BackendUnavailable,
     ChazError,
-    ConfigError,
-    NotFound,
     ValidationError,
+    from_exception,
+    refuses_as_written,
 )
 
 #: The command groups, in the order ``chaz --help`` lists them.
@@ -126,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def exit_code(exc: ChazError) -> int:
     """2 for a request that can never succeed as written, 1 for other failures."""
-    return EXIT_USAGE if isinstance(exc, ValidationError | NotFound | ConfigError) else EXIT_FAILURE
+    return EXIT_USAGE if refuses_as_written(exc) else EXIT_FAILURE
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -194,32 +193,10 @@ def _check_arguments(args: argparse.Namespace) -> None:
 
 
 def as_chaz_error(exc: Exception) -> ChazError:
-    """The chaz error to report for an exception that escaped a command.
-
-    Libraries are looked up in ``sys.modules``, never imported here: one that
-    is not loaded cannot have raised.
-    """
-    pydantic = sys.modules.get("pydantic")
-    if pydantic is not None and isinstance(exc, pydantic.ValidationError):
-        # Input that reached a model unchecked (a malformed id, a bad limit).
-        from chaz.cli.context import pydantic_message
-
-        return ValidationError(pydantic_message(exc))
-    redis = sys.modules.get("redis")
-    sa_exc = sys.modules.get("sqlalchemy.exc")
-    if (redis is not None and isinstance(exc, redis.RedisError)) or (
-        sa_exc is not None and isinstance(exc, sa_exc.OperationalError)
-    ):
-        # An unreachable server is the environment's fault, not a bug: no traceback.
-        return BackendUnavailable(f"{type(exc).__name__}: {exc}".splitlines()[0])
-    if sa_exc is not None and isinstance(exc, sa_exc.ArgumentError):
-        # SQLAlchemy's word for a database URL it cannot parse or load.
-        return ConfigError(f"invalid database URL: {exc}".splitlines()[0])
-    if isinstance(exc, OSError):
-        # A file or directory chaz needs (CHAZ_HOME, an agent file) is unusable.
-        return ChazError(str(exc))
-    # A bug: still one line with a code, never a traceback on a user's screen.
-    return ChazError(f"unexpected {type(exc).__name__}: {exc}".splitlines()[0])
+    """The chaz error to report for an exception that escaped a command
+    (:func:`chaz.errors.from_exception`, which the worker ``chaz worker``
+    execs shares)."""
+    return from_exception(exc)
 
 
 def main() -> None:

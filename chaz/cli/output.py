@@ -22,7 +22,7 @@ from chaz.cli.exits import (
     EXIT_OK,
     EXIT_USAGE,
 )
-from chaz.errors import ChazError
+from chaz.errors import ChazError, write_failure
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -176,16 +176,8 @@ class Output:
 
     def failure(self, code: str, message: str, payload: dict[str, Any]) -> None:
         """Report a failure with a stable code: ``error [code]: message`` on stderr."""
-        if self.json_mode:
-            print(json.dumps({"error": payload}, default=str), file=sys.stderr, flush=True)
-        elif self.fancy:
-            from rich.text import Text
-
-            self.err_console.print(
-                Text.assemble(("error ", "bold red"), (f"[{code}]", "red"), f": {message}")
-            )
-        else:
-            print(f"error [{code}]: {message}", file=sys.stderr, flush=True)
+        console = self.err_console if self.fancy else None
+        write_failure(code, message, payload, json_mode=self.json_mode, console=console)
 
     def error_entry(self, entry: Entry) -> None:
         """Report an Error entry (a failed turn) like any other failure."""

@@ -16,7 +16,6 @@ from enum import StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterBadDateError, croniter
 from pydantic import BaseModel, ConfigDict
 
 from chaz.domain.validation import check_agent_id, check_choice, check_text, invalid, is_blank
@@ -270,6 +269,10 @@ def check_timezone(value: object) -> str:
 
 def check_cron(value: object) -> str:
     """A five-field cron expression croniter accepts, and that names a date that exists."""
+    # croniter is imported where it is used: a worker's start and its turns
+    # never parse a cron expression (docs/performance.md#worker-start-up).
+    from croniter import CroniterBadDateError, croniter
+
     expr = check_text("cron", value, max_chars=255).strip()
     if len(expr.split()) != 5 or not croniter.is_valid(expr):
         raise invalid("cron", f"not a five-field cron expression: {expr[:80]!r}")
@@ -335,6 +338,8 @@ def _after(schedule: Schedule, after: datetime) -> datetime | None:
             return anchor
         k = (after - anchor) // step + 1
         return anchor + k * step
+    from croniter import croniter
+
     assert schedule.cron is not None
     zone = ZoneInfo(schedule.timezone or "UTC")
     it = croniter(schedule.cron, after.astimezone(zone))
@@ -419,6 +424,8 @@ def plan(schedule: Schedule, now: datetime) -> Plan:
 
 def _latest_at_or_before(schedule: Schedule, now: datetime, floor: datetime) -> datetime:
     if schedule.kind is ScheduleKind.CRON:
+        from croniter import croniter
+
         assert schedule.cron is not None
         zone = ZoneInfo(schedule.timezone or "UTC")
         it = croniter(schedule.cron, (now + timedelta(microseconds=1)).astimezone(zone))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -207,6 +208,9 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[Tool] = (), sources: Iterable[ToolSource] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        #: Tools registered by name whose module is not loaded yet: the loader of each.
+        self._lazy: dict[str, Callable[[], Iterable[Tool]]] = {}
+        self._loading = threading.Lock()
         self._sources = list(sources)
         for tool in tools:
             self.register(tool)
@@ -218,19 +222,48 @@ class ToolRegistry:
     def register(self, tool: Tool) -> None:
         """Add a tool; names are unique and must be valid tool names."""
         check_tool_name(tool.name)
-        if tool.name in self._tools:
+        if tool.name in self._tools or tool.name in self._lazy:
             raise ValueError(f"tool {tool.name!r} is registered twice")
         self._tools[tool.name] = tool
 
+    def register_lazily(self, names: Iterable[str], load: Callable[[], Iterable[Tool]]) -> None:
+        """Add the tools ``load`` returns, known by ``names`` until it runs: the
+        first look-up of any of them (a turn that offers or calls one) runs it,
+        so a tool's module is imported by the first turn that needs it, not
+        at every worker's start (docs/performance.md#worker-start-up)."""
+        for name in names:
+            check_tool_name(name)
+            if name in self._tools or name in self._lazy:
+                raise ValueError(f"tool {name!r} is registered twice")
+            self._lazy[name] = load
+
     def names(self) -> list[str]:
         """Every registered tool name."""
-        return sorted(self._tools)
+        return sorted([*self._tools, *self._lazy])
+
+    def _registered(self, name: str) -> Tool | None:
+        """The registered tool ``name``, its module loaded if it was not yet."""
+        tool = self._tools.get(name)
+        if tool is not None or name not in self._lazy:
+            return tool
+        with self._loading:  # turn threads share the registry
+            load = self._lazy.get(name)
+            if load is not None:
+                tools = {t.name: t for t in load()}
+                named = {n for n, other in self._lazy.items() if other is load}
+                if set(tools) != named:
+                    raise RuntimeError(f"tools {sorted(tools)} were registered as {sorted(named)}")
+                for found in tools.values():
+                    del self._lazy[found.name]
+                    self._tools[found.name] = found
+        return self._tools.get(name)
 
     def unknown(self, names: Iterable[str]) -> list[str]:
         """Those of ``names`` an agent may not be given: neither registered nor
         an MCP tool's ``SERVER.TOOL`` (which the workers resolve, by their own
         CHAZ_MCP_SERVERS, when a turn offers or calls it; docs/tools.md)."""
-        return sorted(n for n in set(names) if n not in self._tools and "." not in n)
+        known = self._tools.keys() | self._lazy.keys()
+        return sorted(n for n in set(names) if n not in known and "." not in n)
 
     def specs(self, names: Iterable[str], cancel: CancelToken | None = None) -> list[ToolSpec]:
         """Specs of the named tools that exist, in the order given.
@@ -248,7 +281,7 @@ class ToolRegistry:
 
     def _find(self, name: str, cancel: CancelToken | None) -> Tool | ChazError | None:
         """The tool ``name``, the error of a source that owns it but cannot give it, or None."""
-        tool = self._tools.get(name)
+        tool = self._registered(name)
         if tool is not None:
             return tool
         for source in self._sources:
@@ -342,7 +375,8 @@ class ToolRegistry:
         return tool, args
 
     def _knows(self, name: str) -> bool:
-        return name in self._tools or any(s.owns(name) for s in self._sources)
+        known = name in self._tools or name in self._lazy
+        return known or any(s.owns(name) for s in self._sources)
 
 
 def content_cap(ctx: ToolContext) -> int:

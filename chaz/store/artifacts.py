@@ -11,9 +11,9 @@ removes it and cuts the result to its excerpt, again in one transaction.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Table, bindparam, delete, select, update
+from sqlalchemy import Connection, bindparam, delete, select, update
 
 from chaz.domain.artifacts import Artifact
 from chaz.domain.jobs import TERMINAL
@@ -25,8 +25,8 @@ from chaz.store.models import ArtifactRow, JobRow
 if TYPE_CHECKING:
     from chaz.store.db import Database
 
-ARTIFACTS = cast(Table, ArtifactRow.__table__)
-JOBS = cast(Table, JobRow.__table__)
+ARTIFACTS = ArtifactRow.__table__
+JOBS = JobRow.__table__
 _TERMINAL = sorted(s.value for s in TERMINAL)
 
 _BY_JOB = select(ARTIFACTS).where(ARTIFACTS.c.job_id == bindparam("jid"))

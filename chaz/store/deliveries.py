@@ -12,9 +12,9 @@ from __future__ import annotations
 import builtins
 from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Connection, Table, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, Connection, func, insert, or_, select, update
 
 from chaz.domain import events
 from chaz.domain.deliveries import (
@@ -35,7 +35,7 @@ from chaz.store.models import DeliveryRow, JobRow, SessionRow
 if TYPE_CHECKING:
     from chaz.store.db import Database
 
-DELIVERIES = cast(Table, DeliveryRow.__table__)
+DELIVERIES = DeliveryRow.__table__
 
 
 def new_row(
@@ -403,7 +403,7 @@ class DeliveryStore:
         :meth:`withdraw_sent` selects, admitted before it could take them),
         oldest first: unfinished ones, and of a follow-up or result only one
         still queued (a turn already reading its answer is not queued work)."""
-        jobs = cast(Table, JobRow.__table__)
+        jobs = JobRow.__table__
         answer = DELIVERIES.c.kind.in_(sorted(k.value for k in ANSWERS))
         stmt = (
             select(jobs.c.id)
@@ -480,7 +480,7 @@ class DeliveryStore:
         """Deliveries (of ``kinds``: None, every kind) into (``in``) or out of
         (``out``) a session, or both ways (``both``), newest first, each with
         its job's status (None: no job)."""
-        jobs = cast(Table, JobRow.__table__)
+        jobs = JobRow.__table__
         into = DELIVERIES.c.target_session_id == session_id
         out = DELIVERIES.c.sender_session_id == session_id
         stmt = (
@@ -499,7 +499,7 @@ class DeliveryStore:
 
     def with_job_status(self, delivery_id: str) -> tuple[Delivery, str | None] | None:
         """One delivery and its job's status, or None."""
-        jobs = cast(Table, JobRow.__table__)
+        jobs = JobRow.__table__
         stmt = (
             select(DELIVERIES, jobs.c.status.label("job_status"))
             .outerjoin(jobs, jobs.c.id == DELIVERIES.c.job_id)
@@ -512,7 +512,7 @@ class DeliveryStore:
     def stuck(self, older_than: datetime, limit: int = 500) -> builtins.list[Delivery]:
         """Deliveries still ``admitted`` whose job is terminal, last changed before
         ``older_than``: a job's end that did not apply its delivery's policy."""
-        jobs = cast(Table, JobRow.__table__)
+        jobs = JobRow.__table__
         stmt = (
             select(DELIVERIES)
             .join(jobs, jobs.c.id == DELIVERIES.c.job_id)
@@ -530,7 +530,7 @@ class DeliveryStore:
     def latest_session(self, agent_id: str, project: str, *, besides: str) -> str | None:
         """The id of ``agent_id``'s most recently active live session in ``project``
         (``besides`` left out), or None."""
-        sessions = cast(Table, SessionRow.__table__)
+        sessions = SessionRow.__table__
         stmt = (
             select(sessions.c.id)
             .where(

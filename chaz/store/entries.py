@@ -202,4 +202,4 @@ def patch_attach(conn: Connection, entry_id: str, **attach: Any) -> None:
     if meta is None:
         return
     patched = {**meta, "attach": {**meta.get("attach", {}), **attach}}
-    conn.execute(update(EntryRow).where(EntryRow.id == entry_id).values(meta=patched))
+    conn.execute(update(EntryRow).where(EntryRow.id == entry_id).values({EntryRow.meta: patched}))

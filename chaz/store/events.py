@@ -25,9 +25,9 @@ import builtins
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Table, delete, insert, select, text
+from sqlalchemy import Connection, delete, insert, select, text
 
 from chaz.domain.events import Event
 from chaz.domain.validation import check_json, check_text
@@ -38,7 +38,7 @@ from chaz.store.models import EventRow
 if TYPE_CHECKING:
     from chaz.store.db import Database
 
-EVENTS = cast(Table, EventRow.__table__)
+EVENTS = EventRow.__table__
 _INSERT = insert(EVENTS)
 #: The width of the ``kind`` column.
 MAX_KIND_CHARS = 48

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table, insert, select, update
+from sqlalchemy import insert, select, update
 
 from chaz.domain import keys
 from chaz.domain.keys import ApiKey
@@ -30,7 +30,7 @@ from chaz.store.models import ApiKeyRow
 if TYPE_CHECKING:
     from chaz.store.db import Database
 
-API_KEYS = cast(Table, ApiKeyRow.__table__)
+API_KEYS = ApiKeyRow.__table__
 #: Every column but the hash: what a read hands back.
 _SHOWN = [c for c in API_KEYS.c if c.name != "key_hash"]
 

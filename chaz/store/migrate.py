@@ -146,6 +146,22 @@ def is_current_postgres(url: str) -> bool:
     return [row[0] for row in rows] == [head]
 
 
+def ensure_current(url: str) -> None:
+    """Bring ``url``'s schema to the newest bundled revision; a database already
+    there is recognised without SQLAlchemy where it can be (:func:`is_current_file`,
+    :func:`is_current_postgres`), as at every worker's start."""
+    if is_current_file(url) or is_current_postgres(url):
+        return
+    # An engine, not a Store: the store's models would load for nothing.
+    from chaz.store.db import make_engine
+
+    engine = make_engine(url)
+    try:
+        upgrade(engine)
+    finally:
+        engine.dispose()
+
+
 def alembic_config() -> Config:
     """Alembic configuration pointing at chaz's bundled revisions."""
     from alembic.config import Config

@@ -1,27 +1,39 @@
-"""SQLAlchemy 2.0 typed table models. Alembic revisions must match these."""
+"""chaz's tables, as SQLAlchemy Core tables. Alembic revisions must match these.
+
+Each class is a table: its ``Column`` attributes, in order, are the table's
+columns (``JobRow.status`` is the column itself, ``JobRow.__table__`` the
+:class:`~sqlalchemy.Table`), and ``select(JobRow)`` selects the table.
+Nothing in chaz uses SQLAlchemy's ORM: every statement is a Core statement,
+so the declarative mapping (``sqlalchemy.orm`` and the mappers) is not
+loaded, which was about a tenth of a second of every worker's start
+(docs/performance.md#worker-start-up).
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    Column,
     DateTime,
     Float,
     ForeignKey,
     Index,
     Integer,
+    MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
     literal_column,
     text,
+    util,
 )
-from sqlalchemy.orm import DeclarativeBase, InstrumentedAttribute, Mapped, mapped_column
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.elements import ColumnClause, ColumnElement
 
 from chaz.domain.jobs import ACTIVE
 
@@ -31,7 +43,7 @@ UNFINISHED_STATUSES = tuple(sorted(s.value for s in ACTIVE))
 _UNFINISHED_SQL = "status IN (" + ", ".join(f"'{v}'" for v in UNFINISHED_STATUSES) + ")"
 
 
-def unfinished(status: ColumnElement[str] | InstrumentedAttribute[str]) -> ColumnElement[bool]:
+def unfinished(status: ColumnElement[str]) -> ColumnElement[bool]:
     """``status IN ('queued', ...)`` with the states as literals, the partial
     indexes' own predicate.
 
@@ -43,10 +55,71 @@ def unfinished(status: ColumnElement[str] | InstrumentedAttribute[str]) -> Colum
     return status.in_([literal_column(f"'{v}'") for v in UNFINISHED_STATUSES])
 
 
-class Base(DeclarativeBase):
-    """Declarative base of every chaz table."""
+class Base:
+    """Base of every chaz table: a subclass's ``Column`` attributes, in the
+    order written, become the columns of ``Table(__tablename__, metadata,
+    *columns, *__table_args__)``, kept as ``__table__``. A column written
+    without a name takes its attribute's."""
 
-    type_annotation_map = {dict[str, Any]: JSON, datetime: DateTime(timezone=True)}
+    #: Every chaz table (Alembic's ``target_metadata``).
+    metadata: ClassVar[MetaData] = MetaData()
+    __tablename__: ClassVar[str]
+    __table_args__: ClassVar[tuple[Any, ...]] = ()
+    __table__: ClassVar[Table]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        columns: list[Column[Any]] = []
+        for attr, value in vars(cls).items():
+            if isinstance(value, Column):
+                if value.name is None:
+                    value.name = value.key = attr
+                columns.append(value)
+        cls.__table__ = Table(cls.__tablename__, Base.metadata, *columns, *cls.__table_args__)
+
+    @classmethod
+    def __clause_element__(cls) -> Table:
+        """The table, so that ``select(JobRow)`` and the like select it."""
+        return cls.__table__
+
+
+class _PartialIndex(Index):
+    """An index with the same ``WHERE`` on PostgreSQL and SQLite, as
+    ``Index(..., postgresql_where=..., sqlite_where=...)`` would be, except
+    that each dialect's options are filled in when that dialect first asks
+    (its DDL, Alembic's comparison). Given to the constructor, they would be
+    checked at once against both dialects' argument lists, which imports
+    both dialects' packages: the PostgreSQL one alone was a few hundredths
+    of a second of an embedded worker's start (docs/performance.md)."""
+
+    def __init__(self, name: str, *columns: str, where: str) -> None:
+        super().__init__(name, *columns)
+        self.where = where
+
+    @util.memoized_property
+    def dialect_options(self) -> util.PopulateDict[str, Any]:
+        """The dialects' options, ``where`` set for PostgreSQL and SQLite."""
+
+        def options(dialect: str) -> Any:
+            found = self._kw_reg_for_dialect_cls(dialect)
+            if dialect in ("postgresql", "sqlite"):
+                found["where"] = text(self.where)
+            return found
+
+        return util.PopulateDict(options)
+
+    @property
+    def dialect_kwargs(self) -> Any:
+        """``postgresql_where`` and ``sqlite_where`` among the others, as given
+        to a plain ``Index`` (Alembic renders a new index from these)."""
+        for dialect in ("postgresql", "sqlite"):
+            self.dialect_options[dialect]  # filled in on first access
+        return super().dialect_kwargs
+
+
+def _partial(name: str, *columns: str, where: str) -> Index:
+    """A partial index, the same predicate on PostgreSQL and SQLite."""
+    return _PartialIndex(name, *columns, where=where)
 
 
 class AgentRow(Base):
@@ -54,10 +127,10 @@ class AgentRow(Base):
 
     __tablename__ = "agents"
 
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    spec: Mapped[dict[str, Any]]
-    created_at: Mapped[datetime]
-    updated_at: Mapped[datetime]
+    id: ColumnClause[str] = Column(String(64), primary_key=True)
+    spec: ColumnClause[dict[str, Any]] = Column(JSON, nullable=False)
+    created_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
+    updated_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
 
 
 class SessionRow(Base):
@@ -78,57 +151,52 @@ class SessionRow(Base):
         # Only a spawned session has a parent: an admission's session update
         # (never HOT, it sets active_at) adds nothing to it for a root one
         # (docs/performance.md#postgresql-work-per-turn, migration 0021).
-        Index(
-            "ix_sessions_parent_job_id",
-            "parent_job_id",
-            postgresql_where=text("parent_job_id IS NOT NULL"),
-            sqlite_where=text("parent_job_id IS NOT NULL"),
-        ),
+        _partial("ix_sessions_parent_job_id", "parent_job_id", where="parent_job_id IS NOT NULL"),
     )
 
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    agent_id: Mapped[str] = mapped_column(ForeignKey("agents.id"))
-    name: Mapped[str | None] = mapped_column(String(255))
-    tree_id: Mapped[str] = mapped_column(String(32), index=True)
+    id: ColumnClause[str] = Column(String(32), primary_key=True)
+    agent_id: ColumnClause[str] = Column(ForeignKey("agents.id"), nullable=False)
+    name: ColumnClause[str | None] = Column(String(255))
+    tree_id: ColumnClause[str] = Column(String(32), index=True, nullable=False)
     #: The job that created it (a spawn or fork); counts toward that turn's fan-out.
-    parent_job_id: Mapped[str | None] = mapped_column(String(32))
-    call_depth: Mapped[int] = mapped_column(Integer, default=0)
-    last_seq: Mapped[int] = mapped_column(Integer, default=0)
-    last_ordinal: Mapped[int] = mapped_column(Integer, default=0)
-    limits: Mapped[dict[str, Any] | None]
+    parent_job_id: ColumnClause[str | None] = Column(String(32))
+    call_depth: ColumnClause[int] = Column(Integer, default=0, nullable=False)
+    last_seq: ColumnClause[int] = Column(Integer, default=0, nullable=False)
+    last_ordinal: ColumnClause[int] = Column(Integer, default=0, nullable=False)
+    limits: ColumnClause[dict[str, Any] | None] = Column(JSON)
     #: Tools the session's turns may use, narrowed from a spawning parent; None: the agent's.
-    tools: Mapped[list[str] | None] = mapped_column(JSON)
-    created_at: Mapped[datetime]
+    tools: ColumnClause[list[str] | None] = Column(JSON)
+    created_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
     #: A fork's source: its context reads through ``fork_session_id`` up to ``fork_seq``.
-    fork_session_id: Mapped[str | None] = mapped_column(String(32))
-    fork_seq: Mapped[int | None] = mapped_column(Integer)
+    fork_session_id: ColumnClause[str | None] = Column(String(32))
+    fork_seq: ColumnClause[int | None] = Column(Integer)
     #: How it was made: None (a producer's), "agent" (the agent tool), "fork" (a producer's fork).
-    origin: Mapped[str | None] = mapped_column(String(16))
+    origin: ColumnClause[str | None] = Column(String(16))
     #: Who named it: "auto" (stage 1 or 2 naming may rename it) or "user" (never renamed).
-    name_source: Mapped[str | None] = mapped_column(String(8))
-    archived_at: Mapped[datetime | None]
-    archive_reason: Mapped[str | None] = mapped_column(Text)
+    name_source: ColumnClause[str | None] = Column(String(8))
+    archived_at: ColumnClause[datetime | None] = Column(DateTime(timezone=True))
+    archive_reason: ColumnClause[str | None] = Column(Text)
     #: "manual" (archive_agent, a person) or "auto" (archive_when_done).
-    archived_by: Mapped[str | None] = mapped_column(String(8))
+    archived_by: ColumnClause[str | None] = Column(String(8))
     #: When its last job was admitted (list_agents' "most recently active first").
-    active_at: Mapped[datetime | None]
+    active_at: ColumnClause[datetime | None] = Column(DateTime(timezone=True))
     #: A room's other members (agent ids; the host is ``agent_id``); None: not a room.
-    members: Mapped[list[str] | None] = mapped_column(JSON)
+    members: ColumnClause[list[str] | None] = Column(JSON)
     #: A room's burst budget: agent messages in a row that may wake a member.
-    burst_budget: Mapped[int | None] = mapped_column(Integer)
+    burst_budget: ColumnClause[int | None] = Column(Integer)
     #: Agent messages in a row that woke a member since a person's or a Directive.
-    room_burst: Mapped[int] = mapped_column(Integer, default=0)
+    room_burst: ColumnClause[int] = Column(Integer, default=0, nullable=False)
     #: The project it belongs to (docs/security.md); nothing crosses projects.
-    project: Mapped[str] = mapped_column(String(64), default="default")
+    project: ColumnClause[str] = Column(String(64), default="default", nullable=False)
     #: The principal that made it (``user:NAME``, ``agent:ID``, ``system:NAME``).
-    owner: Mapped[str] = mapped_column(String(160), default="user:local")
+    owner: ColumnClause[str] = Column(String(160), default="user:local", nullable=False)
     #: Its turns run unattended: side effects wait for approval (docs/security.md).
-    unattended: Mapped[bool] = mapped_column(Boolean, default=False)
+    unattended: ColumnClause[bool] = Column(Boolean, default=False, nullable=False)
     #: "default" or "bypass" (``unless_auto_approved`` tools run without asking).
-    permission_mode: Mapped[str] = mapped_column(String(16), default="default")
+    permission_mode: ColumnClause[str] = Column(String(16), default="default", nullable=False)
     #: What the session is for, in a person's or an agent's words (searched with
     #: its name: docs/sessions.md#session_search).
-    description: Mapped[str | None] = mapped_column(Text)
+    description: ColumnClause[str | None] = Column(Text)
 
 
 class EntryRow(Base):
@@ -144,18 +212,18 @@ class EntryRow(Base):
         ),
     )
 
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"))
-    seq: Mapped[int] = mapped_column(Integer)
-    type: Mapped[str] = mapped_column(String(32))
-    sender: Mapped[str] = mapped_column(String(160))
-    content: Mapped[str] = mapped_column(Text)
-    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
-    job_id: Mapped[str | None] = mapped_column(String(32))
-    idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    id: ColumnClause[str] = Column(String(32), primary_key=True)
+    session_id: ColumnClause[str] = Column(ForeignKey("sessions.id"), nullable=False)
+    seq: ColumnClause[int] = Column(Integer, nullable=False)
+    type: ColumnClause[str] = Column(String(32), nullable=False)
+    sender: ColumnClause[str] = Column(String(160), nullable=False)
+    content: ColumnClause[str] = Column(Text, nullable=False)
+    meta: ColumnClause[dict[str, Any]] = Column("metadata", JSON, nullable=False)
+    job_id: ColumnClause[str | None] = Column(String(32))
+    idempotency_key: ColumnClause[str | None] = Column(String(200))
     #: Whose key it is: "user" (a producer's) or "runtime" (chaz's own); None without a key.
-    key_scope: Mapped[str | None] = mapped_column(String(8))
-    created_at: Mapped[datetime]
+    key_scope: ColumnClause[str | None] = Column(String(8))
+    created_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
 
 
 class JobRow(Base):
@@ -170,84 +238,68 @@ class JobRow(Base):
         # scans) are a partial index, which a job's end adds nothing to;
         # ``project`` keeps a full index for the quotas' totals
         # (docs/performance.md#postgresql-work-per-turn, migration 0009).
-        Index(
-            "ix_jobs_session_active",
-            "session_id",
-            "ordinal",
-            postgresql_where=text(_UNFINISHED_SQL),
-            sqlite_where=text(_UNFINISHED_SQL),
-        ),
+        _partial("ix_jobs_session_active", "session_id", "ordinal", where=_UNFINISHED_SQL),
         Index("ix_jobs_project_status", "project", "status"),
         # Only a spawned turn has a parent; root turns add nothing to it.
-        Index(
-            "ix_jobs_parent_job_id",
-            "parent_job_id",
-            postgresql_where=text("parent_job_id IS NOT NULL"),
-            sqlite_where=text("parent_job_id IS NOT NULL"),
-        ),
+        _partial("ix_jobs_parent_job_id", "parent_job_id", where="parent_job_id IS NOT NULL"),
         # Only a rolled-back run is in it: a context read's anti-join with
         # the rolled-back jobs reads this, never the whole table (migration 0017).
-        Index(
-            "ix_jobs_rolled_back",
-            "id",
-            postgresql_where=text("rolled_back_at IS NOT NULL"),
-            sqlite_where=text("rolled_back_at IS NOT NULL"),
-        ),
+        _partial("ix_jobs_rolled_back", "id", where="rolled_back_at IS NOT NULL"),
     )
 
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"))
-    tree_id: Mapped[str] = mapped_column(String(32))
-    ordinal: Mapped[int] = mapped_column(Integer)
+    id: ColumnClause[str] = Column(String(32), primary_key=True)
+    session_id: ColumnClause[str] = Column(ForeignKey("sessions.id"), nullable=False)
+    tree_id: ColumnClause[str] = Column(String(32), nullable=False)
+    ordinal: ColumnClause[int] = Column(Integer, nullable=False)
     # Unique: a redelivered admission can never make a second job for one entry.
-    trigger_entry_id: Mapped[str | None] = mapped_column(String(32), unique=True)
-    status: Mapped[str] = mapped_column(String(16))
-    version: Mapped[int] = mapped_column(Integer, default=1)
-    caller_session_id: Mapped[str | None] = mapped_column(String(32))
-    caller_entry_id: Mapped[str | None] = mapped_column(String(32))
-    parent_job_id: Mapped[str | None] = mapped_column(String(32))
-    call_depth: Mapped[int] = mapped_column(Integer, default=0)
-    message_count: Mapped[int] = mapped_column(Integer, default=0)
+    trigger_entry_id: ColumnClause[str | None] = Column(String(32), unique=True)
+    status: ColumnClause[str] = Column(String(16), nullable=False)
+    version: ColumnClause[int] = Column(Integer, default=1, nullable=False)
+    caller_session_id: ColumnClause[str | None] = Column(String(32))
+    caller_entry_id: ColumnClause[str | None] = Column(String(32))
+    parent_job_id: ColumnClause[str | None] = Column(String(32))
+    call_depth: ColumnClause[int] = Column(Integer, default=0, nullable=False)
+    message_count: ColumnClause[int] = Column(Integer, default=0, nullable=False)
     # Attempts count the starts that spend one (docs/executions.md#attempts);
     # starts count every start, resumes after an approval or a hand-back too.
-    attempts: Mapped[int] = mapped_column(Integer, default=0)
-    starts: Mapped[int] = mapped_column(Integer, default=0)
-    lease_token: Mapped[str | None] = mapped_column(String(64))
-    checkpoint: Mapped[dict[str, Any] | None]
-    result: Mapped[str | None] = mapped_column(Text)
-    error: Mapped[dict[str, Any] | None]
-    created_at: Mapped[datetime]
-    started_at: Mapped[datetime | None]
-    finished_at: Mapped[datetime | None]
+    attempts: ColumnClause[int] = Column(Integer, default=0, nullable=False)
+    starts: ColumnClause[int] = Column(Integer, default=0, nullable=False)
+    lease_token: ColumnClause[str | None] = Column(String(64))
+    checkpoint: ColumnClause[dict[str, Any] | None] = Column(JSON)
+    result: ColumnClause[str | None] = Column(Text)
+    error: ColumnClause[dict[str, Any] | None] = Column(JSON)
+    created_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
+    started_at: ColumnClause[datetime | None] = Column(DateTime(timezone=True))
+    finished_at: ColumnClause[datetime | None] = Column(DateTime(timezone=True))
     #: The delivery that admitted it, whose completion policy its end applies.
-    delivery_id: Mapped[str | None] = mapped_column(String(32))
+    delivery_id: ColumnClause[str | None] = Column(String(32))
     #: A schedule fire's prompt: the turn's triggering input, with no entry written.
-    input: Mapped[str | None] = mapped_column(Text)
+    input: ColumnClause[str | None] = Column(Text)
     #: The schedule fire that admitted it.
-    fire_id: Mapped[str | None] = mapped_column(String(32))
+    fire_id: ColumnClause[str | None] = Column(String(32))
     #: In a room, the member the turn runs for (None: the session's agent).
-    member_agent_id: Mapped[str | None] = mapped_column(String(64))
+    member_agent_id: ColumnClause[str | None] = Column(String(64))
     #: The project it belongs to (docs/security.md); nothing crosses projects.
-    project: Mapped[str] = mapped_column(String(64), default="default")
+    project: ColumnClause[str] = Column(String(64), default="default", nullable=False)
     #: Whoever started the chain of turns this one belongs to.
-    owner: Mapped[str] = mapped_column(String(160), default="user:local")
+    owner: ColumnClause[str] = Column(String(160), default="user:local", nullable=False)
     #: The starter's grants (sorted names); NULL: every grant.
-    grants: Mapped[list[str] | None] = mapped_column(JSON)
+    grants: ColumnClause[list[str] | None] = Column(JSON)
     #: Runs under the unattended policy (docs/security.md#unattended).
-    unattended: Mapped[bool] = mapped_column(Boolean, default=False)
+    unattended: ColumnClause[bool] = Column(Boolean, default=False, nullable=False)
     #: Tokens and wall time its turn used (:class:`chaz.domain.jobs.Usage`); NULL: none yet.
-    usage: Mapped[dict[str, Any] | None]
+    usage: ColumnClause[dict[str, Any] | None] = Column(JSON)
     #: The URL its run's end is POSTed to (docs/http.md#webhooks); NULL: none.
-    webhook: Mapped[str | None] = mapped_column(Text)
+    webhook: ColumnClause[str | None] = Column(Text)
     #: When its run was deleted over HTTP: hidden from its thread's runs, kept
     #: (docs/http.md#runs, migration 0016); NULL: not hidden.
-    hidden_at: Mapped[datetime | None]
+    hidden_at: ColumnClause[datetime | None] = Column(DateTime(timezone=True))
     #: When its run was rolled back (docs/http.md#runs): the entries naming it
     #: are hidden from thread values and later context; NULL: not rolled back.
-    rolled_back_at: Mapped[datetime | None]
+    rolled_back_at: ColumnClause[datetime | None] = Column(DateTime(timezone=True))
     #: The W3C trace context its turn joins (docs/operations.md#tracing,
     #: migration 0019); NULL: tracing was off when it was admitted.
-    trace_context: Mapped[str | None] = mapped_column(String(512))
+    trace_context: ColumnClause[str | None] = Column(String(512))
 
 
 class CommandRow(Base):
@@ -255,11 +307,11 @@ class CommandRow(Base):
 
     __tablename__ = "commands"
 
-    command_id: Mapped[str] = mapped_column(String(100), primary_key=True)
-    action: Mapped[str] = mapped_column(String(64))
-    job_id: Mapped[str] = mapped_column(String(32))
-    outcome: Mapped[dict[str, Any]]
-    created_at: Mapped[datetime]
+    command_id: ColumnClause[str] = Column(String(100), primary_key=True)
+    action: ColumnClause[str] = Column(String(64), nullable=False)
+    job_id: ColumnClause[str] = Column(String(32), nullable=False)
+    outcome: ColumnClause[dict[str, Any]] = Column(JSON, nullable=False)
+    created_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
 
 
 class DeliveryRow(Base):
@@ -273,38 +325,38 @@ class DeliveryRow(Base):
         Index("ix_deliveries_state_created", "state", "created_at"),
     )
 
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    kind: Mapped[str] = mapped_column(String(16))
-    sender: Mapped[str] = mapped_column(String(160))
-    sender_session_id: Mapped[str | None] = mapped_column(String(32))
-    sender_entry_id: Mapped[str | None] = mapped_column(String(32))
-    sender_job_id: Mapped[str | None] = mapped_column(String(32))
-    target_session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"))
-    body: Mapped[str] = mapped_column(Text)
+    id: ColumnClause[str] = Column(String(32), primary_key=True)
+    kind: ColumnClause[str] = Column(String(16), nullable=False)
+    sender: ColumnClause[str] = Column(String(160), nullable=False)
+    sender_session_id: ColumnClause[str | None] = Column(String(32))
+    sender_entry_id: ColumnClause[str | None] = Column(String(32))
+    sender_job_id: ColumnClause[str | None] = Column(String(32))
+    target_session_id: ColumnClause[str] = Column(ForeignKey("sessions.id"), nullable=False)
+    body: ColumnClause[str] = Column(Text, nullable=False)
     #: The chain counters the delivery carries to the job it admits.
-    message_count: Mapped[int] = mapped_column(Integer, default=0)
-    generation: Mapped[int] = mapped_column(Integer, default=0)
-    state: Mapped[str] = mapped_column(String(16))
-    code: Mapped[str | None] = mapped_column(String(64))
-    reason: Mapped[str | None] = mapped_column(Text)
-    job_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    message_count: ColumnClause[int] = Column(Integer, default=0, nullable=False)
+    generation: ColumnClause[int] = Column(Integer, default=0, nullable=False)
+    state: ColumnClause[str] = Column(String(16), nullable=False)
+    code: ColumnClause[str | None] = Column(String(64))
+    reason: ColumnClause[str | None] = Column(Text)
+    job_id: ColumnClause[str | None] = Column(String(32), index=True)
     #: "followup": the admitted job's end replies to the sender session; "none".
-    reply: Mapped[str] = mapped_column(String(16))
-    archive_when_done: Mapped[bool] = mapped_column(Boolean, default=False)
+    reply: ColumnClause[str] = Column(String(16), nullable=False)
+    archive_when_done: ColumnClause[bool] = Column(Boolean, default=False, nullable=False)
     #: For a follow-up: the finished job it answers.
-    answers_job_id: Mapped[str | None] = mapped_column(String(32))
-    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
-    idempotency_key: Mapped[str] = mapped_column(String(200), unique=True)
+    answers_job_id: ColumnClause[str | None] = Column(String(32))
+    meta: ColumnClause[dict[str, Any]] = Column("metadata", JSON, nullable=False)
+    idempotency_key: ColumnClause[str] = Column(String(200), unique=True, nullable=False)
     #: The project it belongs to (docs/security.md); nothing crosses projects.
-    project: Mapped[str] = mapped_column(String(64), default="default")
+    project: ColumnClause[str] = Column(String(64), default="default", nullable=False)
     #: Who started the chain it belongs to.
-    owner: Mapped[str] = mapped_column(String(160), default="user:local")
+    owner: ColumnClause[str] = Column(String(160), default="user:local", nullable=False)
     #: The grants the job it admits carries (sorted names; NULL: every grant).
-    grants: Mapped[list[str] | None] = mapped_column(JSON)
+    grants: ColumnClause[list[str] | None] = Column(JSON)
     #: The job it admits runs unattended.
-    unattended: Mapped[bool] = mapped_column(Boolean, default=False)
-    created_at: Mapped[datetime]
-    updated_at: Mapped[datetime]
+    unattended: ColumnClause[bool] = Column(Boolean, default=False, nullable=False)
+    created_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
+    updated_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
 
 
 class EventRow(Base):
@@ -313,13 +365,13 @@ class EventRow(Base):
     __tablename__ = "events"
     __table_args__ = (Index("ix_events_session_id", "session_id", "id"),)
 
-    id: Mapped[int] = mapped_column(
+    id: ColumnClause[int] = Column(
         BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
     )
-    session_id: Mapped[str] = mapped_column(String(32))
-    kind: Mapped[str] = mapped_column(String(48))
-    data: Mapped[dict[str, Any]]
-    created_at: Mapped[datetime]
+    session_id: ColumnClause[str] = Column(String(32), nullable=False)
+    kind: ColumnClause[str] = Column(String(48), nullable=False)
+    data: ColumnClause[dict[str, Any]] = Column(JSON, nullable=False)
+    created_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
 
 
 class ArtifactRow(Base):
@@ -327,15 +379,15 @@ class ArtifactRow(Base):
 
     __tablename__ = "artifacts"
 
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    job_id: Mapped[str] = mapped_column(String(32), unique=True)
-    session_id: Mapped[str] = mapped_column(String(32), index=True)
-    media_type: Mapped[str] = mapped_column(String(64))
-    byte_length: Mapped[int] = mapped_column(Integer)
-    sha256: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[datetime]
+    id: ColumnClause[str] = Column(String(32), primary_key=True)
+    job_id: ColumnClause[str] = Column(String(32), unique=True, nullable=False)
+    session_id: ColumnClause[str] = Column(String(32), index=True, nullable=False)
+    media_type: ColumnClause[str] = Column(String(64), nullable=False)
+    byte_length: ColumnClause[int] = Column(Integer, nullable=False)
+    sha256: ColumnClause[str] = Column(String(64), nullable=False)
+    created_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
     #: The project it belongs to (docs/security.md); nothing crosses projects.
-    project: Mapped[str] = mapped_column(String(64), default="default")
+    project: ColumnClause[str] = Column(String(64), default="default", nullable=False)
 
 
 class TodoRow(Base):
@@ -344,14 +396,14 @@ class TodoRow(Base):
     __tablename__ = "todos"
     __table_args__ = (UniqueConstraint("session_id", "ordinal", name="uq_todos_session_ordinal"),)
 
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"))
-    ordinal: Mapped[int] = mapped_column(Integer)
-    title: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(16))
-    note: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime]
-    updated_at: Mapped[datetime]
+    id: ColumnClause[str] = Column(String(32), primary_key=True)
+    session_id: ColumnClause[str] = Column(ForeignKey("sessions.id"), nullable=False)
+    ordinal: ColumnClause[int] = Column(Integer, nullable=False)
+    title: ColumnClause[str] = Column(Text, nullable=False)
+    status: ColumnClause[str] = Column(String(16), nullable=False)
+    note: ColumnClause[str | None] = Column(Text)
+    created_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
+    updated_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
 
 
 class ScheduleRow(Base):
@@ -360,48 +412,48 @@ class ScheduleRow(Base):
     __tablename__ = "schedules"
     __table_args__ = (Index("ix_schedules_enabled_next", "enabled", "next_slot"),)
 
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    owner_agent_id: Mapped[str] = mapped_column(ForeignKey("agents.id"), index=True)
-    name: Mapped[str | None] = mapped_column(String(255))
+    id: ColumnClause[str] = Column(String(32), primary_key=True)
+    owner_agent_id: ColumnClause[str] = Column(ForeignKey("agents.id"), index=True, nullable=False)
+    name: ColumnClause[str | None] = Column(String(255))
     #: "cron" (``cron`` in ``timezone``), "interval" (``interval_seconds``) or "once" (``run_at``).
-    kind: Mapped[str] = mapped_column(String(16))
-    cron: Mapped[str | None] = mapped_column(String(255))
-    timezone: Mapped[str | None] = mapped_column(String(64))
-    interval_seconds: Mapped[int | None] = mapped_column(Integer)
-    run_at: Mapped[datetime | None]
-    prompt: Mapped[str] = mapped_column(Text)
+    kind: ColumnClause[str] = Column(String(16), nullable=False)
+    cron: ColumnClause[str | None] = Column(String(255))
+    timezone: ColumnClause[str | None] = Column(String(64))
+    interval_seconds: ColumnClause[int | None] = Column(Integer)
+    run_at: ColumnClause[datetime | None] = Column(DateTime(timezone=True))
+    prompt: ColumnClause[str] = Column(Text, nullable=False)
     #: "pinned" (``session_id``) or "fresh" (a new session per fire).
-    target: Mapped[str] = mapped_column(String(16))
-    session_id: Mapped[str | None] = mapped_column(String(32))
-    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
-    expires_at: Mapped[datetime | None]
-    max_fires: Mapped[int | None] = mapped_column(Integer)
-    fires: Mapped[int] = mapped_column(Integer, default=0)
+    target: ColumnClause[str] = Column(String(16), nullable=False)
+    session_id: ColumnClause[str | None] = Column(String(32))
+    enabled: ColumnClause[bool] = Column(Boolean, default=True, nullable=False)
+    expires_at: ColumnClause[datetime | None] = Column(DateTime(timezone=True))
+    max_fires: ColumnClause[int | None] = Column(Integer)
+    fires: ColumnClause[int] = Column(Integer, default=0, nullable=False)
     #: "skip" or "queue": what a slot does when a pinned session is busy.
-    overlap: Mapped[str] = mapped_column(String(8))
+    overlap: ColumnClause[str] = Column(String(8), nullable=False)
     #: "skip" or "catch_up_once": what missed slots do after downtime.
-    missed: Mapped[str] = mapped_column(String(16))
-    max_failures: Mapped[int] = mapped_column(Integer, default=3)
+    missed: ColumnClause[str] = Column(String(16), nullable=False)
+    max_failures: ColumnClause[int] = Column(Integer, default=3, nullable=False)
     #: Consecutive failed fires.
-    failures: Mapped[int] = mapped_column(Integer, default=0)
-    last_error: Mapped[dict[str, Any] | None]
-    disabled_reason: Mapped[str | None] = mapped_column(Text)
+    failures: ColumnClause[int] = Column(Integer, default=0, nullable=False)
+    last_error: ColumnClause[dict[str, Any] | None] = Column(JSON)
+    disabled_reason: ColumnClause[str | None] = Column(Text)
     #: The next slot due, and the last one fired (UTC).
-    next_slot: Mapped[datetime | None]
-    last_slot: Mapped[datetime | None]
-    created_at: Mapped[datetime]
-    updated_at: Mapped[datetime]
+    next_slot: ColumnClause[datetime | None] = Column(DateTime(timezone=True))
+    last_slot: ColumnClause[datetime | None] = Column(DateTime(timezone=True))
+    created_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
+    updated_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
     #: The project it belongs to (docs/security.md); nothing crosses projects.
-    project: Mapped[str] = mapped_column(String(64), default="default")
+    project: ColumnClause[str] = Column(String(64), default="default", nullable=False)
     #: The principal that made it (``user:NAME``, ``agent:ID``, ``system:NAME``).
-    owner: Mapped[str] = mapped_column(String(160), default="user:local")
+    owner: ColumnClause[str] = Column(String(160), default="user:local", nullable=False)
     #: The owner's grants when it was added; its fires start turns with them.
-    grants: Mapped[list[str] | None] = mapped_column(JSON)
+    grants: ColumnClause[list[str] | None] = Column(JSON)
     #: Its fires run unattended (docs/security.md#unattended).
-    unattended: Mapped[bool] = mapped_column(Boolean, default=False)
+    unattended: ColumnClause[bool] = Column(Boolean, default=False, nullable=False)
     #: The job whose turn added it (None: a producer did); cancelling that
     #: job's lineage pauses it (docs/schedules.md#a-cancelled-creator).
-    job_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    job_id: ColumnClause[str | None] = Column(String(32), index=True)
 
 
 class ScheduleFireRow(Base):
@@ -412,17 +464,17 @@ class ScheduleFireRow(Base):
         UniqueConstraint("schedule_id", "slot", name="uq_schedule_fires_schedule_slot"),
     )
 
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    schedule_id: Mapped[str] = mapped_column(ForeignKey("schedules.id"))
-    slot: Mapped[datetime]
-    fired_at: Mapped[datetime]
-    session_id: Mapped[str | None] = mapped_column(String(32))
-    job_id: Mapped[str | None] = mapped_column(String(32))
+    id: ColumnClause[str] = Column(String(32), primary_key=True)
+    schedule_id: ColumnClause[str] = Column(ForeignKey("schedules.id"), nullable=False)
+    slot: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
+    fired_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
+    session_id: ColumnClause[str | None] = Column(String(32))
+    job_id: ColumnClause[str | None] = Column(String(32))
     #: "admitted", "succeeded", "failed", "skipped" (busy), "refused" (quota, archived).
-    outcome: Mapped[str] = mapped_column(String(16))
-    error: Mapped[dict[str, Any] | None]
-    duration_ms: Mapped[int | None] = mapped_column(Integer)
-    usage: Mapped[dict[str, Any] | None]
+    outcome: ColumnClause[str] = Column(String(16), nullable=False)
+    error: ColumnClause[dict[str, Any] | None] = Column(JSON)
+    duration_ms: ColumnClause[int | None] = Column(Integer)
+    usage: ColumnClause[dict[str, Any] | None] = Column(JSON)
 
 
 class ApprovalRow(Base):
@@ -434,24 +486,24 @@ class ApprovalRow(Base):
         Index("ix_approvals_project_state", "project", "state"),
     )
 
-    request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    job_id: Mapped[str] = mapped_column(String(32), index=True)
-    session_id: Mapped[str] = mapped_column(String(32), index=True)
-    tool: Mapped[str] = mapped_column(String(64))
-    call_id: Mapped[str] = mapped_column(String(255))
+    request_id: ColumnClause[str] = Column(String(64), primary_key=True)
+    job_id: ColumnClause[str] = Column(String(32), index=True, nullable=False)
+    session_id: ColumnClause[str] = Column(String(32), index=True, nullable=False)
+    tool: ColumnClause[str] = Column(String(64), nullable=False)
+    call_id: ColumnClause[str] = Column(String(255), nullable=False)
     #: The arguments the policy shows (JSON object).
-    arguments: Mapped[dict[str, Any]]
+    arguments: ColumnClause[dict[str, Any]] = Column(JSON, nullable=False)
     #: pending, approved, denied, expired or cancelled: the first decision's
     #: compare-and-set on "pending" is the only way out of pending.
-    state: Mapped[str] = mapped_column(String(16))
-    decided_by: Mapped[str | None] = mapped_column(String(255))
-    created_at: Mapped[datetime]
-    expires_at: Mapped[datetime]
-    decided_at: Mapped[datetime | None]
+    state: ColumnClause[str] = Column(String(16), nullable=False)
+    decided_by: ColumnClause[str | None] = Column(String(255))
+    created_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
+    expires_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
+    decided_at: ColumnClause[datetime | None] = Column(DateTime(timezone=True))
     #: The project it belongs to (docs/security.md); nothing crosses projects.
-    project: Mapped[str] = mapped_column(String(64), default="default")
+    project: ColumnClause[str] = Column(String(64), default="default", nullable=False)
     #: The winning decision ("approve", "deny", "approve_all"); NULL until decided.
-    decision: Mapped[str | None] = mapped_column(String(16))
+    decision: ColumnClause[str | None] = Column(String(16))
 
 
 class ProjectRow(Base):
@@ -460,21 +512,21 @@ class ProjectRow(Base):
 
     __tablename__ = "projects"
 
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    id: ColumnClause[str] = Column(String(64), primary_key=True)
     #: Unfinished (queued or running) turns at once; NULL: the default.
-    max_live: Mapped[int | None] = mapped_column(Integer)
+    max_live: ColumnClause[int | None] = Column(Integer)
     #: Turns ever admitted; NULL: the default.
-    max_jobs: Mapped[int | None] = mapped_column(Integer)
+    max_jobs: ColumnClause[int | None] = Column(Integer)
     #: Turns admitted per minute (a token bucket in Redis); NULL: the default.
-    turns_per_minute: Mapped[int | None] = mapped_column(Integer)
+    turns_per_minute: ColumnClause[int | None] = Column(Integer)
     #: Model tokens per minute (a token bucket in Redis, debited as turns
     #: report usage); NULL: the default.
-    tokens_per_minute: Mapped[int | None] = mapped_column(Integer)
+    tokens_per_minute: ColumnClause[int | None] = Column(Integer)
     #: Model tokens and cost its turns may use in all; NULL: the default.
-    max_tokens: Mapped[int | None] = mapped_column(BigInteger)
-    max_cost: Mapped[float | None] = mapped_column(Float)
-    created_at: Mapped[datetime]
-    updated_at: Mapped[datetime]
+    max_tokens: ColumnClause[int | None] = Column(BigInteger)
+    max_cost: ColumnClause[float | None] = Column(Float)
+    created_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
+    updated_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
 
 
 class ApiKeyRow(Base):
@@ -482,15 +534,15 @@ class ApiKeyRow(Base):
 
     __tablename__ = "api_keys"
 
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
-    principal: Mapped[str] = mapped_column(String(160))
-    project: Mapped[str] = mapped_column(String(64), index=True)
+    id: ColumnClause[str] = Column(String(32), primary_key=True)
+    key_hash: ColumnClause[str] = Column(String(64), unique=True, nullable=False)
+    principal: ColumnClause[str] = Column(String(160), nullable=False)
+    project: ColumnClause[str] = Column(String(64), index=True, nullable=False)
     #: Sorted grant names; NULL: every grant.
-    grants: Mapped[list[str] | None] = mapped_column(JSON)
-    label: Mapped[str | None] = mapped_column(String(255))
-    created_at: Mapped[datetime]
-    revoked_at: Mapped[datetime | None]
+    grants: ColumnClause[list[str] | None] = Column(JSON)
+    label: ColumnClause[str | None] = Column(String(255))
+    created_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
+    revoked_at: ColumnClause[datetime | None] = Column(DateTime(timezone=True))
 
 
 class WebhookRow(Base):
@@ -501,35 +553,30 @@ class WebhookRow(Base):
     __table_args__ = (
         # What the sweep reads: pending rows by when they are due. Delivered
         # and dead rows are out of it, so it stays as small as the backlog.
-        Index(
-            "ix_webhooks_pending_next",
-            "next_at",
-            postgresql_where=text("state = 'pending'"),
-            sqlite_where=text("state = 'pending'"),
-        ),
+        _partial("ix_webhooks_pending_next", "next_at", where="state = 'pending'"),
         Index("ix_webhooks_project_state", "project", "state"),
     )
 
     #: The delivery's id, sent as ``chaz-webhook-id`` on every attempt.
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    id: ColumnClause[str] = Column(String(32), primary_key=True)
     #: Unique: a job's end applied twice records one delivery.
-    job_id: Mapped[str] = mapped_column(String(32), unique=True)
-    session_id: Mapped[str] = mapped_column(String(32))
-    project: Mapped[str] = mapped_column(String(64))
-    url: Mapped[str] = mapped_column(Text)
+    job_id: ColumnClause[str] = Column(String(32), unique=True, nullable=False)
+    session_id: ColumnClause[str] = Column(String(32), nullable=False)
+    project: ColumnClause[str] = Column(String(64), nullable=False)
+    url: ColumnClause[str] = Column(Text, nullable=False)
     #: pending, delivered or dead (:class:`chaz.domain.webhooks.WebhookState`).
-    state: Mapped[str] = mapped_column(String(16))
+    state: ColumnClause[str] = Column(String(16), nullable=False)
     #: Attempts begun (a claimed attempt counts before it is sent).
-    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    attempts: ColumnClause[int] = Column(Integer, default=0, nullable=False)
     #: When the next attempt is due; while one is in flight, when it is
     #: presumed lost (its worker died) and may be claimed again.
-    next_at: Mapped[datetime]
-    last_error: Mapped[str | None] = mapped_column(Text)
+    next_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
+    last_error: ColumnClause[str | None] = Column(Text)
     #: The HTTP status of the last answer (NULL: none, or no answer).
-    last_status: Mapped[int | None] = mapped_column(Integer)
-    created_at: Mapped[datetime]
+    last_status: ColumnClause[int | None] = Column(Integer)
+    created_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
     #: When it was delivered or given up.
-    settled_at: Mapped[datetime | None]
+    settled_at: ColumnClause[datetime | None] = Column(DateTime(timezone=True))
 
 
 class WebhookSecretRow(Base):
@@ -538,9 +585,9 @@ class WebhookSecretRow(Base):
 
     __tablename__ = "webhook_secrets"
 
-    project: Mapped[str] = mapped_column(String(64), primary_key=True)
-    secret: Mapped[str] = mapped_column(String(128))
-    created_at: Mapped[datetime]
+    project: ColumnClause[str] = Column(String(64), primary_key=True)
+    secret: ColumnClause[str] = Column(String(128), nullable=False)
+    created_at: ColumnClause[datetime] = Column(DateTime(timezone=True), nullable=False)
     #: The secret a rotation replaced, signing beside the new one until ``previous_until``.
-    previous_secret: Mapped[str | None] = mapped_column(String(128))
-    previous_until: Mapped[datetime | None]
+    previous_secret: ColumnClause[str | None] = Column(String(128))
+    previous_until: ColumnClause[datetime | None] = Column(DateTime(timezone=True))

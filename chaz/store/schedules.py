@@ -13,9 +13,9 @@ from __future__ import annotations
 import builtins
 from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Table, delete, func, select, update
+from sqlalchemy import Connection, delete, func, select, update
 
 from chaz.domain.jobs import JobStatus
 from chaz.domain.principals import DEFAULT_PRINCIPAL, DEFAULT_PROJECT
@@ -37,8 +37,8 @@ from chaz.store.models import AgentRow, JobRow, ScheduleFireRow, ScheduleRow, Se
 if TYPE_CHECKING:
     from chaz.store.db import Database
 
-SCHEDULES = cast(Table, ScheduleRow.__table__)
-FIRES = cast(Table, ScheduleFireRow.__table__)
+SCHEDULES = ScheduleRow.__table__
+FIRES = ScheduleFireRow.__table__
 
 #: The fields whose change moves a schedule's next slot.
 TIMING = frozenset({"kind", "cron", "timezone", "interval_seconds", "run_at", "expires_at"})

@@ -9,10 +9,9 @@ caches its compiled form. Only the store's concept modules run them.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import (
-    Table,
     Update,
     and_,
     bindparam,
@@ -31,10 +30,10 @@ from chaz.store.models import AgentRow, EntryRow, JobRow, SessionRow, unfinished
 
 ACTIVE_VALUES = [s.value for s in ACTIVE]
 
-SESSIONS = cast(Table, SessionRow.__table__)
-ENTRIES = cast(Table, EntryRow.__table__)
-JOBS = cast(Table, JobRow.__table__)
-AGENTS = cast(Table, AgentRow.__table__)
+SESSIONS = SessionRow.__table__
+ENTRIES = EntryRow.__table__
+JOBS = JobRow.__table__
+AGENTS = AgentRow.__table__
 
 CONTEXT_TYPES = [t.value for t in (EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY)]
 

@@ -11,11 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Connection, Table
-from sqlalchemy.dialects import postgresql, sqlite
 
 
 def insert(conn: Connection, table: Table | Any) -> Any:
     """An insert into ``table`` for ``conn``'s dialect, with
     ``on_conflict_do_nothing`` and ``on_conflict_do_update``."""
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    return dialect.insert(table)
+    # Imported here: the PostgreSQL dialect's package is a few hundredths of
+    # a second that an embedded worker's start never needs.
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table)
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(table)

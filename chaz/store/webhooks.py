@@ -15,9 +15,9 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Table, and_, func, or_, select, update
+from sqlalchemy import Connection, and_, func, or_, select, update
 
 from chaz.domain.jobs import Job
 from chaz.domain.webhooks import Webhook, WebhookState, new_secret
@@ -30,8 +30,8 @@ from chaz.store.rows import as_job
 if TYPE_CHECKING:
     from chaz.store.db import Database
 
-WEBHOOKS = cast(Table, WebhookRow.__table__)
-SECRETS = cast(Table, WebhookSecretRow.__table__)
+WEBHOOKS = WebhookRow.__table__
+SECRETS = WebhookSecretRow.__table__
 _PENDING = WebhookState.PENDING.value
 #: The longest error text kept on a row.
 MAX_ERROR_CHARS = 1000

@@ -1009,3 +1009,29 @@ def test_each_step_asks_for_what_the_token_budget_has_left_and_none_left_ends_be
     # leaves 40, less than the last prompt's 45: no third call.
     assert [t.max_tokens for _, _, t in b.seen] == [130, 60]
     assert ended.value.details["prompt"] == 45 and ended.value.details["tokens"] == 90
+
+
+def test_the_lazily_registered_names_are_each_modules_tools() -> None:
+    from importlib import import_module
+
+    from chaz.tools import MODULES
+
+    for module, names in MODULES.items():
+        assert tuple(t.name for t in import_module(module).TOOLS) == names, module
+
+
+def test_a_lazily_registered_tool_loads_its_module_on_first_look_up() -> None:
+    loads: list[str] = []
+
+    def load() -> list[Tool]:
+        loads.append("x")
+        return [Tool("one", "One.", _Count, _crashes), Tool("two", "Two.", _Count, _crashes)]
+
+    r = ToolRegistry()
+    r.register_lazily(["one", "two"], load)
+    assert r.names() == ["one", "two"] and r.unknown(["one", "three"]) == ["three"]
+    assert loads == []
+    assert [s.name for s in r.specs(["two", "one"])] == ["two", "one"]
+    assert [s.name for s in r.specs(["one"])] == ["one"] and loads == ["x"]
+    with pytest.raises(ValueError, match="registered twice"):
+        r.register_lazily(["one"], load)

@@ -13,6 +13,7 @@ from chaz.cli.worker import (
     DEFAULT_HOME,
     WorkerSettings,
     plain_worker_settings,
+    unchecked_worker_settings,
 )
 from chaz.settings import Settings
 
@@ -93,3 +94,62 @@ def test_a_dotenv_file_is_left_to_settings(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.chdir(tmp_path)
     (tmp_path / ".env").write_text("CHAZ_WORKER_CONCURRENCY=2\n")
     assert plain_worker_settings(None, {}) is None
+
+
+@pytest.mark.parametrize(
+    ("home", "environ"),
+    [
+        (None, {"CHAZ_WORKER_CONCURRENCY": "3", "CHAZ_SHUTDOWN_GRACE_SECONDS": "5"}),
+        ("x", {"CHAZ_HOME": "h", "CHAZ_METRICS_PORT": "9809", "chaz_worker_concurrency": "12"}),
+        (
+            None,
+            {
+                "CHAZ_DATABASE_URL": "postgresql+psycopg://u:pw@127.0.0.1:5432/db",
+                "CHAZ_REDIS_URL": "redis://127.0.0.1:6379/3",
+                "CHAZ_RECONCILE_SECONDS": "30",
+                "CHAZ_PROJECT": "p",
+            },
+        ),
+    ],
+)
+def test_with_other_settings_the_four_values_read_as_settings_would(
+    home: str | None,
+    environ: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The exec'd worker checks the others (workers/__main__.py).
+    monkeypatch.chdir(tmp_path)
+    for name in [n for n in os.environ if n.upper().startswith("CHAZ_")]:
+        monkeypatch.delenv(name)
+    unchecked = unchecked_worker_settings(home, environ)
+    assert unchecked is not None
+    assert unchecked == _full(home, environ, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"CHAZ_WORKER_CONCURRENCY": "0"},
+        {"CHAZ_WORKER_CONCURRENCY": " 3"},
+        {"CHAZ_WORKER_CONCURRENCY": "+3"},
+        {"CHAZ_WORKER_CONCURRENCY": "three"},
+        {"CHAZ_METRICS_PORT": "1", "chaz_metrics_port": "2"},
+        {"CHAZ_METRICS_PORT": "1", "CHAZ_DATABASE_URL": ""},
+        {"CHAZ_METRICS_PORT": "1", "CHAZ_DATABASE_URL": "postgresql://u@h/db"},
+        {"CHAZ_METRICS_PORT": "1", "CHAZ_REDIS_URL": "http://x"},
+    ],
+)
+def test_values_only_pydantic_reads_are_left_to_settings_in_the_command(
+    environ: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert unchecked_worker_settings(None, environ) is None
+
+
+def test_with_a_dotenv_file_the_command_reads_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("CHAZ_HOME=elsewhere\n")
+    assert unchecked_worker_settings(None, {"CHAZ_METRICS_PORT": "1"}) is None

@@ -1,0 +1,67 @@
+"""What a worker's start does not load: each was a measurable part of every
+worker's start (docs/performance.md#worker-start-up), and each test runs a
+fresh interpreter, as a worker is, so an import anywhere brings it back."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.schema import CreateIndex
+
+from chaz.store.models import Base, JobRow, SessionRow, WebhookRow
+
+
+def _loaded_by_worker(prefixes: tuple[str, ...], *, env: dict[str, str] | None = None) -> list[str]:
+    code = (
+        "import sys\n"
+        "import workers.tasks\n"
+        f"heavy = {prefixes!r}\n"
+        "print(sorted(m for m in sys.modules if m.startswith(heavy)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    return list(eval(done.stdout))
+
+
+def test_a_worker_does_not_load_sqlalchemys_orm() -> None:
+    # The store's tables are Core tables: the ORM and its declarative mapping
+    # were about a tenth of a second of every start.
+    assert _loaded_by_worker(("sqlalchemy.orm",)) == []
+
+
+def test_a_table_class_is_its_table() -> None:
+    # Call sites write JobRow.status and select(JobRow) as they did when the
+    # classes were ORM-mapped: the attribute is the table's column.
+    assert JobRow.status is JobRow.__table__.c.status
+    assert SessionRow.__table__ is Base.metadata.tables["sessions"]
+    sql = str(select(JobRow).where(JobRow.id == "j"))
+    assert sql.startswith("SELECT jobs.id, jobs.session_id,") and "FROM jobs" in sql
+
+
+def test_an_embedded_worker_does_not_load_the_postgresql_dialect() -> None:
+    # The partial indexes' predicates are filled in per dialect on first use.
+    assert _loaded_by_worker(("sqlalchemy.dialects.postgresql",)) == []
+
+
+def test_a_partial_index_has_its_predicate_on_both_dialects() -> None:
+    index = next(i for i in WebhookRow.__table__.indexes if i.name == "ix_webhooks_pending_next")
+    for dialect in (postgresql.dialect(), sqlite.dialect()):
+        ddl = str(CreateIndex(index).compile(dialect=dialect))
+        assert ddl.endswith("ON webhooks (next_at) WHERE state = 'pending'"), ddl
+    assert str(index.dialect_kwargs["postgresql_where"]) == "state = 'pending'"
+    assert str(index.dialect_kwargs["sqlite_where"]) == "state = 'pending'"
+
+
+def test_a_worker_imports_no_built_in_tool_until_a_turn_looks_one_up() -> None:
+    # chaz.tools registers them by name; the MCP source is the package's own.
+    loaded = _loaded_by_worker(("chaz.tools.",))
+    assert loaded == ["chaz.tools.mcp", "chaz.tools.mcp.source"]
+
+
+def test_a_worker_does_not_load_croniter_until_a_cron_is_read() -> None:
+    assert _loaded_by_worker(("croniter",)) == []

@@ -71,7 +71,7 @@ SESSION_AND_AGENT = (
     .where(SESSIONS.c.id == bindparam("sid"))
 )
 #: A turn's setup in one statement: the session with its agent's spec and
-#: its head job (HEAD, uncorrelated, so one index probe), each of the job's
+#: its head job (HEAD, uncorrelated: it runs once), each of the job's
 #: columns as ``head_<name>``, NULL when no job is unfinished. One round trip
 #: fewer on the way from a wake-up to the Ack (docs/performance.md#dispatch).
 _HEAD = HEAD.subquery("head")

@@ -16,12 +16,19 @@ database every time for that session (never a stale answer). The key
 expires a week after its last change (:data:`TTL_SECONDS`); a copy older
 than a day is not used (``chaz.server.convo.MAX_AGE_SECONDS``), so a count
 that expired and climbed back to an old value meets no copy that saw it.
+
+A count does not start at 0: the first reader of a session with no count
+sets a random even one (:func:`count`). A Redis that lost its data (a
+restart without persistence, a flush) after a rollback then yields a new
+random count, or one that starts again from 1 at the next rollback, never
+the value a copy made before the rollback saw.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 from collections.abc import Iterator
 
 import redis
@@ -35,9 +42,14 @@ TTL_SECONDS = 7 * 24 * 3600
 
 
 def count(client: redis.Redis, session_id: str) -> int:
-    """The session's count of rollbacks begun and ended (0 if none)."""
-    value = client.get(keys.rollbacks(session_id))
-    return int(value) if value is not None else 0
+    """The session's count of rollbacks begun and ended, from a random even
+    base that the first reader sets (see the module)."""
+    key = keys.rollbacks(session_id)
+    pipe = client.pipeline(transaction=False)
+    pipe.set(key, secrets.randbits(62) * 2, nx=True, ex=TTL_SECONDS)
+    pipe.get(key)
+    _, value = pipe.execute()
+    return int(value)
 
 
 def _bump(client: redis.Redis, session_id: str) -> None:

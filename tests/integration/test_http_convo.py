@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from chaz.coord import rollbacks
+from chaz.coord import keys, rollbacks
 from chaz.domain.agents import AgentSpec
 from chaz.domain.entries import Entry, EntryType, NewEntry
 from chaz.domain.principals import LOCAL
@@ -96,6 +96,29 @@ def test_a_rollback_since_the_copy_makes_the_next_answer_read(services: Services
         assert services.store.roll_back(str(queued.job_id))
     before, given = t.admit("next")
     # The reply as this run's own (as if the next seq followed the copy's).
+    t.reply(given, "next answer")
+    seen = t.seen(given)
+    answer = convo.answer(services, given, seen, before)
+    assert "secret" not in str(answer)
+    assert answer == t.values(seen[-1].seq)
+    assert convo.hits == 0
+
+
+def test_a_redis_that_lost_its_data_after_a_rollback_does_not_revive_the_copy(
+    services: Services,
+) -> None:
+    """The count of a copy made before a rollback never comes back when Redis
+    forgets the count (a restart without persistence, a flush)."""
+    convo, t = Conversations(), Thread(services)
+    before, given = t.admit("first")
+    _, queued = t.admit("secret")
+    t.reply(given, "first answer")
+    seen = t.seen(given)
+    assert "secret" in str(convo.answer(services, given, seen, before))
+    with rollbacks.under_way(services.redis, t.id):
+        assert services.store.roll_back(str(queued.job_id))
+    services.redis.delete(keys.rollbacks(t.id))  # what a flush does to it
+    before, given = t.admit("next")
     t.reply(given, "next answer")
     seen = t.seen(given)
     answer = convo.answer(services, given, seen, before)

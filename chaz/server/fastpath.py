@@ -15,7 +15,7 @@ Anything it is not sure to answer exactly as FastAPI would goes on to
 FastAPI untouched, its body replayed: a body that is not a JSON object, a
 content type other than JSON, an app mounted under a root path. The route
 stays declared with FastAPI, so ``/openapi.json`` is unchanged, and a test
-holds both answers equal (tests/integration/test_http_fastpath.py).
+holds both answers equal (tests/acceptance/test_http_fastpath.py).
 """
 
 from __future__ import annotations

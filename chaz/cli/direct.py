@@ -28,14 +28,20 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from chaz.cli.urls import check_redis_url, plain_environment
-from chaz.domain.entries import Entry
-from chaz.domain.jobs import Job, JobStatus
+from chaz.domain.checks import MAX_SEQ, check_choice, check_int, check_limit, check_ref
+from chaz.domain.kinds import JobStatus
 from chaz.domain.principals import DEFAULT_PROJECT, check_project
-from chaz.domain.sessions import Session
-from chaz.domain.validation import MAX_SEQ, check_choice, check_int, check_limit, check_ref
 from chaz.store.direct import DirectReads
+
+if TYPE_CHECKING:
+    # What the reads stand for: views (chaz.store.views) that build these
+    # models, and import pydantic, only for a field a listing does not print.
+    from chaz.domain.entries import Entry
+    from chaz.domain.jobs import Job
+    from chaz.domain.sessions import Session
 
 #: ``client.sessions.queue``'s states: what runs, then what waits.
 QUEUE_STATUSES = (
@@ -71,7 +77,7 @@ class Direct:
                 project if project is not None else env.get("CHAZ_PROJECT") or DEFAULT_PROJECT
             )
             _check_principal(getattr(args, "principal", None), env)
-            reads = DirectReads.open(_database_url(getattr(args, "home", None), env))
+            reads = DirectReads.open(_database_url(getattr(args, "home", None), env), views=True)
         except Exception:
             # A refused setting, or the driver's own errors (a refused
             # connection, a bad password, a locked file): the client reports them.

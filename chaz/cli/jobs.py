@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chaz.cli.context import Context
 from chaz.cli.output import EXIT_OK
-from chaz.domain.jobs import Job
+
+if TYPE_CHECKING:
+    from chaz.domain.jobs import Job
 
 
 def _job_rows(jobs: Sequence[Job]) -> list[list[Any]]:

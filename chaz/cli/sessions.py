@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 from chaz.cli.context import Context, _watching
 from chaz.cli.output import EXIT_FAILURE, EXIT_OK
-from chaz.domain.entries import Entry, EntryType
-from chaz.domain.jobs import Job, JobStatus
-from chaz.domain.sessions import Session
+from chaz.domain.kinds import EntryType, JobStatus
 
 if TYPE_CHECKING:
     from chaz.client import Client
+    from chaz.domain.entries import Entry
+    from chaz.domain.jobs import Job
+    from chaz.domain.sessions import Session
 
 
 def _session_rows(sessions: Sequence[Session]) -> list[list[Any]]:
@@ -234,6 +235,8 @@ def cmd_send(ctx: Context) -> int:
 
 def cmd_tail(ctx: Context) -> int:
     """Print a session's entries as they land, until Ctrl-C (or ``--timeout``)."""
+    from chaz.domain.entries import Entry
+
     args, client, out = ctx.args, ctx.client, ctx.out
     session = client.sessions.get(args.session)
     after = args.after if args.after is not None else max(0, session.last_seq - args.lines)

@@ -6,51 +6,27 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# Re-exported: defined in chaz.domain.kinds (pydantic-free) since 2026-12-07.
+from chaz.domain.kinds import (
+    CONTEXT_TYPES as CONTEXT_TYPES,
+)
+from chaz.domain.kinds import (
+    NEEDS_CONTENT as NEEDS_CONTENT,
+)
+from chaz.domain.kinds import (
+    RUNTIME_ONLY as RUNTIME_ONLY,
+)
+from chaz.domain.kinds import (
+    EntryType as EntryType,
+)
+from chaz.domain.kinds import (
+    KeyScope as KeyScope,
+)
 from chaz.errors import ValidationError
-
-
-class EntryType(StrEnum):
-    """The entry types (docs/contracts.md#entries): nine for conversations and
-    turns, and two that collaboration writes (``attach``, ``notice``), which
-    admit nothing and are not context."""
-
-    MESSAGE = "message"
-    DIRECTIVE = "directive"
-    TOOL_CALL = "tool_call"
-    TOOL_RESULT = "tool_result"
-    ACK = "ack"
-    ERROR = "error"
-    SUMMARY = "summary"
-    APPROVAL_REQUEST = "approval_request"
-    APPROVAL_DECISION = "approval_decision"
-    #: A pointer to a session this one spawned or forked: ``metadata["attach"]``
-    #: holds its ``(session_id, head_seq)`` and status (docs/collaboration.md#attach).
-    ATTACH = "attach"
-    #: A note from chaz to a session's readers (a dropped or refused delivery).
-    NOTICE = "notice"
-
-
-#: Types only chaz writes: a producer posting one could forge a pointer or a notice.
-RUNTIME_ONLY = frozenset({EntryType.ATTACH, EntryType.NOTICE})
-
-
-class KeyScope(StrEnum):
-    """Whose idempotency key it is. A key is unique per session and scope.
-
-    Producers' keys (the ``idempotency_key`` of ``client.sessions.post``) are
-    ``user``; every key chaz derives itself (a job's Ack, reply, Error, tool
-    calls and results, spawns, and whatever later work adds) is ``runtime``,
-    the default of every internal write. So no producer key, whatever it
-    spells, can take a key the runtime will need.
-    """
-
-    USER = "user"
-    RUNTIME = "runtime"
 
 
 @dataclass(frozen=True)
@@ -71,13 +47,6 @@ class NewEntry:
     #: The turn that writes it (an admission ignores it: its job is new).
     job_id: str | None = None
 
-
-#: Entry types whose content may not be empty or whitespace only: they are
-#: conversation, and an empty one would admit (or summarize) nothing.
-NEEDS_CONTENT = frozenset({EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY})
-
-#: Entry types that the model sees as conversation (Summary only as a boundary).
-CONTEXT_TYPES = frozenset({EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY})
 
 _SENDER = re.compile(r"^(user|agent|system):[A-Za-z0-9_.@\-]{1,128}$")
 

@@ -7,40 +7,21 @@ it with a compare-and-set on ``version`` so two writers cannot both win.
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# Re-exported: defined in chaz.domain.kinds (pydantic-free) since 2026-12-07.
+from chaz.domain.kinds import (
+    ACTIVE as ACTIVE,
+)
+from chaz.domain.kinds import (
+    TERMINAL as TERMINAL,
+)
+from chaz.domain.kinds import (
+    JobStatus as JobStatus,
+)
 from chaz.errors import IllegalTransition, JobNotFound
-
-
-class JobStatus(StrEnum):
-    """Where a job is in its life."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    STOPPING = "stopping"
-    #: Suspended on a tool call that waits for a person's decision
-    #: (docs/approvals.md): it holds no worker, lane or live slot.
-    WAITING_APPROVAL = "waiting_approval"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    INTERRUPTED = "interrupted"
-
-    @property
-    def terminal(self) -> bool:
-        """No further transition is possible."""
-        return self in TERMINAL
-
-
-TERMINAL = frozenset(
-    {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.INTERRUPTED}
-)
-ACTIVE = frozenset(
-    {JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.STOPPING, JobStatus.WAITING_APPROVAL}
-)
 
 _ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED}),

@@ -24,13 +24,15 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from chaz.domain.entries import Entry
-from chaz.domain.jobs import ACTIVE, Job, JobStatus
-from chaz.domain.sessions import Session
+from chaz.domain.kinds import ACTIVE, JobStatus
 from chaz.store.migrate import bundled_head, connect_args, is_current_file
-from chaz.store.records import as_entry, as_job, as_session
+
+if TYPE_CHECKING:
+    from chaz.domain.entries import Entry
+    from chaz.domain.jobs import Job
+    from chaz.domain.sessions import Session
 
 #: The unfinished states as literals, as the store's partial-index predicate
 #: writes them (chaz.store.models.unfinished).
@@ -55,23 +57,27 @@ _SQLITE = "sqlite:///"
 class DirectReads:
     """A few of the store's reads, on one psycopg or sqlite3 connection."""
 
-    def __init__(self, conn: Any, *, sqlite: bool = False) -> None:
+    def __init__(self, conn: Any, *, sqlite: bool = False, views: bool = False) -> None:
         self._conn = conn
         self._sqlite = sqlite
+        # Views (chaz.store.views) build each model only when a field beyond
+        # a listing's is read, and import pydantic only then.
+        self._views = views
 
     @classmethod
-    def open(cls, url: str) -> DirectReads | None:
+    def open(cls, url: str, *, views: bool = False) -> DirectReads | None:
         """Connected to ``url`` if it is a database at the newest revision, else None.
 
         A connection that fails raises the driver's error: the caller's full
-        path reports it as it would have.
+        path reports it as it would have. With ``views``, the reads answer
+        :mod:`chaz.store.views` rows that stand for the models.
         """
         if url.startswith(_SQLITE):
             if not is_current_file(url):
                 return None  # not there, behind, or with options: the engine's path
             conn = sqlite3.connect(url.removeprefix(_SQLITE), timeout=60, isolation_level=None)
             conn.row_factory = sqlite3.Row
-            return cls(conn, sqlite=True)
+            return cls(conn, sqlite=True, views=views)
         args = connect_args(url)
         head = bundled_head()
         if args is None or head is None:
@@ -80,7 +86,7 @@ class DirectReads:
         from psycopg.rows import dict_row
 
         options: dict[str, Any] = dict(args)
-        reads = cls(psycopg.connect(autocommit=True, row_factory=dict_row, **options))
+        reads = cls(psycopg.connect(autocommit=True, row_factory=dict_row, **options), views=views)
         try:
             versions = reads._rows("SELECT version_num FROM alembic_version", (), "")
         except psycopg.errors.UndefinedTable:
@@ -92,6 +98,33 @@ class DirectReads:
             reads.close()
             return None
         return reads
+
+    def _session(self, row: dict[str, Any]) -> Session:
+        if self._views:
+            from chaz.store.views import session_view
+
+            return session_view(row)
+        from chaz.store.records import as_session
+
+        return as_session(row)
+
+    def _entry(self, row: dict[str, Any]) -> Entry:
+        if self._views:
+            from chaz.store.views import entry_view
+
+            return entry_view(row)
+        from chaz.store.records import as_entry
+
+        return as_entry(row)
+
+    def _job(self, row: dict[str, Any]) -> Job:
+        if self._views:
+            from chaz.store.views import job_view
+
+            return job_view(row)
+        from chaz.store.records import as_job
+
+        return as_job(row)
 
     def close(self) -> None:
         """Close the connection."""
@@ -122,7 +155,7 @@ class DirectReads:
             sql = f"SELECT * FROM sessions WHERE {column} = %s AND project = %s"
             rows = self._rows(sql, (ref, project), "sessions")
             if rows:
-                return as_session(rows[0])
+                return self._session(rows[0])
         return None
 
     def sessions(
@@ -140,12 +173,12 @@ class DirectReads:
         sql = (
             f"SELECT * FROM sessions WHERE {' AND '.join(where)} ORDER BY created_at DESC LIMIT %s"
         )
-        return [as_session(row) for row in self._rows(sql, (*params, limit), "sessions")]
+        return [self._session(row) for row in self._rows(sql, (*params, limit), "sessions")]
 
     def entries(self, session_id: str, *, after: int) -> list[Entry]:
         """``Store.entries``: the session's entries with ``seq > after``, in order."""
         sql = "SELECT * FROM entries WHERE session_id = %s AND seq > %s ORDER BY seq"
-        return [as_entry(row) for row in self._rows(sql, (session_id, after), "entries")]
+        return [self._entry(row) for row in self._rows(sql, (session_id, after), "entries")]
 
     def jobs(
         self,
@@ -177,4 +210,4 @@ class DirectReads:
             + (f" WHERE {' AND '.join(where)}" if where else "")
             + f" ORDER BY created_at {order}, ordinal {order} LIMIT %s"
         )
-        return [as_job(row) for row in self._rows(sql, (*params, limit), "jobs")]
+        return [self._job(row) for row in self._rows(sql, (*params, limit), "jobs")]

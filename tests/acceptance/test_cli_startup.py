@@ -165,6 +165,14 @@ def _loaded(stderr: str) -> set[str]:
     }
 
 
+def _imported_names(stderr: str) -> set[str]:
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+
+
 def _without_importtime(stderr: str) -> str:
     return "\n".join(line for line in stderr.splitlines() if not line.startswith("import time:"))
 
@@ -225,6 +233,7 @@ def test_the_read_commands_answer_without_the_full_client(
         ["jobs", "ls", "--session", ""],
         ["sessions", "ls", "--limit", "0"],
         ["--principal", "nobody", "sessions", "ls"],
+        ["sessions", "show", "fork"],
     ]
     # Both paths of every command, in this process: the same exit, stdout and stderr.
     for args in reads:
@@ -250,6 +259,15 @@ def test_the_read_commands_answer_without_the_full_client(
         assert "sqlalchemy" in _loaded(full.stderr), args
         if fast.returncode == 0:
             assert not _loaded(fast.stderr) & set(FULL_CLIENT), args
+    # In text, the fast path prints its rows without building a pydantic model
+    # (chaz/store/views.py): pydantic and the domain's models are not imported.
+    for args in (reads[0], reads[6], reads[8], reads[11]):
+        fast = _run(args, plain_env, cwd)
+        assert fast.returncode == 0, fast.stderr
+        loaded = _loaded(fast.stderr)
+        assert not loaded & {"pydantic", "pydantic_core", "sqlalchemy"}, args
+        names = _imported_names(fast.stderr)
+        assert not names & {"chaz.domain.entries", "chaz.domain.jobs", "chaz.domain.sessions"}
     # A .env file could name any setting: pydantic-settings reads it, on the full path.
     (cwd / ".env").write_text("CHAZ_LEASE_SECONDS=10\n")
     run = _run(["sessions", "ls"], plain_env, cwd)

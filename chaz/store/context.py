@@ -7,6 +7,7 @@ on, read through a fork's sources, at most a limit of them.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection, select
@@ -49,6 +50,21 @@ class Context:
         """
         with self.db.read() as conn:
             return read_setup(conn, self.specs, session_id, max_context)
+
+    def turn_context(self, setup: TurnSetup, max_context: int) -> TurnSetup:
+        """``setup`` (read without its context, :meth:`Writes.turn_start`) with
+        its job's context (:func:`read_context`), after the start has committed.
+
+        On PostgreSQL with no transaction around it (no ``BEGIN`` or
+        ``COMMIT`` round trip): its bounds are seqs the setup read, which no
+        later commit moves, so its statements need no snapshot in common;
+        a turn stays three transactions. SQLite: a read transaction.
+        """
+        if self.db.sqlite:
+            with self.db.read() as conn:
+                return read_context(conn, setup, max_context)
+        with self.db.autocommit() as conn:
+            return read_context(conn, setup, max_context)
 
     def compaction_range(self, session_id: str, limit: int) -> tuple[Session, list[Said], int]:
         """What a compaction of the session stands for, read in one transaction.
@@ -104,9 +120,14 @@ class Context:
 
 
 def read_setup(
-    conn: Connection, specs: SpecCache, session_id: str, max_context: int
+    conn: Connection, specs: SpecCache, session_id: str, max_context: int, *, context: bool = True
 ) -> TurnSetup | None:
-    """:meth:`Context.turn_setup` in the open transaction ``conn``."""
+    """:meth:`Context.turn_setup` in the open transaction ``conn``.
+
+    ``context=False`` reads everything but the context (``history`` empty,
+    ``trigger`` None): a turn's start needs none of it, and
+    :func:`read_context` reads it after the start has committed.
+    """
     row = conn.execute(st.SETUP_HEAD, {"sid": session_id}).mappings().first()
     if row is None or row["head_id"] is None:
         return None
@@ -115,31 +136,52 @@ def read_setup(
     if job.member_agent_id not in (None, row["agent_id"]):
         # A room's member: its turn runs with its own spec (docs/rooms.md).
         agent = specs.load(conn, job.member_agent_id)
+    session = as_session(row)
+    budget = read_budget(conn, specs, job, agent.limits.narrowed(session.limits))
+    setup = TurnSetup(job, session, agent, [], None, budget)
+    return read_context(conn, setup, max_context) if context else setup
+
+
+def read_context(conn: Connection, setup: TurnSetup, max_context: int) -> TurnSetup:
+    """``setup`` with its job's context read in ``conn`` (see :meth:`Context.turn_setup`).
+
+    Bounded by what the setup read, never by what came since: the entries
+    up to the job's trigger, or without one up to the session's ``last_seq``
+    as the setup read it (an Ack or a reply written since is not context),
+    and a fork's source up to its ``fork_seq``. Seqs are taken in commit
+    order (docs/store.md), so a later read of those bounds sees the same
+    entries, except any a rollback has hidden since (their job's turn is
+    cancelled by that rollback and writes no reply).
+    """
+    job, session = setup.job, setup.session
     tid = job.trigger_entry_id
-    history = _context(conn, session_id, tid, row["last_seq"], max_context)
+    history = _context(conn, session.id, tid, session.last_seq, max_context)
     trigger = history[0] if history and history[0].id == tid else None
     if trigger is None and tid is not None:
         # A trigger that is not context (or is gone): read it alone.
         found = conn.execute(st.SAID_BY_ID, {"tid": tid}).first()
         if found is not None:
             trigger = as_said(found)
-    if row["fork_session_id"] is not None:
-        _read_through(conn, row, history, max_context)
+    if session.fork_session_id is not None:
+        fork = {
+            "fork_session_id": session.fork_session_id,
+            "fork_seq": session.fork_seq,
+            "project": session.project,
+        }
+        _read_through(conn, fork, history, max_context)
     history.reverse()
     if job.input is not None and tid is None:
         # A schedule fire (docs/schedules.md): its prompt is this turn's
         # input, in no entry; the model reads it last, as a Directive.
         trigger = Said(
             f"job:{job.id}:input",
-            row["last_seq"],
+            session.last_seq,
             EntryType.DIRECTIVE,
             "system:schedule",
             job.input,
         )
         history.append(trigger)
-    session = as_session(row)
-    budget = read_budget(conn, specs, job, agent.limits.narrowed(session.limits))
-    return TurnSetup(job, session, agent, history, trigger, budget)
+    return replace(setup, history=history, trigger=trigger)
 
 
 def _context(

@@ -69,7 +69,7 @@ class TurnStart:
     def __init__(self, db: Database, conn: Connection | None, setup: TurnSetup | None) -> None:
         self._db = db
         self._conn = conn
-        #: The head job, its session and agent, and its context.
+        #: The head job, its session and agent (its context is read after the start).
         self.setup = setup
 
     def start(
@@ -262,14 +262,21 @@ class Writes:
         ``turn_setup`` and :meth:`start_turn` do: a write transaction
         there takes the database's one write lock, which the setup's reads
         and the caller's checks between them must not hold.
+
+        The setup comes without its context (``history`` empty, ``trigger``
+        None): the start does not need it, and reading it here would put a
+        round trip and its rows' work between the wake-up and the Ack. The
+        turn reads it once the start has committed (:meth:`Context.turn_context`,
+        the same bounds).
         """
         if self.db.sqlite:
             with self.db.read() as conn:
-                setup = read_setup(conn, self.specs, session_id, max_context)
+                setup = read_setup(conn, self.specs, session_id, max_context, context=False)
             yield TurnStart(self.db, None, setup)
             return
         with self.db.write() as conn:
-            yield TurnStart(self.db, conn, read_setup(conn, self.specs, session_id, max_context))
+            setup = read_setup(conn, self.specs, session_id, max_context, context=False)
+            yield TurnStart(self.db, conn, setup)
 
     def start_turn(
         self,

@@ -102,7 +102,9 @@ class Fence:
 
 @dataclass(frozen=True)
 class TurnSetup:
-    """Everything a turn needs before it starts, read in one transaction."""
+    """Everything a turn needs before it starts, read in one transaction;
+    ``history`` and ``trigger`` empty when read for a start (``Store.turn_start``),
+    until ``Store.turn_context`` reads them."""
 
     job: Job
     session: Session

@@ -190,8 +190,9 @@ class TurnRunner:
         still ours for the next one."""
         svc = self.services
         feed = Feed(svc.redis)
-        # The job, its session, agent and context, and the job's start with
-        # its Ack: one transaction on PostgreSQL (Store.turn_start).
+        # The job, its session and agent, and the job's start with its Ack:
+        # one transaction on PostgreSQL (Store.turn_start). The context is
+        # read in _run, after the Ack is out.
         with svc.store.turn_start(lane.session_id, svc.settings.max_context_entries) as tx:
             setup = tx.setup
             if setup is None or not self._may_start(lane, setup):
@@ -358,6 +359,9 @@ class TurnRunner:
             return Ran(finished=True)
         # It left the queue on its first start (a resumed turn left it then).
         cancel_requested = svc.signals.started(job, feed.take(), dequeued=job.starts == 1)
+        # Only the model call needs the context: read now, with the Ack
+        # committed and published, not between the wake-up and the Ack.
+        setup = svc.store.turn_context(setup, svc.settings.max_context_entries)
         turn = Turn(svc, self.registry, self._delegation, job, setup, token, feed, cancel_requested)
         if _given_up(svc, turn):
             return Ran(finished=True)

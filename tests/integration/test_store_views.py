@@ -58,8 +58,8 @@ def test_a_views_fields_are_its_models(store: Store) -> None:
         )
         jobs = plain.jobs(**kw)
         assert len(jobs) == 2
-        for v, m in zip(viewed.jobs(**kw), jobs, strict=True):
-            _same(v, m, _JobView)
+        for jv, jm in zip(viewed.jobs(**kw), jobs, strict=True):
+            _same(jv, jm, _JobView)
     finally:
         plain.close()
         viewed.close()

@@ -454,9 +454,9 @@ def _start_in_one(
     ack_metadata: dict[str, Any] | None,
     usage: Usage | None,
 ) -> tuple[Job, Entry | None] | None:
-    """:func:`_start_turn` of ``job`` as read, in one statement that commits
-    itself (:func:`chaz.store.oneshot.start`); None (nothing written) if the
-    job changed since or there is no Ack to write."""
+    """:func:`_start_turn` of ``job`` as read, in one statement in the setup's
+    transaction (:func:`chaz.store.oneshot.start`); None (nothing written) if
+    the job changed since or there is no Ack to write."""
     if ack_sender is None:
         return None
     row = job.model_dump()

@@ -68,24 +68,41 @@ def answer(exc: errors.ChazError) -> JSONResponse:
 
 def backend_down(exc: Exception) -> JSONResponse:
     """The answer to a backend's error (one of :data:`BACKEND_ERRORS`)."""
-    return answer(errors.BackendUnavailable(f"a backend is unavailable: {type(exc).__name__}"))
+    return answer(_backend_error(exc))
 
 
 def unexpected(exc: Exception) -> JSONResponse:
     """A bug: logged with its traceback, answered 500 ``chaz.error`` without it."""
-    log.error("unexpected error", exc_info=exc)
-    return answer(errors.ChazError("internal error (see the server's log)"))
+    return answer(_internal_error(exc))
 
 
 def error_answer(exc: Exception) -> JSONResponse:
     """The answer to anything a route's own code raised, as the app's
     exception handlers give it (chaz/server/app.py): for a route answered
     without FastAPI (chaz/server/fastpath.py)."""
+    return answer(as_chaz(exc))
+
+
+def as_chaz(exc: Exception) -> errors.ChazError:
+    """The chaz error a client is told of for ``exc``, as :func:`error_answer`
+    answers it: itself, ``backend.unavailable`` for a backend's error, else a
+    logged bug's ``chaz.error``. A stream that already sent its head sends
+    this as its ``error`` event, so that a client can tell a failed stream
+    from a finished one."""
     if isinstance(exc, errors.ChazError):
-        return answer(exc)
+        return exc
     if isinstance(exc, BACKEND_ERRORS):
-        return backend_down(exc)
-    return unexpected(exc)
+        return _backend_error(exc)
+    return _internal_error(exc)
+
+
+def _backend_error(exc: Exception) -> errors.BackendUnavailable:
+    return errors.BackendUnavailable(f"a backend is unavailable: {type(exc).__name__}")
+
+
+def _internal_error(exc: Exception) -> errors.ChazError:
+    log.error("unexpected error", exc_info=exc)
+    return errors.ChazError("internal error (see the server's log)")
 
 
 class ErrorBody(BaseModel):

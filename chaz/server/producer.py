@@ -25,9 +25,9 @@ from sse_starlette import EventSourceResponse
 from chaz.client.agents import Agents
 from chaz.client.jobs import Jobs
 from chaz.client.sessions import Sessions
-from chaz.errors import ChazError, ValidationError
+from chaz.errors import ValidationError
 from chaz.server import fields
-from chaz.server.errors import body_of
+from chaz.server.errors import as_chaz, body_of
 from chaz.server.state import Call, Caller, Payload
 from chaz.server.waits import detached, streamed
 
@@ -217,8 +217,11 @@ def watched(items: Iterator[Any]) -> Iterator[dict[str, str]]:
         for item in items:
             name = "partial" if getattr(item, "type", None) == "partial" else "entry"
             yield {"event": name, "data": item.model_dump_json()}
-    except ChazError as exc:
-        yield {"event": "error", "data": json.dumps(body_of(exc))}
+    except Exception as exc:
+        # Every failure, a bug's or a backend's too, ends in an ``error``
+        # event: the client raises it rather than take the stream's end
+        # for the watch's.
+        yield {"event": "error", "data": json.dumps(body_of(as_chaz(exc)))}
         return
     finally:
         close = getattr(items, "close", None)

@@ -34,6 +34,7 @@ from chaz.domain.principals import Grant
 from chaz.domain.sessions import Session
 from chaz.errors import Timeout, Unsupported, ValidationError
 from chaz.server import fields, mapping
+from chaz.server.errors import as_chaz
 from chaz.server.event_ids import HEADER, EventId, parse
 from chaz.server.runs import END_SECONDS, FOLLOW_SECONDS, ends_run, outcome, start, thread_run
 from chaz.server.state import Call, Caller, Payload
@@ -179,9 +180,13 @@ def _follow(st: Stream, place: EventId) -> Iterator[Event]:
             if _ends_run(st, item):
                 return
         raise Timeout(f"run {st.job.id} did not end within {FOLLOW_SECONDS:g}s", run_id=st.job.id)
-    except Timeout as exc:
-        # Carries the id of the event before it: a rejoin resumes the run, not the timeout.
-        yield _event(cursor.last, "error", {"error": exc.code, "message": exc.message})
+    except Exception as exc:
+        # A timeout, a backend's error or a bug: an ``error`` event, so that
+        # the client does not take the stream's end for the run's. It
+        # carries the id of the event before it: a rejoin resumes the run,
+        # not the failure.
+        failed = as_chaz(exc)
+        yield _event(cursor.last, "error", {"error": failed.code, "message": failed.message})
     finally:
         close = getattr(items, "close", None)
         if close is not None:

@@ -75,16 +75,27 @@ class Transport:
         self, path: str, params: dict[str, Any] | None = None
     ) -> Generator[tuple[str, Any], None, None]:
         """The ``(event, data)`` of a server-sent event stream, data decoded;
-        closing the iterator closes the connection."""
+        closing the iterator closes the connection. chaz's streams end with
+        an ``end`` or an ``error`` event: one that stops before either (a
+        proxy's idle timeout, a server that went away between two events)
+        raises :class:`~chaz.errors.BackendUnavailable`, so that a watch
+        is never taken for finished when it was cut."""
         timeout = httpx.Timeout(CALL_SECONDS, read=None)
+        last = None
         try:
             with self._http.stream("GET", path, params=_query(params), timeout=timeout) as answer:
                 if answer.status_code >= 400:
                     answer.read()
                     raise error_of(answer.status_code, answer.content)
-                yield from _parsed(answer.iter_lines())
+                for last, data in _parsed(answer.iter_lines()):
+                    yield last, data
         except httpx.HTTPError as exc:
             raise self._unreachable(exc) from exc
+        if last not in ("end", "error"):
+            url = mask_url(self.url)
+            raise BackendUnavailable(
+                f"chaz serve at {url} ended the stream {path} before its end event", url=url
+            )
 
     def _unreachable(self, exc: httpx.HTTPError) -> BackendUnavailable:
         # A URL may carry a password (a proxy's basic auth): never in an error.

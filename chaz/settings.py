@@ -321,8 +321,9 @@ class Settings(BaseSettings):
         ge=4,
         le=10_000,
         description="Threads of one chaz serve process for blocking work: every "
-        "request's database reads, and each wait (wait_for_reply, jobs.wait, runs/wait, "
-        "a stream) for as long as it waits.",
+        "request's database reads, and each wait (wait_for_reply, jobs.wait, a run's "
+        "join, a stream) for as long as it waits; a thread's runs/wait holds none while "
+        "it waits.",
     )
     http_key_cache_seconds: float = Field(
         10.0,

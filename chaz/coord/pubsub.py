@@ -21,6 +21,7 @@ import queue
 import select
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -172,10 +173,18 @@ class Subscription:
     """One waiting call's share of a :class:`Subscriber`: what :class:`Listener`
     offers (:meth:`next`, :meth:`close`), with no connection of its own."""
 
-    def __init__(self, owner: Subscriber, channels: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        owner: Subscriber,
+        channels: tuple[str, ...],
+        wake: Callable[[], None] | None = None,
+    ) -> None:
         self._owner = owner
         self.channels = channels
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        #: Called by the reader thread after each message or re-read notice it
+        #: queues: an event loop's waiter is woken without a thread of its own.
+        self._wake = wake
         #: Channels Redis has not yet confirmed for this subscription.
         self._unconfirmed = set(channels)
         self._confirmed = threading.Event()
@@ -199,6 +208,23 @@ class Subscription:
         except queue.Empty:
             return None
         return None if item is _RESYNC else item
+
+    def take(self) -> tuple[bool, Any | None]:
+        """Without waiting: ``(True, data)`` for the next message, ``(True, None)``
+        when the connection was re-established (re-read the database), or
+        ``(False, None)`` when nothing is queued."""
+        try:
+            item = self._queue.get_nowait()
+        except queue.Empty:
+            return False, None
+        return True, None if item is _RESYNC else item
+
+    def _put(self, item: Any) -> None:
+        self._queue.put(item)
+        if self._wake is not None:
+            # A waiter whose event loop has closed is gone: nothing to wake.
+            with contextlib.suppress(RuntimeError):
+                self._wake()
 
     def close(self) -> None:
         """Stop listening (the shared connection stays)."""
@@ -269,10 +295,17 @@ class Subscriber:
 
     # -- callers' side ----------------------------------------------------------
 
-    def listen(self, *channels: str, confirm: float = CONFIRM_SECONDS) -> Subscription:
+    def listen(
+        self,
+        *channels: str,
+        confirm: float = CONFIRM_SECONDS,
+        wake: Callable[[], None] | None = None,
+    ) -> Subscription:
         """A subscription to ``channels``, in force (confirmed by Redis) when this
-        returns, or after ``confirm`` seconds at most (Redis unreachable)."""
-        sub = Subscription(self, channels)
+        returns, or after ``confirm`` seconds at most (Redis unreachable).
+        ``wake``: called from the reader thread after each item it queues
+        (:meth:`Subscription.take` then has it)."""
+        sub = Subscription(self, channels, wake)
         with self._lock:
             if self._closed:
                 raise RuntimeError("the subscriber is closed")
@@ -479,7 +512,7 @@ class Subscriber:
                         self._since[channel] = recent[0][0]
                     recent.append((time.monotonic(), data))
                 for sub in self._wanted.get(channel, ()):
-                    sub._queue.put(data)
+                    sub._put(data)
         elif kind == "subscribe" and isinstance(channel, str):
             left = self._pending.get(channel, 0) - 1
             if left > 0:
@@ -500,7 +533,7 @@ class Subscriber:
                         # Confirmed again (a reconnection), or after its caller
                         # stopped waiting: something may have been missed.
                         sub.resyncs += 1
-                        sub._queue.put(_RESYNC)
+                        sub._put(_RESYNC)
                         continue
                     sub._unconfirmed.discard(channel)
                     if not sub._unconfirmed:

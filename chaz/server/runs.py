@@ -9,15 +9,18 @@ cancel the runs in progress (:mod:`chaz.usecases.multitask`).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from chaz.coord.partials import Partial
+from chaz.coord.pubsub import Subscription
 from chaz.domain.entries import Entry, EntryType, KeyScope, NewEntry, is_agent_sender
 from chaz.domain.jobs import Job, JobStatus, missing_job
 from chaz.domain.multitask import CancelAction, Strategy, cancel_action
@@ -26,7 +29,8 @@ from chaz.domain.principals import DEFAULT_PERSON, Grant, grant_names
 from chaz.domain.sessions import Session, missing_session
 from chaz.domain.validation import check_content, check_ref
 from chaz.errors import SessionBusy, Timeout, Unsupported, ValidationError
-from chaz.server import fields, mapping
+from chaz.server import awaited, fields, mapping
+from chaz.server.awaited import Awaited, Gate
 from chaz.server.state import Call, Caller, Payload
 from chaz.server.waits import detached
 from chaz.store.types import Appended, JobFields
@@ -267,8 +271,53 @@ async def wait_run_call(
     c: Call, thread_id: str, given: dict[str, Any], request: Request
 ) -> JSONResponse:
     """:func:`wait_run`'s work, for FastAPI's route and for the fast path
-    (chaz/server/fastpath.py), which answers the same request without it."""
-    return await detached(request, lambda: run_and_wait(c, thread_id, given))
+    (chaz/server/fastpath.py), which answers the same request without it.
+
+    What :func:`run_and_wait` does, with the wait for the reply on the event
+    loop instead of in a thread (chaz/server/awaited.py)."""
+    gate = c.gate or Gate(c.services.pool.size)
+    loop = asyncio.get_running_loop()
+    run, waiting, sub = await gate.run(_begin, c, thread_id, given, loop)
+    try:
+        if not waiting.done:
+            read = partial(_entries, c, run.session.id)
+            await waiting.until_end(gate, sub, read, ends_run, request, FOLLOW_SECONDS)
+    finally:
+        sub.close()
+    seen = waiting.seen
+    if seen[-1].type is EntryType.MESSAGE:
+        # As run_and_wait: the reply commits with its job's success.
+        body = await gate.run(replied, c, run, seen)
+        return JSONResponse(body, headers=run.headers)
+    job_id = run.job.id
+    body = await detached(
+        request, lambda: finished(c, run.session, wait_terminal(c.services, job_id, END_SECONDS))
+    )
+    return JSONResponse(body, headers=run.headers)
+
+
+def _begin(
+    c: Call, thread_id: str, given: dict[str, Any], loop: asyncio.AbstractEventLoop
+) -> tuple[Started, Awaited, Subscription]:
+    """The blocking start of :func:`wait_run_call`: the run admitted, its
+    thread's channel listened to (the wait woken on ``loop``), and, unless the
+    subscription has heard the thread since before the input was written,
+    the entries already after the input."""
+    run = start(c, thread_id, given, streamed=False)
+    waiting = Awaited(run.session.id, run.job.id, run.entry.seq, loop)
+    sub = c.services.subscriber.listen(awaited.channel(run.session.id), wake=waiting.wake)
+    try:
+        heard = sub.since
+        if run.written_after is None or heard is None or heard >= run.written_after:
+            waiting.take(_entries(c, run.session.id, run.entry.seq, None), ends_run)
+    except BaseException:
+        sub.close()
+        raise
+    return run, waiting, sub
+
+
+def _entries(c: Call, session_id: str, after: int, until: int | None) -> list[Entry]:
+    return c.services.store.entries(session_id, after=after, until=until)
 
 
 @router.get("/threads/{thread_id}/runs")

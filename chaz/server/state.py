@@ -16,6 +16,7 @@ from chaz.domain.principals import ALL_GRANTS, DEFAULT_PRINCIPAL, DEFAULT_PROJEC
 from chaz.domain.sessions import Session, missing_session
 from chaz.domain.validation import check_ref
 from chaz.errors import Unauthenticated
+from chaz.server.awaited import Gate
 from chaz.server.convo import Conversations
 from chaz.server.keycache import KeyCache
 from chaz.services import Services
@@ -37,8 +38,11 @@ class Server:
     keys: KeyCache = field(init=False)
     #: Each thread's values as last answered (chaz/server/convo.py).
     conversations: Conversations = field(init=False, default_factory=Conversations)
+    #: The threads of runs' waits (chaz/server/awaited.py).
+    gate: Gate = field(init=False)
 
     def __post_init__(self) -> None:
+        self.gate = Gate(self.services.pool.size)
         self.keys = KeyCache(
             self.services.store.keys.authenticate, self.services.settings.http_key_cache_seconds
         )
@@ -76,6 +80,8 @@ class Call:
     principal: Principal
     #: The replica's copies of threads' values (None: always read them).
     conversations: Conversations | None = None
+    #: The threads of runs' waits (None: a gate of its own).
+    gate: Gate | None = None
 
     def thread(self, thread_id: str) -> Session:
         """The live session a thread id names, in the principal's project.
@@ -129,7 +135,7 @@ async def call_of(server: Server, headers: Mapping[str, str]) -> Call:
     principal = server.known(key)
     if principal is None:
         principal = await anyio.to_thread.run_sync(server.principal, key)
-    return Call(server.services, principal, server.conversations)
+    return Call(server.services, principal, server.conversations, server.gate)
 
 
 #: A route's caller: the request's key authenticated.

@@ -24,6 +24,7 @@ import chaz
 from chaz.domain.principals import ALL_GRANTS
 from chaz.errors import Unauthenticated
 from chaz.server.app import create_app
+from chaz.server.awaited import Gate
 from chaz.server.state import call
 from chaz.services import Services
 from tests.support.stack import Stack
@@ -217,3 +218,36 @@ def test_two_replicas_answer_the_threads_values_with_their_copies(
         assert convo.hits >= 1
     finally:
         other.close()
+
+
+def test_runs_wait_past_the_threads_of_the_gate(apps: Apps) -> None:
+    """Runs' waits hold no thread (chaz/server/awaited.py): with one thread for
+    the blocking steps of every run, runs on several threads and two runs on
+    one thread, in flight at once, all answer their own thread's values."""
+    app = create_app(apps.services)
+    app.state.chaz.gate = Gate(1)
+    threads = [apps.thread(apps.key) for _ in range(3)]
+
+    async def all_at_once() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            return await asyncio.gather(
+                *(
+                    client.post(
+                        f"/threads/{t}/runs/wait",
+                        json={"assistant_id": SAYER.id, "input": {"messages": [{"content": q}]}},
+                        headers={"x-api-key": apps.key},
+                    )
+                    for t, q in [(t, f"q-{t}") for t in threads] + [(threads[0], "again")]
+                )
+            )
+
+    answers = asyncio.run(all_at_once())
+    assert [a.status_code for a in answers] == [200] * 4, [a.text for a in answers]
+    for t, answer in zip(threads, answers, strict=False):
+        said = [m["content"] for m in answer.json()["messages"]]
+        assert f"q-{t}" in said and said[-1] == "hello from chaz"
+        state = apps.send(apps.slow, "GET", f"/threads/{t}/state", apps.key).json()["values"]
+        assert said == [m["content"] for m in state["messages"]][: len(said)]
+    final = apps.send(apps.slow, "GET", f"/threads/{threads[0]}/state", apps.key)
+    assert [m["content"] for m in final.json()["values"]["messages"]].count("hello from chaz") == 2

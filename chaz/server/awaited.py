@@ -34,7 +34,7 @@ import anyio.to_thread
 from chaz.coord import keys
 from chaz.coord.pubsub import Subscription
 from chaz.domain.entries import Entry
-from chaz.errors import Timeout
+from chaz.errors import BackendUnavailable, Timeout
 from chaz.server.waits import CHECK_SECONDS
 
 T = TypeVar("T")
@@ -62,21 +62,46 @@ class Gate:
     They are database transactions (the admission, a read), so threads past
     the process's pool of connections would only wait for one, each a thread
     more taking turns at the interpreter's lock; a wait that holds no thread
-    needs no more. One limiter per event loop (tests run an app on several)."""
+    needs no more. One limiter per event loop (tests run an app on several).
 
-    def __init__(self, size: int) -> None:
+    A step waits for a free thread at most ``timeout`` seconds (the pool's
+    own wait for a connection, ``CHAZ_DB_POOL_TIMEOUT``), then raises
+    ``backend.unavailable`` as a pool that stayed full would: an overloaded
+    server answers instead of queueing runs without bound."""
+
+    def __init__(self, size: int, timeout: float = 30.0) -> None:
         self.size = size
+        self.timeout = timeout
+        # Per loop: the gate, and the threads of its holders. anyio takes a
+        # thread under a limiter it acquires itself, and a task cannot hold
+        # one token twice, so the call is run under a second limiter of the
+        # same size, which a gate holder always finds free.
         self._limiters: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, anyio.CapacityLimiter
+            asyncio.AbstractEventLoop, tuple[anyio.CapacityLimiter, anyio.CapacityLimiter]
         ] = weakref.WeakKeyDictionary()
 
     async def run(self, call: Callable[..., T], *args: Any) -> T:
         """``call(*args)`` in a worker thread, once one of the gate's is free."""
         loop = asyncio.get_running_loop()
-        limiter = self._limiters.get(loop)
-        if limiter is None:
-            limiter = self._limiters[loop] = anyio.CapacityLimiter(self.size)
-        return await anyio.to_thread.run_sync(call, *args, limiter=limiter)
+        pair = self._limiters.get(loop)
+        if pair is None:
+            pair = self._limiters[loop] = (
+                anyio.CapacityLimiter(self.size),
+                anyio.CapacityLimiter(self.size),
+            )
+        gate, threads = pair
+        acquired = False
+        with anyio.move_on_after(self.timeout):
+            await gate.acquire()
+            acquired = True
+        if not acquired:
+            raise BackendUnavailable(
+                f"no thread for a run's wait within {self.timeout:g}s ({self.size} busy)"
+            )
+        try:
+            return await anyio.to_thread.run_sync(call, *args, limiter=threads)
+        finally:
+            gate.release()
 
 
 class Awaited:

@@ -275,7 +275,7 @@ async def wait_run_call(
 
     What :func:`run_and_wait` does, with the wait for the reply on the event
     loop instead of in a thread (chaz/server/awaited.py)."""
-    gate = c.gate or Gate(c.services.pool.size)
+    gate = c.gate or Gate(c.services.pool.size, c.services.pool.timeout)
     loop = asyncio.get_running_loop()
     run, waiting, sub = await gate.run(_begin, c, thread_id, given, loop)
     try:

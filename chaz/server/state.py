@@ -42,7 +42,7 @@ class Server:
     gate: Gate = field(init=False)
 
     def __post_init__(self) -> None:
-        self.gate = Gate(self.services.pool.size)
+        self.gate = Gate(self.services.pool.size, self.services.pool.timeout)
         self.keys = KeyCache(
             self.services.store.keys.authenticate, self.services.settings.http_key_cache_seconds
         )

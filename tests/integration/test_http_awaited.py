@@ -7,6 +7,7 @@ waiting, and a client that has gone."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -19,7 +20,7 @@ import redis
 from chaz.coord import keys
 from chaz.coord.pubsub import Subscriber
 from chaz.domain.entries import Entry, EntryType
-from chaz.errors import Timeout
+from chaz.errors import BackendUnavailable, Timeout
 from chaz.server import awaited
 from chaz.server.awaited import Awaited, Gate
 from chaz.server.runs import ends_run
@@ -170,3 +171,28 @@ def test_a_redis_restart_under_a_waiting_run_re_reads_what_was_published_meanwhi
     assert [e.seq for e in seen] == [2, 3]
     assert resyncs >= 1
     assert (1, None) in db.reads or (2, None) in db.reads
+
+
+def test_a_step_that_finds_the_gate_full_past_its_timeout_is_refused() -> None:
+    """Under overload a run's step waits for the gate at most the pool's
+    timeout, then answers ``backend.unavailable``, as a full pool would; the
+    step that held the gate is not disturbed, and the gate is free after."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> str:
+        held.set()
+        release.wait(30)
+        return "held"
+
+    async def scenario() -> tuple[str, str]:
+        gate = Gate(1, timeout=0.2)
+        first = asyncio.ensure_future(gate.run(hold))
+        while not held.is_set():
+            await asyncio.sleep(0.01)
+        with pytest.raises(BackendUnavailable) as refused:
+            await gate.run(lambda: "second")
+        assert refused.value.code == "backend.unavailable"
+        release.set()
+        return await first, await gate.run(lambda: "third")
+
+    assert asyncio.run(scenario()) == ("held", "third")

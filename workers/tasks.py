@@ -22,6 +22,7 @@ from celery.signals import (
 
 from chaz import metrics, tracing
 from chaz.coord.broker import declare_queues
+from chaz.plumbing.dispatch import TREE_HEADER
 from chaz.plumbing.heartbeat import BEAT_SECONDS, Heartbeat
 from chaz.services import Services
 from chaz.settings import get_settings
@@ -186,26 +187,33 @@ def _close(**_: Any) -> None:
 @app.task(name="chaz.turn", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def turn(session_id: str, execution_id: str) -> dict[str, Any]:
     """Run the next turn of ``session_id``; ``execution_id`` names the job expected."""
+    runner, tree = TurnRunner(services(), REGISTRY), _header(turn.request, TREE_HEADER)
     if tracing.on():
         # The sender's context from the message's headers: a turn's span
         # whose job row keeps none is its child (docs/operations.md#tracing).
         with tracing.joined(_trace_headers(turn.request)):
-            outcome = TurnRunner(services(), REGISTRY).wake(session_id, execution_id)
+            outcome = runner.wake(session_id, execution_id, tree=tree)
     else:
-        outcome = TurnRunner(services(), REGISTRY).wake(session_id, execution_id)
+        outcome = runner.wake(session_id, execution_id, tree=tree)
     # Flower shows this with the task: a kept lane runs more jobs than the
     # one the wake-up named, and operators should see which.
     return {"status": outcome.status, "job_id": outcome.job_id, "ran": list(outcome.ran)}
 
 
+def _header(request: Any, key: str) -> str | None:
+    """A custom header of the task's message, or None (Celery sets custom
+    headers as attributes of the request; older protocols keep them in
+    ``headers``)."""
+    value = getattr(request, key, None) or (getattr(request, "headers", None) or {}).get(key)
+    return value if isinstance(value, str) else None
+
+
 def _trace_headers(request: Any) -> dict[str, str]:
-    """The W3C headers a wake-up's message carries (Celery sets custom headers
-    as attributes of the request; older protocols keep them in ``headers``)."""
+    """The W3C headers a wake-up's message carries."""
     found: dict[str, str] = {}
-    extra = getattr(request, "headers", None) or {}
     for key in tracing.CARRIER_KEYS:
-        value = getattr(request, key, None) or extra.get(key)
-        if isinstance(value, str):
+        value = _header(request, key)
+        if value is not None:
             found[key] = value
     return found
 

@@ -48,8 +48,7 @@ class TreeCapacity:
 
     def start(self, job: Job, limits: EffectiveLimits) -> bool:
         """Take a live slot in the job's tree; False if the tree is full (it waits)."""
-        t = tag_for(self.client, job.project)
-        ks = [keys.live(job.tree_id, t), keys.waiting(job.tree_id, t)]
+        ks = self.slot_keys(job.tree_id, job.project)
         args: list[str | int | float] = [
             job.id,
             scripts.limit_arg(limits.max_live_per_tree),
@@ -61,6 +60,18 @@ class TreeCapacity:
             self.seed(job.tree_id, _holding(self._active(job.tree_id)), job.project)
             answer = self._start(keys=ks, args=args)
         return bool(answer == "ok")
+
+    def slot_keys(self, tree_id: str, project: str) -> list[str]:
+        """The keys of a tree's live slots (its live hash, its waiting set), for
+        a script that takes a slot beside other work (:meth:`Lanes.acquire_with_slot`)."""
+        t = tag_for(self.client, project)
+        return [keys.live(tree_id, t), keys.waiting(tree_id, t)]
+
+    def give_back(self, job_id: str, tree_id: str, project: str) -> str | None:
+        """Free a slot the job took but will not run in (``lua/finish.lua``):
+        the session that has waited longest for one, to wake, or None."""
+        woken = self._finish(keys=self.slot_keys(tree_id, project), args=[job_id])
+        return str(woken) if woken else None
 
     def seed(self, tree_id: str, running: Iterable[Job], project: str) -> bool:
         """Create the tree's live hash (on ``project``'s slot on a cluster)

@@ -12,6 +12,7 @@ import logging
 import secrets
 import threading
 import time
+from dataclasses import dataclass
 
 import redis
 from redis.crc import key_slot
@@ -20,6 +21,20 @@ from chaz.coord import keys, scripts
 from chaz.coord.redis import SHARDS_DOWN, clustered
 
 log = logging.getLogger(__name__)
+
+
+#: What :meth:`Lanes.acquire_with_slot` did with the job's live slot, by its script's answer.
+_SLOT = {1: "", 2: "took", 3: "held"}
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A lane taken by :meth:`Lanes.acquire_with_slot`, and the job's live slot."""
+
+    token: str
+    #: ``"took"``: the job's slot was taken with the lane; ``"held"``: the job
+    #: held one already; ``""``: the slot is left to ``TreeCapacity.start``.
+    slot: str
 
 
 class Lanes:
@@ -38,6 +53,7 @@ class Lanes:
         self.client = client
         self._clustered = clustered(client)
         self._acquire = scripts.register(client, "lane_acquire")
+        self._lane_start = scripts.register(client, "lane_start")
         self._renew = scripts.register(client, "lane_renew")
         self._release = scripts.register(client, "lane_release")
         self._expired = scripts.register(client, "leases_expired")
@@ -56,6 +72,28 @@ class Lanes:
             args=[f"{token} {job_id}", _ms(ttl_seconds), session_id],
         )
         return token if ok else None
+
+    def acquire_with_slot(
+        self,
+        session_id: str,
+        job_id: str,
+        ttl_seconds: float,
+        *,
+        project: str,
+        slot_keys: list[str],
+    ) -> Taken | None:
+        """:meth:`acquire`, and in the same script (``lua/lane_start.lua``) the
+        job's live slot in the tree whose keys ``slot_keys`` are
+        (``TreeCapacity.slot_keys``, on ``project``'s tag) when it needs no
+        limit: the job waits in the session and no turn of the tree runs.
+        None if the lane is held (then nothing is taken)."""
+        token = secrets.token_hex(8)
+        t = self._t(project)
+        got = self._lane_start(
+            keys=[keys.lane(session_id, t), keys.leases(t), keys.queued(session_id, t), *slot_keys],
+            args=[f"{token} {job_id}", _ms(ttl_seconds), session_id, job_id],
+        )
+        return Taken(token, _SLOT[int(got)]) if got else None
 
     def renew(self, session_id: str, token: str, ttl_seconds: float, *, project: str) -> bool:
         """Extend our lease; False if it expired or another holder took it."""

@@ -31,6 +31,11 @@ RENAME_TASK = "chaz.rename"
 #: One attempt of a run's webhook (chaz.usecases.webhooks), on the housekeeping queue.
 WEBHOOK_TASK = "chaz.webhook"
 
+#: The wake-up's header naming its job's session tree: with it, the worker
+#: takes the job's live slot in its lane's script (chaz.coord.lanes). A
+#: header, not an argument: a worker that does not know it ignores it.
+TREE_HEADER = "chaz_tree"
+
 #: How long a patient wake-up keeps trying to reach the broker.
 PATIENT_SECONDS = 60.0
 #: kombu's retry policy for it: every second, up to PATIENT_SECONDS.
@@ -102,7 +107,13 @@ class Dispatcher:
         return self._app
 
     def send_wake(
-        self, session_id: str, execution_id: str, reason: Wake, *, countdown: float | None = None
+        self,
+        session_id: str,
+        execution_id: str,
+        reason: Wake,
+        *,
+        countdown: float | None = None,
+        tree: str | None = None,
     ) -> bool:
         """Ask a worker to run the session's next turn (in ``countdown`` seconds).
 
@@ -112,7 +123,9 @@ class Dispatcher:
         :data:`PATIENT` reason keeps retrying through a broker outage of up
         to :data:`PATIENT_SECONDS`: a worker re-queuing a turn that a Redis
         restart interrupted must not lose that wake-up to the same restart.
-        Returns whether the wake-up was sent.
+        ``tree``: the session tree of ``execution_id``'s job, when the
+        sender has it at hand (:data:`TREE_HEADER`). Returns whether the
+        wake-up was sent.
         """
         options: dict[str, Any] = (
             {"retry": True, "retry_policy": PATIENT_RETRY} if reason in PATIENT else {}
@@ -120,8 +133,10 @@ class Dispatcher:
         # The sender's trace context, in the message's headers (None when
         # tracing is off): the wake-up joins its admission's trace
         # (docs/operations.md#tracing).
-        headers = tracing.carrier()
-        if headers is not None:
+        headers = tracing.carrier() or {}
+        if tree:
+            headers[TREE_HEADER] = tree
+        if headers:
             options["headers"] = headers
         try:
             self.app.send_task(

@@ -372,6 +372,8 @@ def announce(services: Services, done: Appended, feed: Feed | None = None) -> Ap
     that arrives out of commit order."""
     if done.created:
         if done.job is not None:
-            services.dispatcher.send_wake(done.entry.session_id, done.job.id, Wake.ADMITTED)
+            services.dispatcher.send_wake(
+                done.entry.session_id, done.job.id, Wake.ADMITTED, tree=done.job.tree_id
+            )
         (feed or Feed(services.redis)).publish(done.entry, *done.notices)
     return done

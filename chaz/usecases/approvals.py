@@ -111,7 +111,9 @@ def _after(services: Services, closed: Closed) -> None:
     if closed.entry is not None:
         publish(services.redis, closed.entry)
     if closed.job is not None:
-        services.dispatcher.send_wake(closed.job.session_id, closed.job.id, Wake.DECIDED)
+        services.dispatcher.send_wake(
+            closed.job.session_id, closed.job.id, Wake.DECIDED, tree=closed.job.tree_id
+        )
 
 
 def pending(

@@ -83,7 +83,7 @@ def compact(services: Services, ref: str, *, timeout: float = 60.0) -> Entry | N
         # admission that found the lane ours sent a wake-up that was dropped.
         head = services.store.head_job(sid)
         if head is not None:
-            services.dispatcher.send_wake(sid, head.id, Wake.COMPACTED)
+            services.dispatcher.send_wake(sid, head.id, Wake.COMPACTED, tree=head.tree_id)
 
 
 def compact_held(

@@ -44,7 +44,9 @@ class LeaseWatch:
                     session_id,
                     head.id,
                 )
-                if svc.dispatcher.send_wake(session_id, head.id, Wake.LEASE_EXPIRED):
+                if svc.dispatcher.send_wake(
+                    session_id, head.id, Wake.LEASE_EXPIRED, tree=head.tree_id
+                ):
                     woken.append(session_id)
                     metrics.LANE_TAKEOVERS.inc()
                     continue

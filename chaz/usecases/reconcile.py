@@ -83,7 +83,7 @@ class Reconciler:
                 report.orphaned.append(head.id)
             elif now - head.created_at < self.grace:
                 continue
-            svc.dispatcher.send_wake(session_id, head.id, Wake.RECONCILE)
+            svc.dispatcher.send_wake(session_id, head.id, Wake.RECONCILE, tree=head.tree_id)
             report.woken.append(session_id)
         # Approval requests past their timeout close as denied; their turns resume.
         report.approvals_expired = approvals.expire_due(svc)
@@ -91,7 +91,9 @@ class Reconciler:
         for session_id in svc.capacity.prune():
             waiting = svc.store.head_job(session_id)
             if waiting is not None:
-                svc.dispatcher.send_wake(session_id, waiting.id, Wake.RECONCILE)
+                svc.dispatcher.send_wake(
+                    session_id, waiting.id, Wake.RECONCILE, tree=waiting.tree_id
+                )
                 report.woken.append(session_id)
         # Project live slots of jobs that ended without Redis hearing of it.
         report.project_slots_freed = svc.quotas.prune(svc.store.get_jobs)

@@ -119,7 +119,7 @@ def _fire_pinned(services: Services, schedule: Schedule, claimed: ScheduleFire) 
     except ChazError as exc:
         book.settle(claimed.id, FireOutcome.REFUSED, error=exc.to_dict(), session_id=sid)
         return Fired(FireOutcome.REFUSED.value, claimed, session_id=sid)
-    services.dispatcher.send_wake(sid, job.id, Wake.FIRED)
+    services.dispatcher.send_wake(sid, job.id, Wake.FIRED, tree=job.tree_id)
     return Fired(FireOutcome.ADMITTED.value, claimed, job, sid)
 
 
@@ -152,7 +152,7 @@ def _fire_fresh(
     except ChazError as exc:
         book.settle(claimed.id, FireOutcome.REFUSED, error=exc.to_dict())
         return Fired(FireOutcome.REFUSED.value, claimed)
-    services.dispatcher.send_wake(job.session_id, job.id, Wake.FIRED)
+    services.dispatcher.send_wake(job.session_id, job.id, Wake.FIRED, tree=job.tree_id)
     return Fired(FireOutcome.ADMITTED.value, claimed, job, job.session_id)
 
 

@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from chaz.plumbing.dispatch import PATIENT, PATIENT_RETRY, TURN_TASK, Dispatcher, Wake
+from chaz.plumbing.dispatch import (
+    PATIENT,
+    PATIENT_RETRY,
+    TREE_HEADER,
+    TURN_TASK,
+    Dispatcher,
+    Wake,
+)
 from chaz.settings import Settings
 
 
@@ -54,3 +61,23 @@ def test_a_failed_wake_up_is_logged_with_its_reason_not_raised(
     with caplog.at_level(logging.WARNING, logger="chaz.plumbing.dispatch"):
         assert not _dispatcher(_App(fail=True)).send_wake("s1", "j1", Wake.ADMITTED)
     assert "wake-up (admitted) for session s1" in caplog.text
+
+
+def test_a_wake_up_carries_its_jobs_tree_in_a_header_the_worker_reads_back() -> None:
+    from celery.app.task import Context
+
+    from workers.tasks import _header
+
+    app = _App()
+    dispatcher = _dispatcher(app)
+    assert dispatcher.send_wake("s1", "j1", Wake.ADMITTED, tree="t1")
+    assert dispatcher.send_wake("s1", "", Wake.SLOT_FREED)
+    first, second = (options for _, options in app.sent)
+    # A header, not a kwarg: a worker that does not know it still runs the task.
+    assert first["kwargs"] == {"session_id": "s1", "execution_id": "j1"}
+    assert first["headers"] == {TREE_HEADER: "t1"}
+    assert "headers" not in second
+    # Celery makes a custom header a request attribute (older protocols: ``headers``).
+    assert _header(Context(first["headers"]), TREE_HEADER) == "t1"
+    assert _header(Context({"headers": first["headers"]}), TREE_HEADER) == "t1"
+    assert _header(Context({}), TREE_HEADER) is None

@@ -33,6 +33,7 @@ def test_there_are_scripts_and_helpers() -> None:
         "hand_off",
         "bucket",
         "token_debt",
+        "take_slot",
     }
 
 

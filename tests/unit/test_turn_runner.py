@@ -29,7 +29,13 @@ SID = "s1"
 
 def _job(job_id: str, status: JobStatus = JobStatus.QUEUED) -> Any:
     return SimpleNamespace(
-        id=job_id, status=status, delivery_id=None, member_agent_id=None, usage=None, webhook=None
+        id=job_id,
+        status=status,
+        delivery_id=None,
+        member_agent_id=None,
+        usage=None,
+        webhook=None,
+        tree_id="t",
     )
 
 
@@ -90,7 +96,13 @@ class _Services:
         return TurnEnd(kept=keep_if_queued and queued > 0, woken=None, queued=queued)
 
     def _send_wake(
-        self, session_id: str, execution_id: str, reason: Wake, *, countdown: float | None = None
+        self,
+        session_id: str,
+        execution_id: str,
+        reason: Wake,
+        *,
+        countdown: float | None = None,
+        tree: str | None = None,
     ) -> bool:
         self.wakes.append((execution_id, reason, countdown))
         return True

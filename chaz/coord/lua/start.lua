@@ -1,6 +1,4 @@
 -- START: take a live slot in the job's tree, or join the tree's waiting set.
--- The live hash keeps a sentinel field '_', so a missing hash means
--- "rebuild" and HLEN - 1 is the number of running turns.
 --
 -- KEYS[1]  chaz:live:{tree}   running jobs (job id -> session id)
 -- KEYS[2]  chaz:wait:{tree}   sessions waiting for a slot
@@ -11,13 +9,11 @@
 -- Returns: 'rebuild' (the hash is missing), 'ok' (the job holds a slot,
 --          already or now), or 'wait' (the tree is full; the session
 --          waits, keeping its first place)
-if redis.call('EXISTS', KEYS[1]) == 0 then return 'rebuild' end
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 'ok' end
-local max_live = tonumber(ARGV[2])
-if max_live >= 0 and (redis.call('HLEN', KEYS[1]) - 1) >= max_live then
+-- uses: take_slot
+local got = take_slot(KEYS[1], KEYS[2], ARGV[1], ARGV[3], tonumber(ARGV[2]))
+if got == 'rebuild' then return 'rebuild' end
+if got == 'full' then
   redis.call('ZADD', KEYS[2], 'NX', ARGV[4], ARGV[3])
   return 'wait'
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-redis.call('ZREM', KEYS[2], ARGV[3])
 return 'ok'

@@ -62,7 +62,10 @@ def hand_off(
     )
     if end.woken and end.woken != job.session_id:
         head = services.store.head_job(end.woken)
-        services.dispatcher.send_wake(end.woken, head.id if head else "", Wake.SLOT_FREED)
+        if head is None:
+            services.dispatcher.send_wake(end.woken, "", Wake.SLOT_FREED)
+        else:
+            services.dispatcher.send_wake(end.woken, head.id, Wake.SLOT_FREED, tree=head.tree_id)
     return end
 
 

@@ -86,6 +86,17 @@ class WakeOutcome:
         return len(self.ran)
 
 
+@dataclass(frozen=True)
+class _Early:
+    """A live slot taken with the lane, for the job the wake-up named, before
+    the setup read the session's head job (:meth:`TurnRunner._hold_lane`)."""
+
+    job_id: str
+    tree_id: str
+    #: Taken by the lane's script (False: the job held it already).
+    took: bool
+
+
 @dataclass
 class _Lane:
     """One wake-up's hold on its session's lane, across the turns it runs."""
@@ -107,6 +118,9 @@ class _Lane:
     #: When the lane was asked for and taken (``time.time_ns()``), for the
     #: first turn's span; None once told (docs/operations.md#tracing).
     acquired: tuple[int, int] | None = None
+    #: The slot the lane's script took, until the first turn's setup claims
+    #: it for its head job or gives it back.
+    early: _Early | None = None
 
     def stop(self, status: str, job_id: str) -> None:
         """End the wake-up on a head job that waits (for capacity, for a
@@ -128,8 +142,22 @@ class TurnRunner:
         self.running = running
         self._delegation = RunnerDelegation(self)
 
-    def wake(self, session_id: str, execution_id: str, *, lend_slot: bool = False) -> WakeOutcome:
+    def wake(
+        self,
+        session_id: str,
+        execution_id: str,
+        *,
+        lend_slot: bool = False,
+        tree: str | None = None,
+    ) -> WakeOutcome:
         """Handle one wake-up for ``session_id`` (``execution_id`` is a hint).
+
+        ``tree``: the session tree of ``execution_id``'s job, as the wake-up's
+        sender knew it (a hint too): with it the lane's script also takes
+        that job's live slot when no limit can refuse it (no turn of the tree
+        runs), one Redis round trip fewer before the Ack
+        (docs/performance.md#dispatch); a head job that turns out to be
+        another, or not to start, gives the slot back.
 
         ``lend_slot`` runs the turn without taking a live slot of its tree: a
         foreground parent that runs its child inline lends the child its own
@@ -143,7 +171,7 @@ class TurnRunner:
         resumes from its checkpoint, as after a lost worker.
         """
         try:
-            return self._hold_lane(session_id, execution_id, lend_slot)
+            return self._hold_lane(session_id, execution_id, lend_slot, tree)
         except Exception as exc:
             if not is_transient(exc):
                 raise
@@ -160,18 +188,34 @@ class TurnRunner:
             )
             return WakeOutcome("retry", execution_id or None)
 
-    def _hold_lane(self, session_id: str, execution_id: str, lend_slot: bool) -> WakeOutcome:
+    def _hold_lane(
+        self, session_id: str, execution_id: str, lend_slot: bool, tree: str | None
+    ) -> WakeOutcome:
         """Take the lane, run turns while :meth:`_turn` keeps it, then leave it."""
         svc = self.services
         asked = time.time_ns()
         project = svc.coord_project(session_id)
-        token = svc.lanes.acquire(
-            session_id, execution_id, svc.settings.lease_seconds, project=project
-        )
+        early: _Early | None = None
+        if tree and execution_id and not lend_slot:
+            taken = svc.lanes.acquire_with_slot(
+                session_id,
+                execution_id,
+                svc.settings.lease_seconds,
+                project=project,
+                slot_keys=svc.capacity.slot_keys(tree, project),
+            )
+            token = taken.token if taken is not None else None
+            if taken is not None and taken.slot:
+                early = _Early(execution_id, tree, took=taken.slot == "took")
+        else:
+            token = svc.lanes.acquire(
+                session_id, execution_id, svc.settings.lease_seconds, project=project
+            )
         if token is None:
             return WakeOutcome("busy")
         lane = _Lane(session_id, token, lend_slot, time.monotonic() + KEEP_LANE_SECONDS, project)
         lane.acquired = (asked, time.time_ns())
+        lane.early = early
         try:
             while self._turn(lane):
                 pass
@@ -195,7 +239,8 @@ class TurnRunner:
         # read in _run, after the Ack is out.
         with svc.store.turn_start(lane.session_id, svc.settings.max_context_entries) as tx:
             setup = tx.setup
-            if setup is None or not self._may_start(lane, setup):
+            slotted = self._claim_early(lane, setup)
+            if setup is None or not self._may_start(lane, setup, slotted):
                 return False
             archived = archived_delivery(setup.job, setup.session)
             job = None if archived else self._start(tx, lane.token, feed)
@@ -247,17 +292,44 @@ class TurnRunner:
             )
             return self._end(lane, setup, ran, feed)
 
-    def _may_start(self, lane: _Lane, setup: TurnSetup) -> bool:
+    def _claim_early(self, lane: _Lane, setup: TurnSetup | None) -> bool:
+        """Whether the slot the lane's script took is the head job's, which
+        will start in it; any other slot it took is given back."""
+        early, lane.early = lane.early, None
+        if early is None:
+            return False
+        if (
+            setup is not None
+            and setup.job.id == early.job_id
+            and setup.job.tree_id == early.tree_id
+            and setup.job.status is not JobStatus.WAITING_APPROVAL
+            and not archived_delivery(setup.job, setup.session)
+        ):
+            return True
+        if early.took:
+            self._give_back(lane, early)
+        return False
+
+    def _give_back(self, lane: _Lane, early: _Early) -> None:
+        """Free a slot taken with the lane for a job that does not start in it,
+        and wake the session that waited longest for one."""
+        svc = self.services
+        woken = svc.capacity.give_back(early.job_id, early.tree_id, lane.project)
+        if woken and woken != lane.session_id:
+            svc.dispatcher.send_wake(woken, "", Wake.SLOT_FREED)
+
+    def _may_start(self, lane: _Lane, setup: TurnSetup, slotted: bool = False) -> bool:
         """Whether the head job may start now: not while it waits for a
-        decision, nor (unless the slot is lent) while its tree is at its live
-        limit; later jobs wait behind it."""
+        decision, nor (unless the slot is lent, or ``slotted``: it was taken
+        with the lane) while its tree is at its live limit; later jobs wait
+        behind it."""
         svc, job = self.services, setup.job
         if job.status is JobStatus.WAITING_APPROVAL:
             # Nothing runs until a decision queues it again and wakes the session.
             lane.stop("approval", job.id)
             return False
-        if archived_delivery(job, setup.session):
-            return True  # it ends without starting, and takes no slot
+        if archived_delivery(job, setup.session) or slotted:
+            return True  # it ends without starting and takes no slot; or it holds one
         limits = resolve_limits(svc.settings, setup.session, setup.agent)
         if not lane.lend_slot and not svc.capacity.start(job, limits):
             # The tree is at its live limit: the job stays queued in the tree's
@@ -311,6 +383,13 @@ class TurnRunner:
     def _leave(self, lane: _Lane) -> None:
         """Give the lane back if it is still ours, then wake what waits."""
         svc = self.services
+        if lane.early is not None:
+            # The setup never read the head job (a fault before it): the
+            # slot taken for the wake-up's job goes back before the lane.
+            early, lane.early = lane.early, None
+            if early.took:
+                with contextlib.suppress(Exception):
+                    self._give_back(lane, early)
         if lane.held:
             with contextlib.suppress(Exception):
                 svc.lanes.release(lane.session_id, lane.token, project=lane.project)
@@ -320,7 +399,7 @@ class TurnRunner:
         # second, so one of us always sees the other.
         nxt = svc.store.head_job(lane.session_id)
         if nxt is not None:
-            svc.dispatcher.send_wake(lane.session_id, nxt.id, lane.then)
+            svc.dispatcher.send_wake(lane.session_id, nxt.id, lane.then, tree=nxt.tree_id)
 
     # -- one job --------------------------------------------------------------
 

@@ -39,11 +39,13 @@ CONTEXT_TYPES = [t.value for t in (EntryType.MESSAGE, EntryType.DIRECTIVE, Entry
 
 #: An entry that is not hidden: the job it names, if any, was not rolled back
 #: (the hidden-entries rule, chaz/domain/multitask.py). A probe of the job's
-#: primary key per entry, or an anti-join with ``ix_jobs_rolled_back``.
-VISIBLE = ~(
-    select(JOBS.c.id)
-    .where(JOBS.c.id == ENTRIES.c.job_id, JOBS.c.rolled_back_at.is_not(None))
-    .exists()
+#: primary key per entry: a scalar subquery, which PostgreSQL does not turn
+#: into a join. As ``NOT EXISTS`` it became an anti-join, and a plan made on
+#: empty, never-analyzed tables (a worker's prepared generic plan on a fresh
+#: database, kept) scanned all of ``jobs`` for every entry a context read
+#: (docs/performance.md#postgresql-work-per-turn).
+VISIBLE = (
+    select(JOBS.c.rolled_back_at).where(JOBS.c.id == ENTRIES.c.job_id).scalar_subquery().is_(None)
 )
 
 #: The session's head job: its oldest unfinished one, by admission order

@@ -14,9 +14,10 @@ from chaz.domain.jobs import JobStatus
 from chaz.errors import IllegalTransition, LeaseLost, SessionNotFound, ValidationError
 from chaz.ids import new_id, utcnow
 from chaz.store import Store
+from chaz.store import statements as st
 from chaz.store.models import EntryRow, JobRow, SessionRow
 from chaz.store.types import Appended, Fence, Finish, KeyTaken
-from chaz.store.writes import bump, insert_entry
+from chaz.store.writes import bump, entry_row, insert_entry, new_job
 from chaz.usecases import completion
 from tests.support.concurrency import race
 
@@ -160,6 +161,16 @@ def test_an_admission_whose_key_is_taken_writes_no_job_either(store: Store) -> N
         assert conn.scalar(mine.where(JobRow.ordinal == row["last_ordinal"])) == 0
     assert count(store, EntryRow, session_id=s.id) == 1
     assert count(store, JobRow, session_id=s.id) == 1
+
+
+def test_the_one_statement_admission_writes_every_column_a_new_job_has() -> None:
+    """``st.INSERT_ENTRY_AND_JOB`` names its columns once, at import: a column
+    ``new_job`` sets and it left out would be dropped without an error."""
+    session = {"id": "s", "tree_id": "s", "project": "p", "unattended": False}
+    job = new_job(session, 1, "e", None, utcnow())
+    assert set(job) == set(st.JOB_COLUMNS)
+    draft = NewEntry(EntryType.MESSAGE, "user:a", "hi")
+    assert set(entry_row("e", "s", 1, draft, "j", utcnow())) == set(st.ENTRY_COLUMNS)
 
 
 def _job_values(session_id: str, ordinal: int, trigger: str | None) -> dict[str, Any]:

@@ -59,19 +59,7 @@ from chaz.store import statements as st
 from chaz.store.types import Finish
 from chaz.store.writes import entry_row
 
-_ENTRY_COLUMNS = (
-    "id",
-    "session_id",
-    "seq",
-    "type",
-    "sender",
-    "content",
-    "metadata",
-    "job_id",
-    "idempotency_key",
-    "key_scope",
-    "created_at",
-)
+_ENTRY_COLUMNS = st.ENTRY_COLUMNS
 
 
 def _bump_if(name: str, condition: Any) -> CTE:

@@ -39,11 +39,13 @@ CONTEXT_TYPES = [t.value for t in (EntryType.MESSAGE, EntryType.DIRECTIVE, Entry
 
 #: An entry that is not hidden: the job it names, if any, was not rolled back
 #: (the hidden-entries rule, chaz/domain/multitask.py). A probe of the job's
-#: primary key per entry, or an anti-join with ``ix_jobs_rolled_back``.
-VISIBLE = ~(
-    select(JOBS.c.id)
-    .where(JOBS.c.id == ENTRIES.c.job_id, JOBS.c.rolled_back_at.is_not(None))
-    .exists()
+#: primary key per entry: a scalar subquery, which PostgreSQL does not turn
+#: into a join. As ``NOT EXISTS`` it became an anti-join, and a plan made on
+#: empty, never-analyzed tables (a worker's prepared generic plan on a fresh
+#: database, kept) scanned all of ``jobs`` for every entry a context read
+#: (docs/performance.md#postgresql-work-per-turn).
+VISIBLE = (
+    select(JOBS.c.rolled_back_at).where(JOBS.c.id == ENTRIES.c.job_id).scalar_subquery().is_(None)
 )
 
 #: The session's head job: its oldest unfinished one, by admission order
@@ -203,6 +205,41 @@ BUMP_JOB = (
 #: Inserts, executed with a dict of every column.
 INSERT_ENTRY = insert(ENTRIES)
 INSERT_JOB = insert(JOBS)
+#: The columns an admission writes of its entry and of its job
+#: (``chaz.store.writes.entry_row`` and ``new_job``).
+ENTRY_COLUMNS = (
+    "id",
+    "session_id",
+    "seq",
+    "type",
+    "sender",
+    "content",
+    "metadata",
+    "job_id",
+    "idempotency_key",
+    "key_scope",
+    "created_at",
+)
+JOB_COLUMNS = tuple(
+    c.name
+    for c in JOBS.c
+    if c.name not in ("input", "fire_id", "usage", "hidden_at", "rolled_back_at")
+)
+
+
+def _entry_and_job() -> Any:
+    entry = insert(ENTRIES).values(
+        {n: bindparam(f"e_{n}", type_=ENTRIES.c[n].type) for n in ENTRY_COLUMNS}
+    )
+    job = insert(JOBS).values({n: bindparam(f"j_{n}", type_=JOBS.c[n].type) for n in JOB_COLUMNS})
+    return job.add_cte(entry.cte("entry"))
+
+
+#: An admission's entry (the ``e_*`` parameters) and its job (``j_*``) in one
+#: statement (PostgreSQL: a data-modifying CTE): one round trip, and either
+#: both rows or, on a taken idempotency key, neither
+#: (docs/performance.md#postgresql-work-per-turn).
+INSERT_ENTRY_AND_JOB = _entry_and_job()
 #: A job row, locked for update; its lease token alone, locked (the fence).
 LOCK_JOB = select(JOBS).where(JOBS.c.id == bindparam("jid")).with_for_update()
 FENCE = select(JOBS.c.lease_token).where(JOBS.c.id == bindparam("jid")).with_for_update()

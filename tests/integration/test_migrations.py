@@ -4,6 +4,7 @@ safe to run from several processes at once, and equal to the models."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -164,6 +165,43 @@ def test_the_head_job_query_can_use_the_partial_index(engine: Engine) -> None:
             conn.exec_driver_sql(f"PREPARE head(text, int) AS {prepared}")
             plan = conn.exec_driver_sql("EXPLAIN EXECUTE head('s', 1)").all()
     assert "ix_jobs_session_active" in " ".join(str(r[-1]) for r in plan), plan
+
+
+def test_a_context_read_probes_the_jobs_by_key_even_planned_on_empty_tables(
+    engine: Engine,
+) -> None:
+    """A context read checks each entry's job for a rollback (``st.VISIBLE``) by
+    a lookup per entry, never a scan of ``jobs``: a plan made while the tables
+    were empty and never analyzed (a fresh database; the generic plan a
+    worker's connection prepares then and keeps) once scanned the whole
+    table for every entry read, a cost that grew with the table and the
+    context (docs/performance.md#postgresql-work-per-turn)."""
+    upgrade(engine)
+    values = {"sid": "s", "tid": "t", "upto": 5, "window": 512, "lim": 10}
+    compiled = st.CONTEXT.params(values).compile(
+        engine, compile_kwargs={"render_postcompile": True}
+    )
+    sql = str(compiled)
+    bound: dict[str, Any] = values | {f"type_1_{i}": t for i, t in enumerate(st.CONTEXT_TYPES, 1)}
+    with engine.begin() as conn:
+        if engine.dialect.name == "sqlite":
+            positional = tuple(bound.get(n, 0) for n in compiled.positiontup or ())
+            plan = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, positional).all()
+            details = [str(r[-1]) for r in plan if " jobs" in str(r[-1])]
+            assert details and all(d.startswith("SEARCH") for d in details), plan
+            return
+        order: list[str] = []
+        for name in re.findall(r"%\((\w+)\)s", sql):
+            if name not in order:
+                order.append(name)
+                sql = sql.replace(f"%({name})s", f"${len(order)}")
+        conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_generic_plan")
+        conn.exec_driver_sql(f"PREPARE context AS {sql}")
+        args = ", ".join(f"'{bound[n]}'" for n in order)
+        plan = conn.exec_driver_sql(f"EXPLAIN EXECUTE context({args})").all()
+    text_plan = "\n".join(str(r[0]) for r in plan)
+    assert "Seq Scan on jobs" not in text_plan, text_plan
+    assert "Index" in text_plan.split("SubPlan", 1)[-1], text_plan
 
 
 def test_the_partial_session_indexes_serve_their_readers(engine: Engine) -> None:

@@ -14,8 +14,10 @@ from chaz.domain.jobs import JobStatus
 from chaz.errors import IllegalTransition, LeaseLost, SessionNotFound, ValidationError
 from chaz.ids import new_id, utcnow
 from chaz.store import Store
+from chaz.store import statements as st
 from chaz.store.models import EntryRow, JobRow, SessionRow
 from chaz.store.types import Appended, Fence, Finish, KeyTaken
+from chaz.store.writes import bump, entry_row, insert_entry, new_job
 from chaz.usecases import completion
 from tests.support.concurrency import race
 
@@ -139,6 +141,36 @@ def test_idempotency_key_under_a_race(store: Store) -> None:
     # Nothing was burnt by the losers: the next append is seq 2, ordinal 2.
     nxt = write(store, s.id, EntryType.MESSAGE, "user:a", "next")
     assert nxt.entry.seq == 2 and nxt.job is not None and nxt.job.ordinal == 2
+
+
+def test_an_admission_whose_key_is_taken_writes_no_job_either(store: Store) -> None:
+    """An admission's entry and job are one statement on PostgreSQL
+    (``st.INSERT_ENTRY_AND_JOB``): a taken key fails the statement, and its
+    job is not left behind even by a caller that carries on in the same
+    transaction (here: past a savepoint), nor are the entry's seq and the
+    job's ordinal taken by a row."""
+    s = store.create_session("bot")
+    write(store, s.id, EntryType.MESSAGE, "user:a", "hi", idempotency_key="k")
+    draft = NewEntry(EntryType.MESSAGE, "user:a", "again", idempotency_key="k")
+    with store.db.write() as conn:
+        row = bump(conn, s.id, admit=True)
+        with pytest.raises(IntegrityError), conn.begin_nested():
+            insert_entry(conn, row, draft, admit=True, job_fields=None)
+        mine = select(func.count()).select_from(JobRow).where(JobRow.session_id == s.id)
+        assert conn.scalar(mine) == 1
+        assert conn.scalar(mine.where(JobRow.ordinal == row["last_ordinal"])) == 0
+    assert count(store, EntryRow, session_id=s.id) == 1
+    assert count(store, JobRow, session_id=s.id) == 1
+
+
+def test_the_one_statement_admission_writes_every_column_a_new_job_has() -> None:
+    """``st.INSERT_ENTRY_AND_JOB`` names its columns once, at import: a column
+    ``new_job`` sets and it left out would be dropped without an error."""
+    session = {"id": "s", "tree_id": "s", "project": "p", "unattended": False}
+    job = new_job(session, 1, "e", None, utcnow())
+    assert set(job) == set(st.JOB_COLUMNS)
+    draft = NewEntry(EntryType.MESSAGE, "user:a", "hi")
+    assert set(entry_row("e", "s", 1, draft, "j", utcnow())) == set(st.ENTRY_COLUMNS)
 
 
 def _job_values(session_id: str, ordinal: int, trigger: str | None) -> dict[str, Any]:

@@ -55,11 +55,15 @@ class Context:
         """``setup`` (read without its context, :meth:`Writes.turn_start`) with
         its job's context (:func:`read_context`), after the start has committed.
 
-        On PostgreSQL with no transaction around it (no ``BEGIN`` or
-        ``COMMIT`` round trip): its bounds are seqs the setup read, which no
-        later commit moves, so its statements need no snapshot in common;
-        a turn stays three transactions. SQLite: a read transaction.
+        ``setup`` itself if its context was read already: on PostgreSQL the
+        start's transaction reads it (:meth:`TurnStart.start`), so that a
+        turn is three transactions. Otherwise (SQLite; a start that wrote
+        nothing) a read of its own: its bounds are seqs the setup read,
+        which no later commit moves, so it needs no snapshot in common with
+        the setup.
         """
+        if setup.context_read:
+            return setup
         if self.db.sqlite:
             with self.db.read() as conn:
                 return read_context(conn, setup, max_context)
@@ -181,7 +185,7 @@ def read_context(conn: Connection, setup: TurnSetup, max_context: int) -> TurnSe
             job.input,
         )
         history.append(trigger)
-    return replace(setup, history=history, trigger=trigger)
+    return replace(setup, history=history, trigger=trigger, context_read=True)
 
 
 def _context(

@@ -29,7 +29,7 @@ from chaz.store import artifacts, entries, oneshot
 from chaz.store import statements as st
 from chaz.store.admitting import Admitting
 from chaz.store.agents import SpecCache
-from chaz.store.context import read_setup
+from chaz.store.context import read_context, read_setup
 from chaz.store.db import Database
 from chaz.store.ending import Completion, job_ended
 from chaz.store.events import record
@@ -66,10 +66,14 @@ class TurnStart:
     the block has ended.
     """
 
-    def __init__(self, db: Database, conn: Connection | None, setup: TurnSetup | None) -> None:
+    def __init__(
+        self, db: Database, conn: Connection | None, setup: TurnSetup | None, max_context: int
+    ) -> None:
         self._db = db
         self._conn = conn
-        #: The head job, its session and agent (its context is read after the start).
+        self._max_context = max_context
+        #: The head job, its session and agent; on PostgreSQL, once started,
+        #: its context too (see :meth:`start`).
         self.setup = setup
 
     def start(
@@ -89,16 +93,34 @@ class TurnStart:
         if self._conn is None:
             with self._db.write(durable=False) as conn:
                 return _start_turn(conn, job.id, token, ack_sender, ack_metadata, job, usage)
+        done = self._start_here(self._conn, job, token, ack_sender, ack_metadata, usage)
+        # The context in the same transaction, after the start's statement:
+        # a read of its own would be a fourth transaction of the turn (the
+        # capacity benchmark counts them, docs/capacity.md), and it costs
+        # the Ack one round trip either way. Its rows are turned into the
+        # context's entries here too; that work is small next to the turn's.
+        self.setup = read_context(self._conn, self.setup, self._max_context)
+        return done
+
+    @staticmethod
+    def _start_here(
+        conn: Connection,
+        job: Job,
+        token: str,
+        ack_sender: str,
+        ack_metadata: dict[str, Any] | None,
+        usage: Usage | None,
+    ) -> tuple[Job, Entry | None]:
         seen: Job | None = job
         if job.delivery_id is None and job.fire_id is None:
             # The start and its Ack as one statement (chaz.store.oneshot).
-            done = _start_in_one(self._conn, job, token, ack_sender, ack_metadata, usage)
+            done = _start_in_one(conn, job, token, ack_sender, ack_metadata, usage)
             if done is not None:
                 return done
             seen = None  # it changed since: the locking path
         # Not durable, as start_turn's own transaction (see Database.write).
-        self._conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
-        return _start_turn(self._conn, job.id, token, ack_sender, ack_metadata, seen, usage)
+        conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
+        return _start_turn(conn, job.id, token, ack_sender, ack_metadata, seen, usage)
 
 
 class Writes:
@@ -264,19 +286,19 @@ class Writes:
         and the caller's checks between them must not hold.
 
         The setup comes without its context (``history`` empty, ``trigger``
-        None): the start does not need it, and reading it here would put a
-        round trip and its rows' work between the wake-up and the Ack. The
-        turn reads it once the start has committed (:meth:`Context.turn_context`,
-        the same bounds).
+        None): the start does not need it. On PostgreSQL the start reads it
+        in this transaction once its statement has run (:meth:`TurnStart.start`);
+        on SQLite the turn reads it once the start has committed
+        (:meth:`Context.turn_context`, the same bounds).
         """
         if self.db.sqlite:
             with self.db.read() as conn:
                 setup = read_setup(conn, self.specs, session_id, max_context, context=False)
-            yield TurnStart(self.db, None, setup)
+            yield TurnStart(self.db, None, setup, max_context)
             return
         with self.db.write() as conn:
             setup = read_setup(conn, self.specs, session_id, max_context, context=False)
-            yield TurnStart(self.db, conn, setup)
+            yield TurnStart(self.db, conn, setup, max_context)
 
     def start_turn(
         self,

@@ -114,6 +114,9 @@ class TurnSetup:
     #: The sums its cumulative budgets need (None: nothing bounds it,
     #: docs/runtime.md#budgets).
     budget: BudgetRead | None = None
+    #: Whether ``history`` and ``trigger`` were read (``Store.turn_context``
+    #: reads them only if not).
+    context_read: bool = False
 
 
 class KeyTaken(Exception):

@@ -235,8 +235,9 @@ class TurnRunner:
         svc = self.services
         feed = Feed(svc.redis)
         # The job, its session and agent, and the job's start with its Ack:
-        # one transaction on PostgreSQL (Store.turn_start). The context is
-        # read in _run, after the Ack is out.
+        # one transaction on PostgreSQL (Store.turn_start), which reads the
+        # job's context after its start; on SQLite _run reads it, after the
+        # Ack is out.
         with svc.store.turn_start(lane.session_id, svc.settings.max_context_entries) as tx:
             setup = tx.setup
             slotted = self._claim_early(lane, setup)
@@ -244,6 +245,7 @@ class TurnRunner:
                 return False
             archived = archived_delivery(setup.job, setup.session)
             job = None if archived else self._start(tx, lane.token, feed)
+            setup = tx.setup or setup  # with its context, if the start read it
         if archived:
             refuse_archived(svc, setup.job, setup.session)
             return True
@@ -438,8 +440,9 @@ class TurnRunner:
             return Ran(finished=True)
         # It left the queue on its first start (a resumed turn left it then).
         cancel_requested = svc.signals.started(job, feed.take(), dequeued=job.starts == 1)
-        # Only the model call needs the context: read now, with the Ack
-        # committed and published, not between the wake-up and the Ack.
+        # Only the model call needs the context: unless the start's
+        # transaction read it (PostgreSQL), read now, with the Ack committed
+        # and published, not between the wake-up and the Ack.
         setup = svc.store.turn_context(setup, svc.settings.max_context_entries)
         turn = Turn(svc, self.registry, self._delegation, job, setup, token, feed, cancel_requested)
         if _given_up(svc, turn):

@@ -14,6 +14,13 @@ same run, alternating, each repetition a fresh process,
   migrations check) and the worker's own start (bootsteps, connections, the
   ready key, the lease watch).
 
+Both kinds of worker run this checkout's modules (``chaz``, ``workers``,
+``benchmarks``) compiled, as an installed chaz's are (``pip install``
+compiles them; the Dockerfile's image starts from bytecode) and as the bare
+worker's Celery is: the benchmark compiles them first (:func:`compile_sources`).
+A checkout run with ``PYTHONDONTWRITEBYTECODE=1`` would otherwise compile
+every chaz module from source in every start, a cost no deployment pays.
+
 Completion is seen as the benchmark sees every figure: the no-op task's push
 onto ``bench:done``, the reply's publication on the entry channel. The table
 shows the median, fastest and slowest run of each, and (i)'s median as a
@@ -26,6 +33,7 @@ work keeps busy, the steadier figure of the two.
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import queue
 import signal
@@ -54,6 +62,8 @@ RUNS = 5
 CONCURRENCY = 8
 #: A boot that takes longer than this failed.
 TIMEOUT = 120.0
+#: This checkout's packages that the workers import (compiled before the runs).
+SOURCES = ("chaz", "workers", "benchmarks")
 
 console = Console(width=int(os.environ.get("COLUMNS", "132")))
 
@@ -163,6 +173,14 @@ def boot_chaz(stack: BenchStack, listener: ReplyListener) -> Boot:
         _stop(proc)
 
 
+def compile_sources() -> bool:
+    """Compile :data:`SOURCES` to bytecode beside them (``__pycache__``, which git
+    ignores), as ``pip install`` does for an installed chaz; True if all compiled.
+    Python reads bytecode even under ``PYTHONDONTWRITEBYTECODE``, which only
+    stops it writing any."""
+    return all(compileall.compile_dir(ROOT / name, quiet=1, force=False) for name in SOURCES)
+
+
 def measure(kind: str, runs: int) -> Boots:
     """``runs`` boots of each kind on one stack, alternating (the first kind alternates too)."""
     boots = Boots(kind)
@@ -232,11 +250,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.worker_boot", description=__doc__)
     parser.add_argument("--stack", choices=["embedded", "server", "both"], default="both")
     parser.add_argument("--runs", type=int, default=RUNS, help=f"boots of each (default {RUNS})")
+    parser.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="do not compile the checkout first (a fresh checkout under "
+        "PYTHONDONTWRITEBYTECODE=1 then compiles chaz's modules in every start)",
+    )
     args = parser.parse_args(argv)
     scrub_environment()
     kinds = ["embedded", "server"] if args.stack == "both" else [args.stack]
+    if args.no_compile:
+        how = "modules as they are (no bytecode compiled first)"
+    elif compile_sources():
+        how = f"{', '.join(SOURCES)} compiled to bytecode first, as installed"
+    else:
+        how = "[red]some modules did not compile: they start from source[/]"
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    console.print(f"[bold]worker start-up[/]: {os.cpu_count()} CPUs, load average {load}")
+    console.print(f"[bold]worker start-up[/]: {os.cpu_count()} CPUs, load average {load}; {how}")
     results = []
     for kind in kinds:
         results.append(measure(kind, args.runs))

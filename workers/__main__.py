@@ -5,8 +5,9 @@ parses a word (Flower with Tornado, click-repl with prompt-toolkit, the
 ``amqp`` shell): about 0.3 s of a worker's start, more under load, that a
 worker never uses (docs/performance.md#worker-start-up). This entry runs
 Celery's own ``worker`` command, its options, conversions and defaults
-unchanged, on chaz's app, without loading the others. Anything but
-``worker`` goes to the full ``celery`` command.
+unchanged, on chaz's app, without loading the others (nor the pygments
+lexer Celery's command-line module builds for the others' output).
+Anything but ``worker`` goes to the full ``celery`` command.
 
 Exec'd by ``chaz worker`` with settings it did not check, it checks them
 first, as the command would have (``chaz.cli.worker.check_worker_settings``).
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     # As the celery command does first: an eventlet or gevent pool patches
     # the standard library before anything else imports it.
     maybe_patch_concurrency(["celery", *args])
+    _import_without_highlighting()
     from celery.bin.base import CLIContext
     from celery.bin.worker import worker
 
@@ -53,6 +55,26 @@ def main(argv: list[str] | None = None) -> None:
         prog_name="celery -A workers worker",
         obj=CLIContext(app=app, no_color=None, workdir=None, quiet=False),
     )
+
+
+def _import_without_highlighting() -> None:
+    """Import ``celery.bin.base`` as if pygments were not installed.
+
+    When pygments is importable, that module builds a Python lexer and a
+    256-colour formatter as it is imported, to colour the replies of
+    ``celery inspect`` and ``celery call``: a few hundredths of a second of
+    every worker's start (docs/performance.md#worker-start-up) for output
+    the ``worker`` command never prints. Hidden for this one import, Celery
+    takes its own fallback (no colour); pygments stays importable for
+    anything after.
+    """
+    if "celery.bin.base" in sys.modules or "pygments" in sys.modules:
+        return
+    sys.modules["pygments"] = None  # type: ignore[assignment]  # import fails: Celery's fallback
+    try:
+        import celery.bin.base  # noqa: F401
+    finally:
+        del sys.modules["pygments"]
 
 
 def _check_settings(spec: str) -> None:

@@ -65,3 +65,21 @@ def test_a_worker_imports_no_built_in_tool_until_a_turn_looks_one_up() -> None:
 
 def test_a_worker_does_not_load_croniter_until_a_cron_is_read() -> None:
     assert _loaded_by_worker(("croniter",)) == []
+
+
+def test_the_worker_entry_imports_celerys_cli_without_pygments() -> None:
+    # celery.bin.base builds a pygments lexer and formatter when imported, for
+    # `celery inspect`'s colours; `python -m workers worker` takes Celery's
+    # own fallback instead, and pygments stays importable afterwards.
+    code = (
+        "import sys\n"
+        "from workers.__main__ import _import_without_highlighting\n"
+        "_import_without_highlighting()\n"
+        "import celery.bin.base, celery.bin.worker\n"
+        "print(celery.bin.base.LEXER is None, 'pygments' in sys.modules)\n"
+        "import pygments.lexers\n"
+        "print(pygments.lexers.PythonLexer is not None)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False", "True"]

@@ -8,7 +8,6 @@ on, read through a fork's sources, at most a limit of them.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError
@@ -82,12 +81,13 @@ class Context:
             row = conn.execute(st.SESSION_BY_ID, {"ref": session_id}).mappings().first()
             if row is None:
                 raise SessionNotFound(f"no session {session_id!r}", session=session_id)
-            history = _context(conn, session_id, None, row["last_seq"], limit)
+            session = as_session(row)
+            history = _context(conn, session_id, None, session.last_seq, limit)
             covers = history[0].seq if history else 0
-            if row["fork_session_id"] is not None:
-                _read_through(conn, row, history, limit)
+            if session.fork_session_id is not None:
+                _read_through(conn, session, history, limit)
         history.reverse()
-        return as_session(row), history, covers
+        return session, history, covers
 
     def write_summary(self, session_id: str, draft: NewEntry, covers: int) -> Appended | None:
         """Append a Summary at the session's head, standing for its context up to ``covers``.
@@ -167,12 +167,7 @@ def read_context(conn: Connection, setup: TurnSetup, max_context: int) -> TurnSe
         if found is not None:
             trigger = as_said(found)
     if session.fork_session_id is not None:
-        fork = {
-            "fork_session_id": session.fork_session_id,
-            "fork_seq": session.fork_seq,
-            "project": session.project,
-        }
-        _read_through(conn, fork, history, max_context)
+        _read_through(conn, session, history, max_context)
     history.reverse()
     if job.input is not None and tid is None:
         # A schedule fire (docs/schedules.md): its prompt is this turn's
@@ -224,7 +219,7 @@ def _context(
     return kept
 
 
-def _read_through(conn: Connection, session: Any, history: list[Said], limit: int) -> None:
+def _read_through(conn: Connection, session: Session, history: list[Said], limit: int) -> None:
     """Extend a fork's context (``history``, newest first) with its source's.
 
     A fork is a pointer, not a copy: its context continues with the source
@@ -234,10 +229,9 @@ def _read_through(conn: Connection, session: Any, history: list[Said], limit: in
     another project is never read through (docs/security.md#visibility): the
     context stops there as if the source were gone.
     """
-    source, upto = session["fork_session_id"], session["fork_seq"]
-    project = session["project"]
+    source, upto, project = session.fork_session_id, session.fork_seq, session.project
     for _ in range(MAX_FORK_HOPS):
-        if source is None or len(history) >= limit:
+        if source is None or upto is None or len(history) >= limit:
             return
         if history and history[-1].type is EntryType.SUMMARY:
             return  # the context starts at this Summary

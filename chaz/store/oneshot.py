@@ -59,8 +59,6 @@ from chaz.store import statements as st
 from chaz.store.types import Finish
 from chaz.store.writes import entry_row
 
-_ENTRY_COLUMNS = st.ENTRY_COLUMNS
-
 
 def _bump_if(name: str, condition: Any) -> CTE:
     # The session's next seq, taken (and its row locked) only if ``condition``.
@@ -79,9 +77,9 @@ def _entry_at(seq: CTE) -> Insert:
     c = st.ENTRIES.c
     values = [
         seq.c.last_seq if name == "seq" else bindparam(f"e_{name}", type_=c[name].type)
-        for name in _ENTRY_COLUMNS
+        for name in st.ENTRY_COLUMNS
     ]
-    return insert(st.ENTRIES).from_select(list(_ENTRY_COLUMNS), select(*values).select_from(seq))
+    return insert(st.ENTRIES).from_select(list(st.ENTRY_COLUMNS), select(*values).select_from(seq))
 
 
 def _start_with_ack() -> Select[Any]:

@@ -96,13 +96,18 @@ def test_the_start_reads_no_entry_and_the_context_after_it_is_the_same(store: St
     assert _said(store.turn_context(tx.setup, 200)) == _said(before)
 
 
-def test_a_turn_publishes_its_ack_before_it_reads_its_context(stack: Stack) -> None:
-    client = stack.client
-    client.agents.put(AGENT)
-    svc = client.services
-    s = client.sessions.create(AGENT.id)
-    job_id = client.sessions.post(s.id, "hello").job_id
+def _posted(stack: Stack, text: str) -> tuple[str, str]:
+    """A new session of AGENT and the job of a message posted to it."""
+    stack.client.agents.put(AGENT)
+    s = stack.client.sessions.create(AGENT.id)
+    job_id = stack.client.sessions.post(s.id, text).job_id
     assert job_id is not None
+    return s.id, job_id
+
+
+def test_a_turn_publishes_its_ack_before_it_reads_its_context(stack: Stack) -> None:
+    client, svc = stack.client, stack.client.services
+    sid, job_id = _posted(stack, "hello")
     order: list[str] = []
 
     def seen(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
@@ -118,7 +123,7 @@ def test_a_turn_publishes_its_ack_before_it_reads_its_context(stack: Stack) -> N
     svc.signals.started = publish  # type: ignore[method-assign]
     event.listen(svc.store.engine, "before_cursor_execute", seen)
     try:
-        outcome = TurnRunner(svc, client.tools).wake(s.id, job_id)
+        outcome = TurnRunner(svc, client.tools).wake(sid, job_id)
     finally:
         event.remove(svc.store.engine, "before_cursor_execute", seen)
         del svc.signals.started
@@ -138,16 +143,12 @@ def test_a_turn_and_its_admission_are_three_transactions(stack: Stack) -> None:
     start with its context, the end."""
     if stack.kind != "server":
         pytest.skip("the count is PostgreSQL's (docs/capacity.md)")
-    client = stack.client
-    client.agents.put(AGENT)
-    svc = client.services
-    s = client.sessions.create(AGENT.id)
+    client, svc = stack.client, stack.client.services
     # A first turn fills what a worker and a producer keep (the project's
     # limits, the quota counters rebuilt from the database): the count is
     # of a turn in a running fleet.
-    first = client.sessions.post(s.id, "warm").job_id
-    assert first is not None
-    assert TurnRunner(svc, client.tools).wake(s.id, first).ran == (first,)
+    sid, first = _posted(stack, "warm")
+    assert TurnRunner(svc, client.tools).wake(sid, first).ran == (first,)
     seen: list[str] = []
 
     def statement(conn: Any, _cur: Any, text: str, *_: Any) -> None:
@@ -160,9 +161,9 @@ def test_a_turn_and_its_admission_are_three_transactions(stack: Stack) -> None:
     event.listen(svc.store.engine, "before_cursor_execute", statement)
     event.listen(svc.store.engine, "commit", commit)
     try:
-        job_id = client.sessions.post(s.id, "hello").job_id
+        job_id = client.sessions.post(sid, "hello").job_id
         assert job_id is not None
-        outcome = TurnRunner(svc, client.tools).wake(s.id, job_id)
+        outcome = TurnRunner(svc, client.tools).wake(sid, job_id)
     finally:
         event.remove(svc.store.engine, "before_cursor_execute", statement)
         event.remove(svc.store.engine, "commit", commit)

@@ -245,7 +245,8 @@ class TurnRunner:
                 return False
             archived = archived_delivery(setup.job, setup.session)
             job = None if archived else self._start(tx, lane.token, feed)
-            setup = tx.setup or setup  # with its context, if the start read it
+            # With its context, if the start read it (PostgreSQL).
+            setup = tx.setup if tx.setup is not None else setup
         if archived:
             refuse_archived(svc, setup.job, setup.session)
             return True

@@ -9,6 +9,7 @@ caches its compiled form. Only the store's concept modules run them.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -166,15 +167,37 @@ _AGENT_OF_SESSION = (
     .scalar_subquery()
     .label("agent_spec")
 )
+#: How long an admission leaves a session's ``active_at`` as it is: set at
+#: most once a second, so that a session's admissions in between change no
+#: indexed column and their update is HOT (``ix_sessions_project_active``
+#: holds it; docs/performance.md#postgresql-work-per-turn).
+ACTIVE_AT_GRAIN = timedelta(seconds=1)
+#: ``active_at`` as an admission sets it: ``now``, unless it is later than
+#: ``fresh_after`` (``now - ACTIVE_AT_GRAIN``, :func:`active_params`).
+_ACTIVE_AT = case(
+    (
+        SESSIONS.c.active_at > bindparam("fresh_after", type_=SESSIONS.c.active_at.type),
+        SESSIONS.c.active_at,
+    ),
+    else_=bindparam("now", type_=SESSIONS.c.active_at.type),
+)
+
+
+def active_params(now: datetime) -> dict[str, datetime]:
+    """BUMP_ADMIT's ``now`` and ``fresh_after``."""
+    return {"now": now, "fresh_after": now - ACTIVE_AT_GRAIN}
+
+
 #: The same as BUMP, and the next job ordinal: for an entry that admits a
-#: job; with the agent's spec.
+#: job; with the agent's spec. ``active_at`` moves to ``now`` only if it is
+#: older than ACTIVE_AT_GRAIN (:func:`active_params`).
 BUMP_ADMIT = (
     update(SESSIONS)
     .where(SESSIONS.c.id == bindparam("sid"))
     .values(
         last_seq=SESSIONS.c.last_seq + 1,
         last_ordinal=SESSIONS.c.last_ordinal + 1,
-        active_at=bindparam("now"),
+        active_at=_ACTIVE_AT,
     )
     .returning(*SESSIONS.c, _AGENT_OF_SESSION)
 )

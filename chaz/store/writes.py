@@ -31,7 +31,8 @@ def bump(conn: Connection, session_id: str, admit: bool) -> Any:
     """Take the session's next seq (and, for an admission, its next job ordinal),
     locking the session row; the session row as it now is."""
     if admit:
-        row = conn.execute(st.BUMP_ADMIT, {"sid": session_id, "now": utcnow()}).mappings().first()
+        params = {"sid": session_id, **st.active_params(utcnow())}
+        row = conn.execute(st.BUMP_ADMIT, params).mappings().first()
     else:
         row = conn.execute(st.BUMP, {"sid": session_id}).mappings().first()
     if row is None:

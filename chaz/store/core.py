@@ -24,7 +24,7 @@ from chaz.domain import events as ev
 from chaz.domain.entries import Entry, EntryType, NewEntry, parse_sender
 from chaz.domain.jobs import Job, JobStatus, Usage, check_transition
 from chaz.errors import AgentNotFound, LeaseLost, SessionNotFound
-from chaz.ids import utcnow
+from chaz.ids import new_id, utcnow
 from chaz.store import artifacts, entries, oneshot
 from chaz.store import statements as st
 from chaz.store.admitting import Admitting
@@ -36,8 +36,15 @@ from chaz.store.events import record
 from chaz.store.models import JobRow
 from chaz.store.rows import as_entry, as_job
 from chaz.store.sessions import insert_session
-from chaz.store.types import Appended, Fence, Finish, NewSession, TurnSetup
-from chaz.store.writes import append_entry, bump, check_fence, insert_entry, lock_job
+from chaz.store.types import Appended, Fence, Finish, JobFields, KeyTaken, NewSession, TurnSetup
+from chaz.store.writes import (
+    admit_in_one,
+    append_entry,
+    bump,
+    check_fence,
+    insert_entry,
+    lock_job,
+)
 
 
 class RoomRoute(Protocol):
@@ -132,7 +139,12 @@ class Writes:
 
     @contextmanager
     def admitting(
-        self, session_id: str, *, create: NewSession | None = None, entry: bool = True
+        self,
+        session_id: str,
+        *,
+        create: NewSession | None = None,
+        entry: bool = True,
+        prepared: tuple[NewEntry, JobFields | None] | None = None,
     ) -> Iterator[Admitting]:
         """The unit of work of one admission (see :class:`Admitting`).
 
@@ -142,10 +154,41 @@ class Writes:
         replaces ``session_id``): a refused spawn leaves no empty session.
         ``entry=False`` takes a job ordinal and no seq: the admission writes a
         job with no entry (:meth:`Admitting.insert_job`).
+
+        ``prepared``: the draft (and job fields) the block will pass to
+        :meth:`Admitting.insert` and nothing else, on PostgreSQL written with
+        the session's update as one statement before the block runs
+        (``st.ADMIT_IN_ONE``; a room's entry is not: its rule decides). The
+        block's checks then see the rows (they commit only with it, and a
+        refusal rolls them back with the rest); its quota rebuilds do not
+        count them. For a block that reads the session's jobs before it
+        inserts (``Admitting.busy``), not this.
         """
         with self.db.write() as conn:
             if create is not None:
                 session_id = insert_session(conn, create)["id"]
+            if prepared is not None and entry and create is None and not self.db.sqlite:
+                draft, fields = prepared
+                parse_sender(draft.sender)
+                job_id = new_id()
+                try:
+                    row, values, job_row = admit_in_one(conn, session_id, draft, fields, job_id)
+                except IntegrityError as exc:
+                    if draft.idempotency_key is None:
+                        raise
+                    raise KeyTaken(draft.idempotency_key) from exc
+                if row["agent_spec"] is None:
+                    raise AgentNotFound(f"no agent {row['agent_id']!r}", agent_id=row["agent_id"])
+                specs, locked = self.specs, row
+                written = None if values is None or job_row is None else (draft, values, job_row)
+                yield Admitting(
+                    conn,
+                    row,
+                    lambda: specs.parsed(locked["agent_id"], locked["agent_spec"]),
+                    job_id=job_id,
+                    written=written,
+                )
+                return
             if entry:
                 row = bump(conn, session_id, admit=True)
             else:

@@ -293,8 +293,9 @@ class Writes:
         and the caller's checks between them must not hold.
 
         The setup comes without its context (``history`` empty, ``trigger``
-        None): the start does not need it. On PostgreSQL the start reads it
-        in this transaction once its statement has run (:meth:`TurnStart.start`);
+        None): the start does not need it. On PostgreSQL the start's
+        statement reads its first window and the rest is read after it, in
+        this transaction (:meth:`TurnStart.start`);
         on SQLite the turn reads it once the start has committed
         (:meth:`Context.turn_context`, the same bounds).
         """

@@ -21,6 +21,7 @@ from sqlalchemy import (
     cast,
     func,
     insert,
+    literal_column,
     or_,
     select,
     true,
@@ -39,6 +40,15 @@ JOBS = JobRow.__table__
 AGENTS = AgentRow.__table__
 
 CONTEXT_TYPES = [t.value for t in (EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY)]
+
+
+def _among(column: Any, values: list[str]) -> Any:
+    # ``column IN ('a', ...)`` with the values written as literals. A list of
+    # values becomes an "expanding" parameter, which SQLAlchemy writes into
+    # the statement's text again on every execution: a pass over the whole
+    # text (the start's is long) on the turn's way to its Ack.
+    return column.in_([literal_column(f"'{v}'") for v in values])
+
 
 #: An entry that is not hidden: the job it names, if any, was not rolled back
 #: (the hidden-entries rule, chaz/domain/multitask.py). A probe of the job's
@@ -127,7 +137,7 @@ CONTEXT = (
     select(*SAID_COLUMNS)
     .where(
         ENTRIES.c.session_id == bindparam("sid"),
-        ENTRIES.c.type.in_(CONTEXT_TYPES),
+        _among(ENTRIES.c.type, CONTEXT_TYPES),
         ENTRIES.c.seq <= _anchor(),
         ENTRIES.c.seq > _anchor() - bindparam("window"),
         VISIBLE,
@@ -326,7 +336,7 @@ FENCE = select(JOBS.c.lease_token).where(JOBS.c.id == bindparam("jid")).with_for
 _RESUMES_SAFELY = or_(
     and_(JOBS.c.status == JobStatus.QUEUED.value, JOBS.c.starts > 0),
     and_(
-        JOBS.c.status.in_((JobStatus.RUNNING.value, JobStatus.STOPPING.value)),
+        _among(JOBS.c.status, [JobStatus.RUNNING.value, JobStatus.STOPPING.value]),
         JOBS.c.lease_token.is_(None),
     ),
 )

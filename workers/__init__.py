@@ -18,7 +18,7 @@ _paused = False
 def pause_collection() -> None:
     """Stop the cyclic garbage collector while ``python -m workers worker`` starts.
 
-    The modules a worker imports allocate a few hundred thousand objects that
+    The modules a worker imports allocate over a hundred thousand objects that
     live as long as the process, and the collector's full passes over them
     were about a tenth of its start (docs/performance.md#worker-start-up).
     Python sets ``sys.argv[0]`` to ``-m`` while it locates the module of

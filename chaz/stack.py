@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,6 +24,10 @@ from typing import TYPE_CHECKING
 from chaz.coord import keys
 from chaz.errors import BackendUnavailable
 from chaz.plumbing.files import PRIVATE_UMASK, create_private, private_dir
+
+# Re-exported: the worker's command line lives where `chaz worker` can import it alone.
+from chaz.plumbing.worker_command import QUEUES as QUEUES
+from chaz.plumbing.worker_command import worker_command as worker_command
 
 if TYPE_CHECKING:
     from chaz.client import Client
@@ -116,42 +120,6 @@ def embedded_redis_pid(settings: Settings) -> int | None:
         return int((settings.home.resolve() / "redis.pid").read_text().strip())
     except (OSError, ValueError):
         return None
-
-
-#: Every queue chaz's tasks are routed to (see chaz.celery_settings.task_routes).
-QUEUES = "chaz.turns,chaz.control,chaz.schedules"
-
-
-def worker_command(
-    concurrency: int,
-    *,
-    name: str,
-    queues: str = QUEUES,
-    loglevel: str = "WARNING",
-    beat_schedule: Path | None = None,
-    extra: Sequence[str] = (),
-) -> list[str]:
-    """The ``celery worker`` command line of a chaz worker (``extra`` goes last, so wins).
-
-    ``python -m workers worker`` is Celery's own ``worker`` command on chaz's
-    app without the ``celery`` command's plugins (:mod:`workers.__main__`):
-    the same options, a start about 0.3 s shorter."""
-    cmd = [
-        sys.executable, "-m", "workers", "worker",
-        "--pool", "threads",
-        "--concurrency", str(concurrency),
-        "--hostname", f"{name}@%h",
-        "--queues", queues,
-        "--loglevel", loglevel,
-        # Gossip and mingle are broker chatter chaz does not use (no revokes, no
-        # worker-to-worker sync); Flower reads task events, which stay on.
-        "--without-gossip",
-        "--without-mingle",
-        "--task-events",
-    ]  # fmt: skip
-    if beat_schedule is not None:
-        cmd += ["--beat", "--schedule", str(beat_schedule)]
-    return [*cmd, *extra]
 
 
 class WorkerProcess:

@@ -11,6 +11,11 @@ Anything but ``worker`` goes to the full ``celery`` command.
 
 Exec'd by ``chaz worker`` with settings it did not check, it checks them
 first, as the command would have (``chaz.cli.worker.check_worker_settings``).
+
+The garbage collector, paused while Python locates this module (the
+package's import, :func:`workers.pause_collection`), resumes when Celery
+sends ``worker_init``: the tasks and everything a turn needs are imported by
+then, and are frozen out of later collections.
 """
 
 from __future__ import annotations
@@ -44,8 +49,13 @@ def main(argv: list[str] | None = None) -> None:
     _import_without_highlighting()
     from celery.bin.base import CLIContext
     from celery.bin.worker import worker
+    from celery.signals import worker_init
 
     from workers.app import app
+
+    # Celery sends worker_init once it has imported the tasks (and with them
+    # the store and the turn's code), before it connects to the broker.
+    worker_init.connect(_resume_collection, weak=False)
 
     # What the ``celery`` group does before it calls ``worker``: the app's
     # own worker options (chaz declares none), then the context object.
@@ -55,6 +65,13 @@ def main(argv: list[str] | None = None) -> None:
         prog_name="celery -A workers worker",
         obj=CLIContext(app=app, no_color=None, workdir=None, quiet=False),
     )
+
+
+def _resume_collection(**_: object) -> None:
+    """End the start's pause of the garbage collector (:func:`workers.resume_collection`)."""
+    from workers import resume_collection
+
+    resume_collection()
 
 
 def _import_without_highlighting() -> None:

@@ -126,7 +126,10 @@ def _announce(sender: Any, **_: Any) -> None:
     _watch.start()
     # What the start built (modules, the app, settings, the services and
     # their pools) lives as long as the worker: out of the collector's
-    # generations, so that a full collection, which holds the GIL against
+    # generations (again: `python -m workers worker` froze the imports at
+    # worker_init, workers.resume_collection; this adds what came since,
+    # and covers a worker started by `celery -A workers worker`),
+    # so that a full collection, which holds the GIL against
     # every turn thread, scans only what turns made since (about 100,000
     # objects fewer: tens of ms a collection on a loaded machine, in the
     # dispatch's tail, docs/performance.md#dispatch).

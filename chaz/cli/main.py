@@ -73,6 +73,29 @@ GROUPS = (
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``chaz`` and all its subcommands."""
+    parser, commands = _root_parser()
+    for group in GROUPS:
+        group.register(commands)
+    return parser
+
+
+def _worker_parser() -> argparse.ArgumentParser:
+    """:func:`build_parser` with ``chaz worker`` as its only subcommand.
+
+    A command line that starts with ``worker`` parses to the same namespace,
+    the same errors and the same help with it (the root's options, which
+    that line cannot hold before ``worker``, are the same; the subcommand's
+    parser is the same), and building the other groups' parsers was about a
+    fifth of the command's own time before its exec, which every worker's
+    start pays (docs/performance.md#worker-start-up).
+    """
+    parser, commands = _root_parser()
+    processes.register_worker(commands)
+    return parser
+
+
+def _root_parser() -> tuple[argparse.ArgumentParser, parsers.Subcommands]:
+    """The root parser and where the command groups add their commands."""
     # --json and --home work before or after the subcommand. SUPPRESS keeps a
     # subcommand from resetting a value given before it.
     common = argparse.ArgumentParser(add_help=False)
@@ -115,9 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parsers.Subcommands(
         parser.add_subparsers(dest="command", metavar="COMMAND"), common, identity
     )
-    for group in GROUPS:
-        group.register(commands)
-    return parser
+    return parser, commands
 
 
 # --------------------------------------------------------------------------- entry points
@@ -130,7 +151,9 @@ def exit_code(exc: ChazError) -> int:
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `chaz worker ...` (a deployment's worker, each scale-up) builds only its parser.
+    parser = _worker_parser() if argv[:1] == ["worker"] else build_parser()
     try:
         args, extra = parser.parse_known_args(argv)
         if extra and args.command != "worker":

@@ -27,8 +27,8 @@ import os
 import re
 import shlex
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from chaz.cli.context import Context
 from chaz.cli.output import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
@@ -50,9 +50,11 @@ CHECK_SETTINGS_ENV = "_CHAZ_WORKER_CHECK_SETTINGS"
 _PLAIN_INT = re.compile(r"[1-9][0-9]{0,5}")
 
 
-@dataclass(frozen=True)
-class WorkerSettings:
-    """What ``chaz worker`` reads of the settings before it execs Celery."""
+class WorkerSettings(NamedTuple):
+    """What ``chaz worker`` reads of the settings before it execs Celery.
+
+    A named tuple, not a dataclass: :mod:`dataclasses` imports :mod:`inspect`
+    and the tokenizer, a tenth of the command's own time before its exec."""
 
     #: ``CHAZ_HOME``, resolved.
     home: Path
@@ -158,8 +160,7 @@ def migrate_url(url: str, *, report: bool = True) -> str | None:
 
 def cmd_worker(ctx: Context) -> int:
     """Replace this process with a ``celery worker`` consuming chaz's queues."""
-    from chaz.coord.redis import ensure_embedded_at
-    from chaz.stack import worker_command
+    from chaz.plumbing.worker_command import worker_command
     from chaz.store.migrate import connect_args
 
     args, out = ctx.args, ctx.out
@@ -188,6 +189,8 @@ def cmd_worker(ctx: Context) -> int:
         return EXIT_OK
     home.mkdir(parents=True, exist_ok=True)
     if settings.embedded_redis:
+        from chaz.coord.redis import ensure_embedded_at
+
         # The worker's broker is this Redis: it must answer before celery connects.
         ensure_embedded_at(home)
     # On PostgreSQL, a worker that checks the settings also brings the schema

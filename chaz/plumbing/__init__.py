@@ -1,2 +1,3 @@
 """Process-level plumbing: sending Celery tasks, fault injection, private files,
-the watchdog and the worker heartbeat. No chaz rules live here."""
+the watchdog, the worker heartbeat and the worker's command line. No chaz
+rules live here."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import fcntl
 import re
-import sqlite3
 from contextlib import closing
 from functools import lru_cache
 from pathlib import Path
@@ -83,6 +82,8 @@ def is_current_file(url: str) -> bool:
     ``chaz worker`` asks before it execs Celery: on the embedded default the
     answer takes a millisecond, SQLAlchemy's import a tenth of a second.
     """
+    import sqlite3  # here: on PostgreSQL, `chaz worker` loads this module for connect_args
+
     prefix = "sqlite:///"
     head = bundled_head()
     if head is None or not url.startswith(prefix) or "?" in url:

@@ -83,3 +83,48 @@ def test_the_worker_entry_imports_celerys_cli_without_pygments() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "False", "True"]
+
+
+def _collector_after(code: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_importing_workers_leaves_the_garbage_collector_alone() -> None:
+    # Only `python -m workers worker` pauses it: a test, beat or a producer
+    # that imports the package keeps its collector as it was.
+    code = "import gc, workers\nprint(gc.isenabled(), gc.get_freeze_count() == 0)\n"
+    assert _collector_after(code) == ["True", "True"]
+
+
+def test_a_worker_start_collects_again_once_resumed() -> None:
+    # While Python locates `python -m workers worker`'s __main__, sys.argv
+    # is ["-m", "worker", ...]: the package pauses the collector then, and
+    # workers.__main__ resumes it at worker_init, with what the start
+    # imported frozen out of later collections.
+    code = (
+        "import sys\n"
+        "sys.argv[:] = ['-m', 'worker', '--pool', 'threads']\n"
+        "import gc, workers\n"
+        "print(gc.isenabled())\n"
+        "from workers.__main__ import _resume_collection\n"
+        "_resume_collection(sender=None)\n"
+        "print(gc.isenabled(), gc.get_freeze_count() > 0)\n"
+        "_resume_collection(sender=None)\n"
+        "print(gc.isenabled())\n"
+    )
+    assert _collector_after(code) == ["False", "True", "True", "True"]
+
+
+def test_the_worker_entry_resumes_the_collector_at_worker_init() -> None:
+    code = (
+        "from unittest import mock\n"
+        "from celery.bin.worker import worker\n"
+        "from celery.signals import worker_init\n"
+        "from workers.__main__ import _resume_collection, main\n"
+        "with mock.patch.object(worker, 'main'):\n"
+        "    main(['worker'])\n"
+        "print(any(r is _resume_collection for _, r in worker_init.receivers))\n"
+    )
+    assert _collector_after(code) == ["True"]

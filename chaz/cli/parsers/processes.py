@@ -49,6 +49,11 @@ def register(commands: Subcommands) -> None:
         help="also run `chaz serve` on 127.0.0.1:PORT (docs/http.md)",
     )
 
+    register_worker(commands)
+
+
+def register_worker(commands: Subcommands) -> None:
+    """Add ``chaz worker`` to ``commands`` (alone: chaz.cli.main's fast path for it)."""
     p = commands.add(
         "worker",
         command("cmd_worker", "chaz.cli.worker"),

@@ -24,12 +24,12 @@ within ``CHECK_SECONDS``; the wait then ends as a watch stopped by
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import time
 import weakref
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
+
+import anyio.to_thread
 
 from chaz.coord import keys
 from chaz.coord.pubsub import Subscription
@@ -62,67 +62,46 @@ class Gate:
     They are database transactions (the admission, a read), so threads past
     the process's pool of connections would only wait for one, each a thread
     more taking turns at the interpreter's lock; a wait that holds no thread
-    needs no more. One semaphore and one pool of ``size`` threads per event
-    loop (tests run an app on several).
+    needs no more. One limiter per event loop (tests run an app on several).
 
     A step waits for a free thread at most ``timeout`` seconds (the pool's
     own wait for a connection, ``CHAZ_DB_POOL_TIMEOUT``), then raises
     ``backend.unavailable`` as a pool that stayed full would: an overloaded
-    server answers instead of queueing runs without bound.
-
-    asyncio's own semaphore and executor, not anyio's limiter and
-    ``to_thread``: two limiters, a cancel scope and anyio's worker handshake
-    per step were about 4 % of the server's CPU under load, for nothing a
-    step needs (docs/performance.md#http-chaz-serve-against-langgraph-dev).
-    The call runs in a copy of the caller's context (its trace, as with
-    anyio), and a step whose caller is cancelled runs to its end in its
-    thread, holding its place in the gate until then."""
+    server answers instead of queueing runs without bound."""
 
     def __init__(self, size: int, timeout: float = 30.0) -> None:
         self.size = size
         self.timeout = timeout
-        self._per_loop: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, tuple[asyncio.Semaphore, ThreadPoolExecutor]
+        # Per loop: the gate, and the threads of its holders. anyio takes a
+        # thread under a limiter it acquires itself, and a task cannot hold
+        # one token twice, so the call is run under a second limiter of the
+        # same size, which a gate holder always finds free.
+        self._limiters: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[anyio.CapacityLimiter, anyio.CapacityLimiter]
         ] = weakref.WeakKeyDictionary()
 
     async def run(self, call: Callable[..., T], *args: Any) -> T:
         """``call(*args)`` in a worker thread, once one of the gate's is free."""
         loop = asyncio.get_running_loop()
-        pair = self._per_loop.get(loop)
+        pair = self._limiters.get(loop)
         if pair is None:
-            executor = ThreadPoolExecutor(self.size, thread_name_prefix="chaz-gate")
-            pair = self._per_loop[loop] = (asyncio.Semaphore(self.size), executor)
-        gate, executor = pair
-        if gate.locked():
-            try:
-                async with asyncio.timeout(self.timeout):
-                    await gate.acquire()
-            except TimeoutError:
-                raise BackendUnavailable(
-                    f"no thread for a run's wait within {self.timeout:g}s ({self.size} busy)"
-                ) from None
-        else:
-            await gate.acquire()  # free: taken without a suspension
-        context = contextvars.copy_context()
+            pair = self._limiters[loop] = (
+                anyio.CapacityLimiter(self.size),
+                anyio.CapacityLimiter(self.size),
+            )
+        gate, threads = pair
+        acquired = False
+        with anyio.move_on_after(self.timeout):
+            await gate.acquire()
+            acquired = True
+        if not acquired:
+            raise BackendUnavailable(
+                f"no thread for a run's wait within {self.timeout:g}s ({self.size} busy)"
+            )
         try:
-            done = loop.run_in_executor(executor, context.run, call, *args)
-        except BaseException:
+            return await anyio.to_thread.run_sync(call, *args, limiter=threads)
+        finally:
             gate.release()
-            raise
-        try:
-            result = await asyncio.shield(done)
-        except asyncio.CancelledError:
-            if done.done():
-                gate.release()
-            else:
-                # The thread cannot be stopped: its place is freed when it ends.
-                done.add_done_callback(lambda _: gate.release())
-            raise
-        except BaseException:
-            gate.release()  # the call's own error
-            raise
-        gate.release()
-        return result
 
 
 class Awaited:

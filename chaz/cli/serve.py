@@ -22,7 +22,7 @@ def server_stack() -> tuple[str, str]:
     """uvicorn's HTTP parser and event loop for ``chaz serve``: ``httptools``
     and ``uvloop`` (C; dependencies of chaz) where installed, else the
     pure-Python ``h11`` and asyncio's own loop (uvloop has no Windows build).
-    Measured: the server's CPU per run about a sixth lower with both
+    Measured: the server's CPU per run 2-22 % lower with both
     (docs/performance.md#http-chaz-serve-against-langgraph-dev)."""
     http = "httptools" if importlib.util.find_spec("httptools") else "h11"
     loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"

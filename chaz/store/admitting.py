@@ -44,7 +44,15 @@ class Admitting:
     rolls everything back.
     """
 
-    def __init__(self, conn: Connection, row: Any, agent: Callable[[], AgentSpec]) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        row: Any,
+        agent: Callable[[], AgentSpec],
+        *,
+        job_id: str | None = None,
+        written: tuple[NewEntry, dict[str, Any], dict[str, Any]] | None = None,
+    ) -> None:
         self._conn = conn
         self._row = row
         self._load_agent = agent
@@ -52,9 +60,13 @@ class Admitting:
         self.session = as_session(row)
         #: The id the job this admission writes takes: drawn first, so the
         #: quota reservation can name the job before it is inserted.
-        self.job_id = new_id()
+        self.job_id = job_id or new_id()
+        #: An entry and its job already inserted with the session's update
+        #: (``Writes.admitting(prepared=...)``): the draft, the entry's and the
+        #: job's columns. :meth:`insert` of that draft answers with them.
+        self._written = written
         #: Whether a job was written (a room's entry may wake nobody).
-        self.wrote_job = False
+        self.wrote_job = written is not None
 
     @cached_property
     def agent(self) -> AgentSpec:
@@ -101,16 +113,24 @@ class Admitting:
     def project_counts(self) -> tuple[list[str], int]:
         """The ids of the project's unfinished jobs and how many it ever
         admitted, read in this transaction (to rebuild its quota keys)."""
-        return project_store.read_counts(self._conn, self.session.project)
+        live, total = project_store.read_counts(self._conn, self.session.project)
+        if self._written is not None:
+            # Not the job this admission already wrote (see job_counts).
+            return [j for j in live if j != self.job_id], total - 1
+        return live, total
 
     def job_counts(self) -> tuple[int, int]:
         """``(queued, total)`` jobs of the session, read in this transaction.
 
         For rebuilding missing quota counters without a second connection:
         the session row is locked, and other admitters may hold every pooled
-        connection.
+        connection. A job this admission already wrote is not counted: its
+        reservation counts it.
         """
-        return job_counts(self._conn, self.session.id)
+        queued, total = job_counts(self._conn, self.session.id)
+        if self._written is not None:
+            return queued - 1, total - 1
+        return queued, total
 
     def insert(
         self,
@@ -126,6 +146,11 @@ class Admitting:
         and its idempotency key is checked like the entry's.
         """
         parse_sender(draft.sender)
+        if self._written is not None:
+            # Written with the session's update: this admission's one insert.
+            written, entry, job = self._written
+            assert draft is written and delivery is None, "not the admission's prepared draft"
+            return Appended(as_entry(entry), as_job(job), created=True)
         if delivery is not None:
             job_fields = replace(job_fields or JobFields(), delivery_id=delivery["id"])
         try:

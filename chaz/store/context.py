@@ -7,7 +7,9 @@ on, read through a fork's sources, at most a limit of them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError
@@ -146,8 +148,30 @@ def read_setup(
     return read_context(conn, setup, max_context) if context else setup
 
 
-def read_context(conn: Connection, setup: TurnSetup, max_context: int) -> TurnSetup:
+def context_window(setup: TurnSetup, max_context: int) -> dict[str, Any] | None:
+    """The parameters of the first ``st.CONTEXT`` statement :func:`read_context`
+    runs for ``setup``, or None if it runs none: a statement that reads them
+    too (the start's, :data:`chaz.store.oneshot.START_WITH_ACK_AND_CONTEXT`)
+    hands its rows to :func:`read_context` as ``first``."""
+    upto = setup.session.last_seq
+    if max_context <= 0 or upto <= 0:
+        return None
+    return {
+        "sid": setup.session.id,
+        "tid": setup.job.trigger_entry_id,
+        "upto": upto,
+        "window": st.CONTEXT_WINDOW,
+        "lim": max_context,
+    }
+
+
+def read_context(
+    conn: Connection, setup: TurnSetup, max_context: int, *, first: list[Any] | None = None
+) -> TurnSetup:
     """``setup`` with its job's context read in ``conn`` (see :meth:`Context.turn_setup`).
+
+    ``first``: the rows of the first window, read already with the
+    parameters :func:`context_window` gave (None: read here).
 
     Bounded by what the setup read, never by what came since: the entries
     up to the job's trigger, or without one up to the session's ``last_seq``
@@ -159,7 +183,7 @@ def read_context(conn: Connection, setup: TurnSetup, max_context: int) -> TurnSe
     """
     job, session = setup.job, setup.session
     tid = job.trigger_entry_id
-    history = _context(conn, session.id, tid, session.last_seq, max_context)
+    history = _context(conn, session.id, tid, session.last_seq, max_context, first)
     trigger = history[0] if history and history[0].id == tid else None
     if trigger is None and tid is not None:
         # A trigger that is not context (or is gone): read it alone.
@@ -184,7 +208,12 @@ def read_context(conn: Connection, setup: TurnSetup, max_context: int) -> TurnSe
 
 
 def _context(
-    conn: Connection, session_id: str, tid: str | None, upto: int, limit: int
+    conn: Connection,
+    session_id: str,
+    tid: str | None,
+    upto: int,
+    limit: int,
+    first: list[Any] | None = None,
 ) -> list[Said]:
     """A session's context entries up to the trigger ``tid`` (or, without one,
     up to ``upto``), newest first: from the newest Summary on (where a
@@ -199,8 +228,13 @@ def _context(
     kept: list[Said] = []
     window = st.CONTEXT_WINDOW
     while len(kept) < limit and upto > 0:
-        params = {"sid": session_id, "tid": tid, "upto": upto, "window": window}
-        rows = conn.execute(st.CONTEXT, {**params, "lim": limit - len(kept)}).all()
+        rows: Sequence[Any]
+        if first is not None:
+            # The first window, as the caller read it (context_window's bounds).
+            rows, first = first, None
+        else:
+            params = {"sid": session_id, "tid": tid, "upto": upto, "window": window}
+            rows = conn.execute(st.CONTEXT, {**params, "lim": limit - len(kept)}).all()
         for r in rows:
             said = as_said(r)
             kept.append(said)
@@ -210,8 +244,8 @@ def _context(
             # Further back: below the trigger's own window (a long session
             # that no Summary bounds yet). A trigger that is a context entry
             # came back first, with its seq: no statement to read it.
-            first = kept[0] if kept else None
-            top = first.seq if first is not None and first.id == tid else None
+            newest = kept[0] if kept else None
+            top = newest.seq if newest is not None and newest.id == tid else None
             if top is None:
                 top = conn.scalar(st.SEQ_BY_ID, {"tid": tid})
             upto, tid = (top if top is not None else upto), None

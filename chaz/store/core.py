@@ -24,20 +24,27 @@ from chaz.domain import events as ev
 from chaz.domain.entries import Entry, EntryType, NewEntry, parse_sender
 from chaz.domain.jobs import Job, JobStatus, Usage, check_transition
 from chaz.errors import AgentNotFound, LeaseLost, SessionNotFound
-from chaz.ids import utcnow
+from chaz.ids import new_id, utcnow
 from chaz.store import artifacts, entries, oneshot
 from chaz.store import statements as st
 from chaz.store.admitting import Admitting
 from chaz.store.agents import SpecCache
-from chaz.store.context import read_context, read_setup
+from chaz.store.context import context_window, read_context, read_setup
 from chaz.store.db import Database
 from chaz.store.ending import Completion, job_ended
 from chaz.store.events import record
 from chaz.store.models import JobRow
 from chaz.store.rows import as_entry, as_job
 from chaz.store.sessions import insert_session
-from chaz.store.types import Appended, Fence, Finish, NewSession, TurnSetup
-from chaz.store.writes import append_entry, bump, check_fence, insert_entry, lock_job
+from chaz.store.types import Appended, Fence, Finish, JobFields, KeyTaken, NewSession, TurnSetup
+from chaz.store.writes import (
+    admit_in_one,
+    append_entry,
+    bump,
+    check_fence,
+    insert_entry,
+    lock_job,
+)
 
 
 class RoomRoute(Protocol):
@@ -93,13 +100,18 @@ class TurnStart:
         if self._conn is None:
             with self._db.write(durable=False) as conn:
                 return _start_turn(conn, job.id, token, ack_sender, ack_metadata, job, usage)
-        done = self._start_here(self._conn, job, token, ack_sender, ack_metadata, usage)
-        # The context in the same transaction, after the start's statement:
-        # a read of its own would be a fourth transaction of the turn (the
-        # capacity benchmark counts them, docs/capacity.md), and it costs
-        # the Ack one round trip either way. Its rows are turned into the
-        # context's entries here too; that work is small next to the turn's.
-        self.setup = read_context(self._conn, self.setup, self._max_context)
+        # The context in the same transaction: a read of its own would be a
+        # fourth transaction of the turn (the capacity benchmark counts
+        # them, docs/capacity.md). Its first window comes back with the
+        # start's statement (no round trip of its own before the Ack); a
+        # further window, a fork's source or the other start path read
+        # after it. Its rows are turned into the context's entries here
+        # too; that work is small next to the turn's.
+        window = context_window(self.setup, self._max_context)
+        done, first = self._start_here(
+            self._conn, job, token, ack_sender, ack_metadata, usage, window
+        )
+        self.setup = read_context(self._conn, self.setup, self._max_context, first=first)
         return done
 
     @staticmethod
@@ -110,17 +122,19 @@ class TurnStart:
         ack_sender: str,
         ack_metadata: dict[str, Any] | None,
         usage: Usage | None,
-    ) -> tuple[Job, Entry | None]:
+        window: dict[str, Any] | None,
+    ) -> tuple[tuple[Job, Entry | None], list[Any] | None]:
+        """The start, and the context's first ``window`` if its statement read it."""
         seen: Job | None = job
         if job.delivery_id is None and job.fire_id is None:
             # The start and its Ack as one statement (chaz.store.oneshot).
-            done = _start_in_one(conn, job, token, ack_sender, ack_metadata, usage)
+            done = _start_in_one(conn, job, token, ack_sender, ack_metadata, usage, window)
             if done is not None:
                 return done
             seen = None  # it changed since: the locking path
         # Not durable, as start_turn's own transaction (see Database.write).
         conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
-        return _start_turn(conn, job.id, token, ack_sender, ack_metadata, seen, usage)
+        return _start_turn(conn, job.id, token, ack_sender, ack_metadata, seen, usage), None
 
 
 class Writes:
@@ -132,7 +146,12 @@ class Writes:
 
     @contextmanager
     def admitting(
-        self, session_id: str, *, create: NewSession | None = None, entry: bool = True
+        self,
+        session_id: str,
+        *,
+        create: NewSession | None = None,
+        entry: bool = True,
+        prepared: tuple[NewEntry, JobFields | None] | None = None,
     ) -> Iterator[Admitting]:
         """The unit of work of one admission (see :class:`Admitting`).
 
@@ -142,10 +161,41 @@ class Writes:
         replaces ``session_id``): a refused spawn leaves no empty session.
         ``entry=False`` takes a job ordinal and no seq: the admission writes a
         job with no entry (:meth:`Admitting.insert_job`).
+
+        ``prepared``: the draft (and job fields) the block will pass to
+        :meth:`Admitting.insert` and nothing else, on PostgreSQL written with
+        the session's update as one statement before the block runs
+        (``st.ADMIT_IN_ONE``; a room's entry is not: its rule decides). The
+        block's checks then see the rows (they commit only with it, and a
+        refusal rolls them back with the rest); its quota rebuilds do not
+        count them. For a block that reads the session's jobs before it
+        inserts (``Admitting.busy``), not this.
         """
         with self.db.write() as conn:
             if create is not None:
                 session_id = insert_session(conn, create)["id"]
+            if prepared is not None and entry and create is None and not self.db.sqlite:
+                draft, fields = prepared
+                parse_sender(draft.sender)
+                job_id = new_id()
+                try:
+                    row, values, job_row = admit_in_one(conn, session_id, draft, fields, job_id)
+                except IntegrityError as exc:
+                    if draft.idempotency_key is None:
+                        raise
+                    raise KeyTaken(draft.idempotency_key) from exc
+                if row["agent_spec"] is None:
+                    raise AgentNotFound(f"no agent {row['agent_id']!r}", agent_id=row["agent_id"])
+                specs, locked = self.specs, row
+                written = None if values is None or job_row is None else (draft, values, job_row)
+                yield Admitting(
+                    conn,
+                    row,
+                    lambda: specs.parsed(locked["agent_id"], locked["agent_spec"]),
+                    job_id=job_id,
+                    written=written,
+                )
+                return
             if entry:
                 row = bump(conn, session_id, admit=True)
             else:
@@ -286,8 +336,9 @@ class Writes:
         and the caller's checks between them must not hold.
 
         The setup comes without its context (``history`` empty, ``trigger``
-        None): the start does not need it. On PostgreSQL the start reads it
-        in this transaction once its statement has run (:meth:`TurnStart.start`);
+        None): the start does not need it. On PostgreSQL the start's
+        statement reads its first window and the rest is read after it, in
+        this transaction (:meth:`TurnStart.start`);
         on SQLite the turn reads it once the start has committed
         (:meth:`Context.turn_context`, the same bounds).
         """
@@ -475,10 +526,13 @@ def _start_in_one(
     ack_sender: str | None,
     ack_metadata: dict[str, Any] | None,
     usage: Usage | None,
-) -> tuple[Job, Entry | None] | None:
+    window: dict[str, Any] | None = None,
+) -> tuple[tuple[Job, Entry | None], list[Any] | None] | None:
     """:func:`_start_turn` of ``job`` as read, in one statement in the setup's
-    transaction (:func:`chaz.store.oneshot.start`); None (nothing written) if
-    the job changed since or there is no Ack to write."""
+    transaction (:func:`chaz.store.oneshot.start`), with the context ``window``
+    read by it (``st.CONTEXT``'s parameters; its rows come back, None without
+    it); None (nothing written) if the job changed since or there is no Ack
+    to write."""
     if ack_sender is None:
         return None
     row = job.model_dump()
@@ -492,13 +546,12 @@ def _start_in_one(
         _start_params(values),
         _ack(job.id, ack_sender, ack_metadata),
         utcnow(),
+        context=window,
     )
     if done is None:
         return None
-    starts, attempts, ack = done
-    return as_job(row | values | {"starts": starts, "attempts": attempts}), (
-        as_entry(ack) if ack is not None else None
-    )
+    started = as_job(row | values | {"starts": done.starts, "attempts": done.attempts})
+    return (started, as_entry(done.ack) if done.ack is not None else None), done.context
 
 
 def _ack(job_id: str, sender: str, metadata: dict[str, Any] | None) -> NewEntry:

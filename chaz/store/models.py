@@ -149,7 +149,7 @@ class SessionRow(Base):
         # nothing about another project (docs/contracts.md#names).
         Index("uq_sessions_project_name", "project", "name", unique=True),
         # Only a spawned session has a parent: an admission's session update
-        # (never HOT, it sets active_at) adds nothing to it for a root one
+        # (not HOT when it moves active_at) adds nothing to it for a root one
         # (docs/performance.md#postgresql-work-per-turn, migration 0021).
         _partial("ix_sessions_parent_job_id", "parent_job_id", where="parent_job_id IS NOT NULL"),
     )
@@ -178,7 +178,9 @@ class SessionRow(Base):
     archive_reason: ColumnClause[str | None] = Column(Text)
     #: "manual" (archive_agent, a person) or "auto" (archive_when_done).
     archived_by: ColumnClause[str | None] = Column(String(8))
-    #: When its last job was admitted (list_agents' "most recently active first").
+    #: When its last job was admitted (list_agents' "most recently active first"),
+    #: to within a second: an admission moves it only when it is older
+    #: (``st.ACTIVE_AT_GRAIN``), so that the others' session update is HOT.
     active_at: ColumnClause[datetime | None] = Column(DateTime(timezone=True))
     #: A room's other members (agent ids; the host is ``agent_id``); None: not a room.
     members: ColumnClause[list[str] | None] = Column(JSON)

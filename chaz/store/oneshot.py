@@ -31,12 +31,13 @@ durability: the start does not wait for the disk (``set_config`` of
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     CTE,
     Connection,
     Insert,
+    ScalarSelect,
     Select,
     Text,
     bindparam,
@@ -106,6 +107,23 @@ def _start_with_ack() -> Select[Any]:
 START_WITH_ACK = _start_with_ack()
 
 
+def _context_window() -> ScalarSelect[Any]:
+    # ``st.CONTEXT``'s rows (its parameters: sid, tid, upto, window, lim) as one
+    # JSON array of [id, seq, type, sender, content], newest first; NULL if none.
+    # Read from the statement's snapshot, before its own writes (PostgreSQL
+    # runs a statement's data-modifying CTEs against one snapshot): the Ack
+    # is above the window's top anyway.
+    ctx = st.CONTEXT.subquery("context")
+    row = func.json_build_array(ctx.c.id, ctx.c.seq, ctx.c.type, ctx.c.sender, ctx.c.content)
+    return select(func.json_agg(row).aggregate_order_by(ctx.c.seq.desc())).scalar_subquery()
+
+
+#: START_WITH_ACK with the first window of the job's context (``st.CONTEXT``)
+#: in the same round trip: the context read that followed the start in its
+#: transaction cost the Ack one PostgreSQL wait (docs/performance.md#dispatch).
+START_WITH_ACK_AND_CONTEXT = START_WITH_ACK.add_columns(_context_window().label("context"))
+
+
 def _end_with_reply(target: JobStatus) -> Select[Any]:
     j, s = st.JOBS.c, st.SESSIONS.c
     # The session exists and is no room (``members`` SQL NULL or JSON null).
@@ -137,6 +155,17 @@ def _entry_params(
     return values, params | {"sid": session_id}
 
 
+class Started(NamedTuple):
+    """What :func:`start` wrote, and the context window it read."""
+
+    starts: int
+    attempts: int
+    #: The Ack's columns (None: not a first start, no Ack).
+    ack: dict[str, Any] | None
+    #: ``st.CONTEXT``'s rows for the ``context`` parameters given (None: none given).
+    context: list[Any] | None
+
+
 def start(
     conn: Connection,
     job_id: str,
@@ -145,18 +174,27 @@ def start(
     start_params: dict[str, Any],
     ack: NewEntry,
     now: datetime,
-) -> tuple[int, int, dict[str, Any] | None] | None:
+    context: dict[str, Any] | None = None,
+) -> Started | None:
     """Start the job as read at ``seen_version`` (``start_params``: ``st.START``'s
-    ``v_*``) and, on its first start, write ``ack``: ``(starts, attempts, the
-    Ack's columns or None)``, or None (nothing written) if the job changed."""
+    ``v_*``) and, on its first start, write ``ack``; or None (nothing written)
+    if the job changed. ``context``: ``st.CONTEXT``'s parameters (its ``sid``
+    the session's) to read that window of the context in the same statement."""
     values, params = _entry_params(session_id, ack, job_id, now)
+    statement = START_WITH_ACK if context is None else START_WITH_ACK_AND_CONTEXT
     row = conn.execute(
-        START_WITH_ACK, {"jid": job_id, "seen_version": seen_version, **start_params, **params}
+        statement,
+        {"jid": job_id, "seen_version": seen_version, **start_params, **(context or {}), **params},
     ).first()
     if row is None:
         return None
     starts, attempts, seq = int(row[0]), int(row[1]), row[2]
-    return starts, attempts, (values | {"seq": seq} if seq is not None else None)
+    return Started(
+        starts,
+        attempts,
+        values | {"seq": seq} if seq is not None else None,
+        None if context is None else (row[4] or []),
+    )
 
 
 def covers_end(finish: Finish, draft: NewEntry | None) -> bool:

@@ -9,15 +9,19 @@ caches its compiled form. Only the store's concept modules run them.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
+    Text,
     Update,
     and_,
     bindparam,
     case,
+    cast,
     func,
     insert,
+    literal_column,
     or_,
     select,
     true,
@@ -36,6 +40,15 @@ JOBS = JobRow.__table__
 AGENTS = AgentRow.__table__
 
 CONTEXT_TYPES = [t.value for t in (EntryType.MESSAGE, EntryType.DIRECTIVE, EntryType.SUMMARY)]
+
+
+def _among(column: Any, values: list[str]) -> Any:
+    # ``column IN ('a', ...)`` with the values written as literals. A list of
+    # values becomes an "expanding" parameter, which SQLAlchemy writes into
+    # the statement's text again on every execution: a pass over the whole
+    # text (the start's is long) on the turn's way to its Ack.
+    return column.in_([literal_column(f"'{v}'") for v in values])
+
 
 #: An entry that is not hidden: the job it names, if any, was not rolled back
 #: (the hidden-entries rule, chaz/domain/multitask.py). A probe of the job's
@@ -124,7 +137,7 @@ CONTEXT = (
     select(*SAID_COLUMNS)
     .where(
         ENTRIES.c.session_id == bindparam("sid"),
-        ENTRIES.c.type.in_(CONTEXT_TYPES),
+        _among(ENTRIES.c.type, CONTEXT_TYPES),
         ENTRIES.c.seq <= _anchor(),
         ENTRIES.c.seq > _anchor() - bindparam("window"),
         VISIBLE,
@@ -166,15 +179,37 @@ _AGENT_OF_SESSION = (
     .scalar_subquery()
     .label("agent_spec")
 )
+#: How long an admission leaves a session's ``active_at`` as it is: set at
+#: most once a second, so that a session's admissions in between change no
+#: indexed column and their update is HOT (``ix_sessions_project_active``
+#: holds it; docs/performance.md#postgresql-work-per-turn).
+ACTIVE_AT_GRAIN = timedelta(seconds=1)
+#: ``active_at`` as an admission sets it: ``now``, unless it is later than
+#: ``fresh_after`` (``now - ACTIVE_AT_GRAIN``, :func:`active_params`).
+_ACTIVE_AT = case(
+    (
+        SESSIONS.c.active_at > bindparam("fresh_after", type_=SESSIONS.c.active_at.type),
+        SESSIONS.c.active_at,
+    ),
+    else_=bindparam("now", type_=SESSIONS.c.active_at.type),
+)
+
+
+def active_params(now: datetime) -> dict[str, datetime]:
+    """BUMP_ADMIT's ``now`` and ``fresh_after``."""
+    return {"now": now, "fresh_after": now - ACTIVE_AT_GRAIN}
+
+
 #: The same as BUMP, and the next job ordinal: for an entry that admits a
-#: job; with the agent's spec.
+#: job; with the agent's spec. ``active_at`` moves to ``now`` only if it is
+#: older than ACTIVE_AT_GRAIN (:func:`active_params`).
 BUMP_ADMIT = (
     update(SESSIONS)
     .where(SESSIONS.c.id == bindparam("sid"))
     .values(
         last_seq=SESSIONS.c.last_seq + 1,
         last_ordinal=SESSIONS.c.last_ordinal + 1,
-        active_at=bindparam("now"),
+        active_at=_ACTIVE_AT,
     )
     .returning(*SESSIONS.c, _AGENT_OF_SESSION)
 )
@@ -240,6 +275,57 @@ def _entry_and_job() -> Any:
 #: both rows or, on a taken idempotency key, neither
 #: (docs/performance.md#postgresql-work-per-turn).
 INSERT_ENTRY_AND_JOB = _entry_and_job()
+#: Job columns an admission in one statement takes from the session row it
+#: locks (``ADMIT_IN_ONE``), not from its parameters.
+_FROM_SESSION = {"tree_id": "tree_id", "project": "project", "ordinal": "last_ordinal"}
+
+
+def _admit_in_one() -> Any:
+    s = BUMP_ADMIT.cte("bumped")
+    # A plain session (``members`` SQL NULL or JSON null): a room's entry is
+    # routed (docs/rooms.md), so there only the bump is done here.
+    plain = func.coalesce(cast(s.c.members, Text), "null") == "null"
+    entry = insert(ENTRIES).from_select(
+        list(ENTRY_COLUMNS),
+        select(
+            *(
+                s.c.last_seq
+                if n == "seq"
+                else s.c.id
+                if n == "session_id"
+                else bindparam(f"e_{n}", type_=ENTRIES.c[n].type)
+                for n in ENTRY_COLUMNS
+            )
+        ).where(plain),
+    )
+
+    def job_value(n: str) -> Any:
+        if n == "session_id":
+            return s.c.id
+        if n in _FROM_SESSION:
+            return s.c[_FROM_SESSION[n]]
+        if n == "unattended":
+            return or_(bindparam("j_unattended", type_=JOBS.c.unattended.type), s.c.unattended)
+        return bindparam(f"j_{n}", type_=JOBS.c[n].type)
+
+    job = insert(JOBS).from_select(
+        list(JOB_COLUMNS), select(*(job_value(n) for n in JOB_COLUMNS)).where(plain)
+    )
+    return (
+        select(*(s.c[c.name] for c in SESSIONS.c), s.c.agent_spec)
+        .add_cte(entry.cte("entry"))
+        .add_cte(job.cte("job"))
+    )
+
+
+#: An admission's session update (``BUMP_ADMIT``), its entry (the ``e_*``
+#: parameters) and its job (``j_*``; the job's session, tree, project and
+#: ordinal, and its unattended flag in part, are the session row's) as one
+#: statement on PostgreSQL, returning the session row as BUMP_ADMIT does.
+#: On a room session it inserts nothing (the room's rule writes its rows).
+#: One statement and one round trip fewer per admission
+#: (docs/performance.md#postgresql-work-per-turn).
+ADMIT_IN_ONE = _admit_in_one()
 #: A job row, locked for update; its lease token alone, locked (the fence).
 LOCK_JOB = select(JOBS).where(JOBS.c.id == bindparam("jid")).with_for_update()
 FENCE = select(JOBS.c.lease_token).where(JOBS.c.id == bindparam("jid")).with_for_update()
@@ -250,7 +336,7 @@ FENCE = select(JOBS.c.lease_token).where(JOBS.c.id == bindparam("jid")).with_for
 _RESUMES_SAFELY = or_(
     and_(JOBS.c.status == JobStatus.QUEUED.value, JOBS.c.starts > 0),
     and_(
-        JOBS.c.status.in_((JobStatus.RUNNING.value, JobStatus.STOPPING.value)),
+        _among(JOBS.c.status, [JobStatus.RUNNING.value, JobStatus.STOPPING.value]),
         JOBS.c.lease_token.is_(None),
     ),
 )

@@ -31,7 +31,8 @@ def bump(conn: Connection, session_id: str, admit: bool) -> Any:
     """Take the session's next seq (and, for an admission, its next job ordinal),
     locking the session row; the session row as it now is."""
     if admit:
-        row = conn.execute(st.BUMP_ADMIT, {"sid": session_id, "now": utcnow()}).mappings().first()
+        params = {"sid": session_id, **st.active_params(utcnow())}
+        row = conn.execute(st.BUMP_ADMIT, params).mappings().first()
     else:
         row = conn.execute(st.BUMP, {"sid": session_id}).mappings().first()
     if row is None:
@@ -75,6 +76,42 @@ def insert_entry(
         # turn a quarter more PostgreSQL time (docs/performance.md).
         record(conn, session_id, ev.job_event("queued"), {"job_id": job_row["id"]})
     return entry_values, job_row
+
+
+def admit_in_one(
+    conn: Connection, session_id: str, draft: NewEntry, job_fields: JobFields | None, job_id: str
+) -> tuple[Any, dict[str, Any] | None, dict[str, Any] | None]:
+    """:func:`bump` and :func:`insert_entry` of an admission as one statement
+    (PostgreSQL, ``st.ADMIT_IN_ONE``): the session row as :func:`bump` returns
+    it, and the entry's and the job's columns, or None twice when the session
+    is a room (only its seq and ordinal were taken: the room's rule writes)."""
+    now = utcnow()
+    entry_id = new_id()
+    # The session's columns (tree, project, ordinal, seq) are the statement's
+    # own; the placeholders here are replaced from the row it returns.
+    placeholder = {"id": session_id, "tree_id": None, "project": None, "unattended": False}
+    job_row = new_job(placeholder, 0, entry_id, job_fields, now, job_id)
+    entry_values = entry_row(entry_id, session_id, 0, draft, job_row["id"], now)
+    params = {f"e_{k}": v for k, v in entry_values.items() if k not in ("seq", "session_id")}
+    params |= {
+        f"j_{k}": v
+        for k, v in job_row.items()
+        if k not in ("session_id", "tree_id", "project", "ordinal")
+    }
+    params |= {"sid": session_id, **st.active_params(now)}
+    row = conn.execute(st.ADMIT_IN_ONE, params).mappings().first()
+    if row is None:
+        raise SessionNotFound(f"no session {session_id!r}", session=session_id)
+    if row["members"] is not None:
+        return row, None, None
+    entry_values["seq"] = row["last_seq"]
+    job_row |= {
+        "tree_id": row["tree_id"],
+        "project": row["project"],
+        "ordinal": row["last_ordinal"],
+        "unattended": bool(job_row["unattended"] or row["unattended"]),
+    }
+    return row, entry_values, job_row
 
 
 def entry_row(

@@ -179,8 +179,12 @@ def _admit_once(
         return _insert(services, tx, draft, job_fields)
 
     # A room's agent Message that woke nobody admitted no job: transact
-    # refunds its reservation.
-    return transact(services, session_id, insert, replay, project=project)
+    # refunds its reservation. ``prepared``: on PostgreSQL the entry and its
+    # job are written with the session's update, one statement
+    # (docs/performance.md#postgresql-work-per-turn).
+    return transact(
+        services, session_id, insert, replay, project=project, prepared=(draft, job_fields)
+    )
 
 
 def _insert(
@@ -253,6 +257,7 @@ def transact(
     create: NewSession | None = None,
     entry: bool = True,
     project: str | None = None,
+    prepared: tuple[NewEntry, JobFields | None] | None = None,
 ) -> T:
     """Run ``insert`` in one admission transaction, the session's quota reserved first.
 
@@ -264,14 +269,16 @@ def transact(
     transaction (then ``session_id`` is ignored). ``entry=False`` admits a
     job with no entry (a schedule fire: ``Admitting.insert_job``).
     ``project``: the caller's; the locked session must belong to it, else
-    the admission is answered as if the session did not exist.
+    the admission is answered as if the session did not exist. ``prepared``:
+    the one draft ``insert`` inserts, if that is all it does
+    (``Store.admitting``: the store may write it with the session's lock).
 
     Inside a ``chaz.admission`` span when tracing is on (docs/operations.md#tracing).
     """
     if tracing.on():
         with tracing.span("chaz.admission", {"chaz.session_id": session_id}):
-            return _transact(services, session_id, insert, replay, create, entry, project)
-    return _transact(services, session_id, insert, replay, create, entry, project)
+            return _transact(services, session_id, insert, replay, create, entry, project, prepared)
+    return _transact(services, session_id, insert, replay, create, entry, project, prepared)
 
 
 def _transact(
@@ -282,6 +289,7 @@ def _transact(
     create: NewSession | None,
     entry: bool,
     project: str | None,
+    prepared: tuple[NewEntry, JobFields | None] | None = None,
 ) -> T:
     reserved: Reservation | None = None
     if project is not None:
@@ -294,7 +302,9 @@ def _transact(
             refusals.count(services.redis, exc.code)
             raise
     try:
-        with services.store.admitting(session_id, create=create, entry=entry) as tx:
+        with services.store.admitting(
+            session_id, create=create, entry=entry, prepared=prepared
+        ) as tx:
             # The session row is locked: its limits cannot change under the
             # check, and a refusal rolls the whole admission back.
             if project is not None and tx.session.project != project:

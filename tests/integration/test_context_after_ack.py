@@ -2,8 +2,8 @@
 
 On SQLite the start's unit of work (``Store.turn_start``) reads no entry,
 and a turn run by the runner publishes its Ack before its first context
-read. On PostgreSQL the start's transaction reads the context once its
-statement has run, so that a turn is three transactions in all, its
+read. On PostgreSQL the start's statement reads the context's first
+window with its writes, so that a turn is three transactions in all, its
 admission included (the capacity benchmark's count, docs/capacity.md). On
 both, the context is the one the setup would have read: the entries up to
 the trigger, none written since (the Ack), a rollback-hidden one still
@@ -20,6 +20,7 @@ import chaz
 from chaz.domain.entries import EntryType, NewEntry
 from chaz.domain.jobs import JobStatus
 from chaz.store import Store
+from chaz.store import statements as st
 from chaz.store.types import TurnSetup
 from chaz.store.writes import roll_back
 from chaz.usecases import completion
@@ -33,7 +34,9 @@ AGENT = chaz.AgentSpec(id="ctx", script=[{"steps": [{"say": "ok"}]}])
 
 def _reads_entries(statement: str) -> bool:
     flat = " ".join(statement.split()).upper()
-    return flat.startswith("SELECT") and "FROM ENTRIES" in flat
+    # A read of entries, or the start's statement reading the context's first
+    # window with its writes (chaz.store.oneshot.START_WITH_ACK_AND_CONTEXT).
+    return "FROM ENTRIES" in flat and (flat.startswith("SELECT") or "JSON_AGG(" in flat)
 
 
 def _admit(store: Store, session_id: str, text: str) -> str:
@@ -83,7 +86,8 @@ def test_the_start_reads_no_entry_and_the_context_after_it_is_the_same(store: St
         assert reads == [], in_start
         assert any(_reads_entries(r) for r in ran), ran
     else:
-        # In the start's transaction, after its statement (the Ack's insert).
+        # In the start's transaction: its statement (the Ack's insert) reads
+        # the context's first window too.
         assert reads and reads[0] > 0, in_start
         assert not _reads_entries(in_start[0]), in_start
         assert ran == []  # read already: turn_context runs nothing
@@ -94,6 +98,49 @@ def test_the_start_reads_no_entry_and_the_context_after_it_is_the_same(store: St
         assert tx.setup is not None
         tx.start("t2", ack_sender="agent:bot")
     assert _said(store.turn_context(tx.setup, 200)) == _said(before)
+
+
+def _noise(n: int) -> list[NewEntry]:
+    return [NewEntry(EntryType.TOOL_CALL, "agent:bot", "{}") for _ in range(n)]
+
+
+def _shaped(store: Store, shape: str) -> str:
+    """A session whose head job's context takes more than the start's one
+    window to read: context entries windows apart, a Summary, a fork; its id."""
+    w, m = st.CONTEXT_WINDOW, EntryType.MESSAGE
+    s = store.create_session("bot")
+    if shape == "windows":
+        far = [NewEntry(m, "user:u", "oldest"), *_noise(3 * w), NewEntry(m, "user:u", "older")]
+        store.import_entries(s.id, [*far, *_noise(w)])
+    elif shape == "summary":
+        store.import_entries(
+            s.id,
+            [
+                NewEntry(m, "user:u", "before"),
+                NewEntry(EntryType.SUMMARY, "user:u", "first"),
+                *_noise(2 * w),
+                NewEntry(m, "user:u", "after"),
+            ],
+        )
+    else:  # a fork, read through its source
+        store.import_entries(s.id, [NewEntry(m, "user:u", "source"), *_noise(w)])
+        s = store.create_session("bot", fork=(s.id, store.get_session(s.id).last_seq))
+    _admit(store, s.id, "now")
+    return s.id
+
+
+@pytest.mark.parametrize("shape", ["windows", "summary", "fork"])
+@pytest.mark.parametrize("limit", [200, 2])
+def test_the_start_reads_the_context_the_setup_would(store: Store, shape: str, limit: int) -> None:
+    """The start's statement reads the context's first window only (on
+    PostgreSQL); the rest is read after it, the same entries as the setup's."""
+    sid = _shaped(store, shape)
+    before = store.turn_setup(sid, max_context=limit)
+    with store.turn_start(sid, limit) as tx:
+        assert tx.setup is not None
+        tx.start("t1", ack_sender="agent:bot")
+    assert _said(store.turn_context(tx.setup, limit)) == _said(before)
+    assert len(_said(before)[0]) == min(limit, {"windows": 3, "summary": 3, "fork": 2}[shape])
 
 
 def _posted(stack: Stack, text: str) -> tuple[str, str]:

@@ -57,6 +57,7 @@ if str(ROOT) not in sys.path:
 # rewritten like test modules, and loaded by pytest_plugins without a warning.
 pytest.register_assert_rewrite("tests.support")
 
+from tests.support import redis_claims  # noqa: E402
 from tests.support import stack as stack_support  # noqa: E402
 from tests.support.redis_cluster import Cluster as RedisClusterNodes  # noqa: E402
 from tests.support.servers import postgres_admin, unavailable  # noqa: E402
@@ -316,10 +317,12 @@ def redis_url() -> Iterator[str]:
     """The machine's Redis, in a database number this test run has claimed.
 
     A claim is a key in database 0, taken with SET NX and dropped at the end;
-    its expiry frees the number of a run that was killed. A number derived
-    from the pid could be the same for two concurrent runs, and the second
-    run's FLUSHDB would then wipe the first one's queues and lanes. Each
-    pytest-xdist process is a run of its own here: it claims its own number.
+    a claim of a killed run on this host is taken over
+    (:mod:`tests.support.redis_claims`), one of another host's runs expires.
+    A number derived from the pid could be the same for two concurrent runs,
+    and the second run's FLUSHDB would then wipe the first one's queues and
+    lanes. Each pytest-xdist process is a run of its own here: it claims its
+    own number.
     """
     yield from _claimed_redis(REDIS_URL)
 
@@ -348,10 +351,7 @@ def _claimed_redis(given: str | None) -> Iterator[str]:
         server = shared
     admin = redis.Redis.from_url(f"{server}/0", socket_timeout=3)
     try:
-        claimed = next(
-            (n for n in REDIS_DBS if admin.set(_claim(n), os.getpid(), nx=True, ex=6 * 3600)),
-            None,
-        )
+        claimed = redis_claims.claim(admin, REDIS_DBS)
     except redis.RedisError as exc:
         _unavailable("Redis", exc)
         raise
@@ -360,7 +360,7 @@ def _claimed_redis(given: str | None) -> Iterator[str]:
     try:
         yield f"{server}/{claimed}"
     finally:
-        admin.delete(_claim(claimed))
+        redis_claims.release(admin, claimed)
         admin.close()
 
 
@@ -369,10 +369,6 @@ def _numbered(url: str) -> str | None:
     base, _, number = url.rpartition("/")
     plain = url.startswith("redis://") and base.count("/") == 2 and "@" not in base
     return base if plain and number.isdigit() else None
-
-
-def _claim(db: int) -> str:
-    return f"chaz-test:redis-db:{db}"
 
 
 @pytest.fixture(scope="session")

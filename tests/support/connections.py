@@ -27,6 +27,7 @@ from sqlalchemy import event
 
 import chaz
 from chaz.domain.entries import EntryType
+from tests.support import redis_claims
 
 #: The benchmark's agent: a zero-latency scripted reply.
 AGENT = chaz.AgentSpec(id="bench", script=[{"steps": [{"say": "ok"}]}])
@@ -206,13 +207,13 @@ def tcp_connections_to(pid: int, port: int) -> int:
     return count
 
 
-def _claim_redis() -> tuple[str, redis.Redis, str]:
+def _claim_redis() -> tuple[str, redis.Redis, int]:
+    """A Redis database number claimed as the test runs claim theirs."""
     admin = redis.Redis.from_url("redis://127.0.0.1:6379/0")
-    for n in (n for n in range(1, 16) if n != 13):
-        key = f"chaz-test:redis-db:{n}"
-        if admin.set(key, os.getpid(), nx=True, ex=3600):
-            return f"redis://127.0.0.1:6379/{n}", admin, key
-    raise SystemExit("no free Redis database")
+    n = redis_claims.claim(admin, (n for n in range(1, 16) if n != 13))
+    if n is None:
+        raise SystemExit("no free Redis database")
+    return f"redis://127.0.0.1:6379/{n}", admin, n
 
 
 def main() -> None:
@@ -269,7 +270,7 @@ def main() -> None:
                 stack.close()
     finally:
         bouncer.stop()
-        radmin.delete(claim)
+        redis_claims.release(radmin, claim)
         with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 

@@ -95,6 +95,10 @@ class Watchdog:
         """Stop this process group (a worker and its beat) if we die first."""
         self._say(f"group {pgid}")
 
+    def forget_group(self, pgid: int) -> None:
+        """This group was stopped here: leave whatever later takes its number alone."""
+        self._say(f"forget {pgid}")
+
     def guard_pid(self, pid: int) -> None:
         """Stop this process (a daemonized server) if we die first."""
         self._say(f"pid {pid}")

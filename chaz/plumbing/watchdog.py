@@ -3,7 +3,9 @@
 The parent (``chaz up``, ``chaz.embedded()``) writes to this process's stdin
 one line per thing it starts: ``group PGID`` for a worker's process group (the
 worker and its beat child), ``pid PID`` for a daemonized server (the embedded
-Redis). A clean stop ends with ``done``: the parent stopped them itself. End
+Redis), and ``forget PGID`` for a group it stopped itself while it goes on
+(so that a later group that reuses the number is not touched). A clean stop
+ends with ``done``: the parent stopped them itself. End
 of file without ``done`` means the parent died (even by SIGKILL, which no
 handler sees: the kernel closes its end of the pipe); then the watchdog stops
 everything it was told about, workers first, and exits.
@@ -95,6 +97,8 @@ def main() -> int:
             return 0
         if kind == "group" and value.isdigit():
             groups.append(int(value))
+        elif kind == "forget" and value.isdigit() and int(value) in groups:
+            groups.remove(int(value))
         elif kind == "pid" and value.isdigit():
             pids.append(int(value))
     stop_all(groups, pids)

@@ -21,7 +21,7 @@ from chaz.plumbing.files import private_dir
 from chaz.runtime.gates import open_gate
 from chaz.services import Services
 from chaz.settings import Settings
-from chaz.stack import WorkerProcess
+from chaz.stack import Watchdog, WorkerProcess
 from chaz.store import Store
 from chaz.store.db import make_engine
 from chaz.store.migrate import upgrade
@@ -37,6 +37,23 @@ FLEET_ALLOWED = False
 #: How long a worker may take to boot (imports, mostly) before the test fails: a bound
 #: for a broken start, wide enough for a machine busy with other runs and xdist peers.
 BOOT_TIMEOUT = 120.0
+#: This test process's watchdog (:func:`watchdog`), once a worker was started.
+_WATCHDOG: Watchdog | None = None
+
+
+def watchdog() -> Watchdog:
+    """A watchdog that stops every worker this test process started and did not
+    stop, should the process die without stopping them: a pytest run killed by
+    a CI timeout, an xdist process ended by ``-x``. Without it their workers
+    live on, consuming the Redis database whose claim the next run takes over
+    (tests/support/redis_claims.py), and take that run's turns."""
+    global _WATCHDOG
+    if _WATCHDOG is None:
+        _WATCHDOG = Watchdog()
+        atexit.register(_WATCHDOG.release)
+    return _WATCHDOG
+
+
 TABLES = (
     "webhooks",
     "webhook_secrets",
@@ -218,7 +235,7 @@ class Stack:
         client = self.client
         started = []
         for i in range(n):
-            log = self.settings.home / f"worker-{len(self._workers) + i}.log"
+            log = self.settings.home / f"worker-{len(self._workers)}.log"
             self.settings.home.mkdir(parents=True, exist_ok=True)
             started.append(
                 WorkerProcess(
@@ -231,9 +248,11 @@ class Stack:
                     metrics_port=metrics_ports[i] if metrics_ports else None,
                 ).start()
             )
+            watchdog().guard_group(started[-1].pid)
+            # Stopped by close() even if a start below fails.
+            self._workers.append(started[-1])
         for w in started:
             w.wait_ready(client, timeout=BOOT_TIMEOUT)
-        self._workers.extend(started)
         return started
 
     def wait_for(self, predicate: Callable[[], T], timeout: float, what: str) -> T:
@@ -268,7 +287,10 @@ class Stack:
     def close(self) -> None:
         """Stop workers, close the client, stop an embedded Redis."""
         for w in self._workers:
+            pgid = w.pid if w.proc is not None else None
             w.stop(timeout=10)
+            if pgid is not None:
+                watchdog().forget_group(pgid)
         if self._client is not None:
             self._client.close()
         if self.kind == "embedded" and self._owns_servers:

@@ -67,6 +67,23 @@ def test_a_worker_does_not_load_croniter_until_a_cron_is_read() -> None:
     assert _loaded_by_worker(("croniter",)) == []
 
 
+def test_a_worker_does_not_load_the_stores_a_plain_turn_never_calls() -> None:
+    # Schedules, webhooks and todos are imported by the jobs and tools that
+    # use them (a schedule fire's, a run with a webhook, the planning tools):
+    # their store, domain and use-case modules were about a hundredth of a
+    # second of every start (docs/performance.md#worker-start-up).
+    unused = (
+        "chaz.store.schedules",
+        "chaz.domain.schedules",
+        "chaz.store.webhooks",
+        "chaz.domain.webhooks",
+        "chaz.usecases.webhooks",
+        "chaz.store.todos",
+        "chaz.domain.todos",
+    )
+    assert _loaded_by_worker(unused) == []
+
+
 def test_the_worker_entry_imports_celerys_cli_without_pygments() -> None:
     # celery.bin.base builds a pygments lexer and formatter when imported, for
     # `celery inspect`'s colours; `python -m workers worker` takes Celery's

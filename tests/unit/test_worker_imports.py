@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.schema import CreateIndex
@@ -82,6 +83,25 @@ def test_a_worker_does_not_load_the_stores_a_plain_turn_never_calls() -> None:
         "chaz.domain.todos",
     )
     assert _loaded_by_worker(unused) == []
+
+
+def test_a_worker_does_not_build_postgresqls_one_statement_turn_until_it_runs_one() -> None:
+    # chaz.store.oneshot is PostgreSQL's path: imported by the first turn
+    # that takes it, never on SQLite.
+    assert _loaded_by_worker(("chaz.store.oneshot",)) == []
+
+
+def test_the_one_statement_end_is_built_per_state_on_first_use() -> None:
+    from chaz.domain.jobs import JobStatus
+    from chaz.store import oneshot
+
+    done = oneshot.end_with_reply(JobStatus.SUCCEEDED)
+    assert oneshot.end_with_reply(JobStatus.SUCCEEDED) is done
+    assert oneshot.END_WITH_REPLY[JobStatus.SUCCEEDED] is done
+    failed = oneshot.end_with_reply(JobStatus.FAILED)
+    assert failed is not done and "RETURNING" in str(failed.compile(dialect=postgresql.dialect()))
+    with pytest.raises(KeyError):
+        oneshot.end_with_reply(JobStatus.RUNNING)
 
 
 def test_the_worker_entry_imports_celerys_cli_without_pygments() -> None:

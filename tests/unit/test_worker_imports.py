@@ -91,6 +91,12 @@ def test_a_worker_does_not_build_postgresqls_one_statement_turn_until_it_runs_on
     assert _loaded_by_worker(("chaz.store.oneshot",)) == []
 
 
+def test_a_worker_does_not_build_the_session_directorys_queries_until_one_runs() -> None:
+    # Lineage, listings and outlines (chaz.store.session_queries): the
+    # directory's methods import them; a plain turn calls none.
+    assert _loaded_by_worker(("chaz.store.session_queries", "chaz.store.search")) == []
+
+
 def test_the_one_statement_end_is_built_per_state_on_first_use() -> None:
     from chaz.domain.jobs import JobStatus
     from chaz.store import oneshot

@@ -25,7 +25,6 @@ from chaz.domain.jobs import Job, JobStatus
 from chaz.ids import new_id, utcnow
 from chaz.store import deliveries as dl
 from chaz.store import projects as project_store
-from chaz.store import schedules
 from chaz.store import statements as st
 from chaz.store.events import record
 from chaz.store.models import JobRow, unfinished
@@ -246,6 +245,9 @@ class Admitting:
         self._conn.execute(st.INSERT_JOB, row)
         self.wrote_job = True
         record(self._conn, self.session.id, ev.job_event("queued"), {"job_id": row["id"]})
+        # Imported here: only a schedule fire's admission needs the schedules' store.
+        from chaz.store import schedules
+
         schedules.fire_admitted(self._conn, fire_id, self.session.id, row["id"])
         return as_job(row)
 

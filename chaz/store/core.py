@@ -25,7 +25,7 @@ from chaz.domain.entries import Entry, EntryType, NewEntry, parse_sender
 from chaz.domain.jobs import Job, JobStatus, Usage, check_transition
 from chaz.errors import AgentNotFound, LeaseLost, SessionNotFound
 from chaz.ids import new_id, utcnow
-from chaz.store import artifacts, entries, oneshot
+from chaz.store import artifacts, entries
 from chaz.store import statements as st
 from chaz.store.admitting import Admitting
 from chaz.store.agents import SpecCache
@@ -275,14 +275,25 @@ class Writes:
             draft = replace(draft, job_id=finish.job_id)
         woke: tuple[Job | None, tuple[Entry, ...]] = (None, ())
         try:
-            if not self.db.sqlite and draft is not None and oneshot.covers_end(finish, draft):
-                with self.db.autocommit() as conn:
-                    now = utcnow()
-                    values = oneshot.end(
-                        conn, fence.token, finish, session_id, draft, _end_params(finish, now), now
-                    )
-                if values is not None:
-                    return Appended(entry=as_entry(values), job=None, created=True)
+            if not self.db.sqlite and draft is not None:
+                # PostgreSQL's path only: imported on its first use, so that a
+                # worker on SQLite never builds its statements.
+                from chaz.store import oneshot
+
+                if oneshot.covers_end(finish, draft):
+                    with self.db.autocommit() as conn:
+                        now = utcnow()
+                        values = oneshot.end(
+                            conn,
+                            fence.token,
+                            finish,
+                            session_id,
+                            draft,
+                            _end_params(finish, now),
+                            now,
+                        )
+                    if values is not None:
+                        return Appended(entry=as_entry(values), job=None, created=True)
             with self.db.write() as conn:
                 delivery_id, fire_id, webhook, project = _fenced_finish(conn, fence, finish)
                 if finish.result is not None:
@@ -538,6 +549,8 @@ def _start_in_one(
     row = job.model_dump()
     row["status"] = job.status.value
     values = _start_values(row, token, usage)
+    from chaz.store import oneshot  # PostgreSQL's only (see end_turn)
+
     done = oneshot.start(
         conn,
         job.id,

@@ -23,7 +23,6 @@ from chaz.domain.sessions import ArchivedBy, NameSource, Session, missing_sessio
 from chaz.domain.validation import check_session_name
 from chaz.errors import NameTaken, SessionArchived
 from chaz.ids import utcnow
-from chaz.store import session_queries as sq
 from chaz.store import statements as st
 from chaz.store.db import Database
 from chaz.store.events import record
@@ -142,6 +141,10 @@ class SessionDirectory:
 
         One recursive query, which the hop bound ends even on a corrupt cycle.
         """
+        # The session queries' statements are built when a method here first
+        # needs them: a worker's start and its plain turns never do.
+        from chaz.store import session_queries as sq
+
         with self.db.read() as conn:
             rows = conn.execute(sq.DESCENDANTS, {"sid": session_id, "hops": max_hops})
             return {r[0]: r[1] for r in rows if r[0] != session_id}
@@ -149,6 +152,8 @@ class SessionDirectory:
     def job_ancestor_sessions(self, job_id: str, max_hops: int) -> list[str]:
         """The sessions of ``job_id``'s ancestor jobs (``parent_job_id`` upwards, the
         nearest first, at most ``max_hops``): one recursive query, cycle-safe."""
+        from chaz.store import session_queries as sq
+
         with self.db.read() as conn:
             rows = conn.execute(sq.JOB_ANCESTORS, {"jid": job_id, "hops": max_hops})
             return [r[0] for r in rows]
@@ -156,6 +161,8 @@ class SessionDirectory:
     def unfinished_ancestor_in(self, job_id: str, session_id: str, max_hops: int) -> str | None:
         """The nearest unfinished ancestor job of ``job_id`` (``parent_job_id``
         upwards, at most ``max_hops``) that runs in ``session_id``, if any."""
+        from chaz.store import session_queries as sq
+
         with self.db.read() as conn:
             params = {"jid": job_id, "sid": session_id, "hops": max_hops}
             found: str | None = conn.scalar(sq.UNFINISHED_ANCESTOR_IN, params)
@@ -272,6 +279,8 @@ class SessionDirectory:
 
     def count_turns(self, session_id: str) -> int:
         """The session's finished turns: jobs that started and reached a terminal state."""
+        from chaz.store import session_queries as sq
+
         with self.db.read() as conn:
             return int(conn.scalar(sq.FINISHED_TURNS, {"sid": session_id}) or 0)
 
@@ -293,6 +302,8 @@ class SessionDirectory:
         Four reads in one transaction whatever the number of sessions: the
         sessions, then the job counts, sizes and tips of all of them at once.
         """
+        from chaz.store import session_queries as sq
+
         c = SessionRow
         activity = func.coalesce(c.active_at, c.created_at)
         stmt = (
@@ -337,6 +348,8 @@ class SessionDirectory:
     def entry_outline(self, session_id: str) -> list[Outline]:
         """Every entry of the session without its content (its length instead), in seq
         order: enough to number turns and plan a bounded read."""
+        from chaz.store import session_queries as sq
+
         with self.db.read() as conn:
             return [Outline(*r) for r in conn.execute(sq.OUTLINE, {"sid": session_id})]
 

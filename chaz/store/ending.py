@@ -21,7 +21,7 @@ from chaz.domain import events as ev
 from chaz.domain.deliveries import Delivery, DeliveryKind, DeliveryState
 from chaz.domain.jobs import JobStatus
 from chaz.domain.sessions import Session
-from chaz.store import artifacts, directory, entries, schedules, webhooks
+from chaz.store import artifacts, directory, entries
 from chaz.store import deliveries as dl
 from chaz.store import statements as st
 from chaz.store.events import record
@@ -136,10 +136,17 @@ def job_ended(
     delivered job its event and ``completion`` (a producer's own job needs
     neither), and for a run that names a ``webhook`` its outbox row
     (docs/http.md#webhooks), so the POST survives any crash after the commit."""
+    # The webhooks' and schedules' stores are imported only by the jobs that
+    # need them, so that a worker's start does not load them (and their domain
+    # modules) for the turns that never do.
     if webhook is not None:
+        from chaz.store import webhooks
+
         webhooks.record(conn, job_id=job_id, session_id=session_id, project=project, url=webhook)
     if fire_id is not None:
         # A schedule fire's job: its end is the fire's outcome in the ledger.
+        from chaz.store import schedules
+
         schedules.job_ended(conn, fire_id, status, error)
         record(conn, session_id, ev.job_event(status.value), {"job_id": job_id})
     if delivery_id is None:

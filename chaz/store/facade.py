@@ -29,14 +29,14 @@ from chaz.store.inbox import Inbox
 from chaz.store.jobs import Jobs
 from chaz.store.projects import ProjectStore
 from chaz.store.rooms import RoomStore
-from chaz.store.schedules import ScheduleStore
 from chaz.store.sessions import Sessions
-from chaz.store.todos import TodoStore
 
 if TYPE_CHECKING:
     from chaz.store.approvals import ApprovalStore
     from chaz.store.keys import KeyStore
+    from chaz.store.schedules import ScheduleStore
     from chaz.store.search import SearchStore
+    from chaz.store.todos import TodoStore
     from chaz.store.webhooks import WebhookStore
 
 
@@ -107,11 +107,17 @@ class Store(Writes, Context, Entries, Jobs, Sessions, SessionDirectory, Agents, 
     @cached_property
     def todos(self) -> TodoStore:
         """Sessions' checklists, kept by the planning tools (chaz/store/todos.py)."""
+        # Imported when first used, as schedules and webhooks: a worker's start
+        # and its turns without the planning tools never need them.
+        from chaz.store.todos import TodoStore
+
         return TodoStore(self.db)
 
     @cached_property
     def schedules(self) -> ScheduleStore:
         """Agent-owned schedules and their fires' ledger (chaz/store/schedules.py)."""
+        from chaz.store.schedules import ScheduleStore
+
         return ScheduleStore(self.db)
 
     @cached_property

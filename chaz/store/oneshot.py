@@ -144,7 +144,22 @@ def _end_with_reply(target: JobStatus) -> Select[Any]:
 
 #: A turn's end by target state (``st.FENCED_FINISH``'s fenced compare-and-set)
 #: with its reply at the session's next seq. No row: not this path's case.
-END_WITH_REPLY = {s: _end_with_reply(s) for s in JobStatus if s.terminal}
+#: Built per state on its first use (:func:`end_with_reply`): a worker's
+#: turns mostly end ``done``, and each statement is a few CTEs to build.
+END_WITH_REPLY: dict[JobStatus, Select[Any]] = {}
+
+
+def end_with_reply(target: JobStatus) -> Select[Any]:
+    """:data:`END_WITH_REPLY`'s statement for ``target``, built on first use.
+    Two threads racing to build it build two equal statements, and the first
+    stored is kept: the engine's compiled cache keys on the statement's
+    structure, not its identity."""
+    statement = END_WITH_REPLY.get(target)
+    if statement is None:
+        if not target.terminal:
+            raise KeyError(target)  # as the table of every terminal state did
+        statement = END_WITH_REPLY.setdefault(target, _end_with_reply(target))
+    return statement
 
 
 def _entry_params(
@@ -217,7 +232,7 @@ def end(
     ``params``: ``st.FENCED_FINISH``'s ``v_*``."""
     values, entry = _entry_params(session_id, draft, finish.job_id, now)
     row = conn.execute(
-        END_WITH_REPLY[finish.status], {"jid": finish.job_id, "token": token, **params, **entry}
+        end_with_reply(finish.status), {"jid": finish.job_id, "token": token, **params, **entry}
     ).first()
     if row is None:
         return None

@@ -48,7 +48,7 @@ from chaz.errors import (
     VersionConflict,
 )
 from chaz.services import Services
-from chaz.usecases import admission, completion, deliveries, webhooks
+from chaz.usecases import admission, completion, deliveries
 from chaz.usecases.caller_gone import caller_gone
 
 log = logging.getLogger(__name__)
@@ -251,6 +251,8 @@ def _cancel_one(
                 )
                 _note(services, done, reason, waiting=job.status is JobStatus.WAITING_APPROVAL)
                 if done.webhook is not None:
+                    from chaz.usecases import webhooks  # only a run with a webhook
+
                     webhooks.announce(services, done.id)
                 try:
                     deliveries.settle(services, done)

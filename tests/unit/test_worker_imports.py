@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.schema import CreateIndex
@@ -65,6 +66,48 @@ def test_a_worker_imports_no_built_in_tool_until_a_turn_looks_one_up() -> None:
 
 def test_a_worker_does_not_load_croniter_until_a_cron_is_read() -> None:
     assert _loaded_by_worker(("croniter",)) == []
+
+
+def test_a_worker_does_not_load_the_stores_a_plain_turn_never_calls() -> None:
+    # Schedules, webhooks and todos are imported by the jobs and tools that
+    # use them (a schedule fire's, a run with a webhook, the planning tools):
+    # their store, domain and use-case modules were about a hundredth of a
+    # second of every start (docs/performance.md#worker-start-up).
+    unused = (
+        "chaz.store.schedules",
+        "chaz.domain.schedules",
+        "chaz.store.webhooks",
+        "chaz.domain.webhooks",
+        "chaz.usecases.webhooks",
+        "chaz.store.todos",
+        "chaz.domain.todos",
+    )
+    assert _loaded_by_worker(unused) == []
+
+
+def test_a_worker_does_not_build_postgresqls_one_statement_turn_until_it_runs_one() -> None:
+    # chaz.store.oneshot is PostgreSQL's path: imported by the first turn
+    # that takes it, never on SQLite.
+    assert _loaded_by_worker(("chaz.store.oneshot",)) == []
+
+
+def test_a_worker_does_not_build_the_session_directorys_queries_until_one_runs() -> None:
+    # Lineage, listings and outlines (chaz.store.session_queries): the
+    # directory's methods import them; a plain turn calls none.
+    assert _loaded_by_worker(("chaz.store.session_queries", "chaz.store.search")) == []
+
+
+def test_the_one_statement_end_is_built_per_state_on_first_use() -> None:
+    from chaz.domain.jobs import JobStatus
+    from chaz.store import oneshot
+
+    done = oneshot.end_with_reply(JobStatus.SUCCEEDED)
+    assert oneshot.end_with_reply(JobStatus.SUCCEEDED) is done
+    assert oneshot.END_WITH_REPLY[JobStatus.SUCCEEDED] is done
+    failed = oneshot.end_with_reply(JobStatus.FAILED)
+    assert failed is not done and "RETURNING" in str(failed.compile(dialect=postgresql.dialect()))
+    with pytest.raises(KeyError):
+        oneshot.end_with_reply(JobStatus.RUNNING)
 
 
 def test_the_worker_entry_imports_celerys_cli_without_pygments() -> None:

@@ -20,7 +20,7 @@ from chaz.domain.sessions import Session
 from chaz.errors import ChazError
 from chaz.plumbing.dispatch import Wake
 from chaz.services import Services
-from chaz.usecases import admission, completion, deliveries, naming, webhooks
+from chaz.usecases import admission, completion, deliveries, naming
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,10 @@ def after_job(services: Services, job: Job, *, inbox: bool, session: Session | N
     """
     if job.webhook is not None:
         # Its outbox row committed with the end; a lost send waits for the sweep.
+        # Imported here: only a run with a webhook needs it (a worker's start
+        # does not load the webhooks' use case, store and domain).
+        from chaz.usecases import webhooks
+
         webhooks.announce(services, job.id)
     try:
         if job.delivery_id is not None:

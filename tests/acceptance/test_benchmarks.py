@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -29,18 +30,44 @@ def tmp_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("bench")
 
 
+#: A bound for a benchmark that hangs, not a pace: a quick run takes under a minute.
+BENCH_TIMEOUT = 240
+
+
+def run_benchmark(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m ARGS`` from the checkout. If it outlives BENCH_TIMEOUT, it
+    is sent SIGABRT first, so that its faulthandler prints where every thread
+    waits (a hang seen twice in CI on 2026-12-07, not reproduced alone), and
+    the test fails with that."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", *args],
+        cwd=ROOT,
+        env={**env, "PYTHONFAULTHANDLER": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=BENCH_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        try:
+            stdout, stderr = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+        pytest.fail(
+            f"{' '.join(args)} still ran after {BENCH_TIMEOUT} s\n"
+            f"{stdout[-3000:]}\n{stderr[-12000:]}"
+        )
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
 def bench(tmp_path: Path, *args: str, **extra_env: str) -> str:
     """stdout of ``python -m ARGS`` run from the checkout with none of the shell's
     CHAZ_* settings, a short TMPDIR and 200 columns; it must exit 0."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHAZ_")}
-    out = subprocess.run(
-        [sys.executable, "-m", *args],
-        cwd=ROOT,
-        env={**env, "TMPDIR": str(tmp_path), "COLUMNS": "200", **extra_env},
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    out = run_benchmark(list(args), {**env, "TMPDIR": str(tmp_path), "COLUMNS": "200", **extra_env})
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out.stdout
 
@@ -96,14 +123,7 @@ def test_quick_capacity_benchmark_prints_the_per_turn_costs(tmp_path: Path) -> N
             "BENCH_REDIS_URL": server.url,
             "BENCH_PG_DATABASE": f"chaz_bench_test_{os.getpid()}",
         }
-        out = subprocess.run(
-            [sys.executable, "-m", "benchmarks.capacity", "--quick", "--workers", "1"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-        )
+        out = run_benchmark(["benchmarks.capacity", "--quick", "--workers", "1"], env)
     finally:
         server.stop()
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -67,6 +67,12 @@ class TreeCapacity:
         t = tag_for(self.client, project)
         return [keys.live(tree_id, t), keys.waiting(tree_id, t)]
 
+    def waits(self, session_id: str, tree_id: str, project: str) -> bool:
+        """Whether the session is still in its tree's waiting set (False once
+        a freed slot was handed to it, or it took one)."""
+        waiting = keys.waiting(tree_id, tag_for(self.client, project))
+        return self.client.zscore(waiting, session_id) is not None
+
     def give_back(self, job_id: str, tree_id: str, project: str) -> str | None:
         """Free a slot the job took but will not run in (``lua/finish.lua``):
         the session that has waited longest for one, to wake, or None."""

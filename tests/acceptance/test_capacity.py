@@ -9,6 +9,8 @@ import pytest
 
 import chaz
 from chaz.domain.entries import EntryType
+from chaz.domain.jobs import Job
+from chaz.domain.limits import EffectiveLimits, resolve_limits
 from chaz.services import Services
 from chaz.tools import default_registry
 from chaz.usecases import admission
@@ -29,9 +31,18 @@ def test_a_tree_runs_at_most_max_live_and_other_trees_are_not_blocked(tmp_path: 
             {"call": "spawn_agent", "args": {"agent_id": "nap", "task": f"t{i}", "async": True}}
             for i in range(6)
         ]
+        # The fan-out answers only the first message: each child's reply comes
+        # back to the boss as a follow-up, which must not fan out again (it
+        # did until 2026-12-07, and the tree grew to hundreds of sessions
+        # that took the first six children's slots).
         client.agents.put(
             chaz.AgentSpec(
-                id="boss", tools=["spawn_agent"], script=[{"steps": [*fan, {"say": "spawned"}]}]
+                id="boss",
+                tools=["spawn_agent"],
+                script=[
+                    {"match": "fan out", "steps": [*fan, {"say": "spawned"}]},
+                    {"steps": [{"say": "noted"}]},
+                ],
             )
         )
         root = client.sessions.create(agent_id="boss")
@@ -112,6 +123,54 @@ def test_a_job_admitted_while_the_lane_is_released_still_runs(
         if x.type is EntryType.MESSAGE and x.sender == "agent:echo"
     ]
     assert replies == ["a", "a2", "c", "c2", "e"]
+    svc.close()
+
+
+def test_a_slot_handed_over_while_the_waiter_still_holds_its_lane_wakes_it(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lost wake-up CI met once in three runs (2026-12-07): a session's head
+    job finds its tree full and joins the waiting set; before its worker gives
+    the lane back, a turn of the tree ends, pops that session and wakes it, and
+    that wake-up finds the lane still held. The worker that gave the lane up
+    must see it was handed the slot and wake the session itself."""
+    svc = Services(stack.settings)
+    agent = chaz.AgentSpec(
+        id="echo", script=[{"steps": [{"echo": True}]}], limits=chaz.Limits(max_live_per_tree=1)
+    )
+    stack.client.agents.put(agent)
+    recorder = RecordingDispatcher()
+    svc.__dict__["dispatcher"] = recorder  # no workers: this test is the worker
+    runner, other_worker = TurnRunner(svc, default_registry()), TurnRunner(svc, default_registry())
+    root = svc.store.create_session("echo")
+    child = svc.store.create_session("echo", tree_id=root.tree_id)
+    running = admission.write(svc, root.id, EntryType.MESSAGE, "user:u", "busy").job
+    waiting = admission.write(svc, child.id, EntryType.MESSAGE, "user:u", "me").job
+    assert running is not None and waiting is not None
+    # The root's turn holds the tree's one slot.
+    assert svc.capacity.start(running, resolve_limits(svc.settings, root, agent))
+    recorder.wakes.clear()
+
+    start = svc.capacity.start
+    handed: list[str | None] = []
+
+    def full_then_the_running_turn_ends(job: Job, limits: EffectiveLimits) -> bool:
+        took = start(job, limits)
+        if job.id == waiting.id and not handed:
+            assert not took, "the tree is full: the child's job waits"
+            # The root's turn ends now and hands its slot to the child, whose
+            # wake-up (sent by that turn's worker) finds the lane still held.
+            handed.append(svc.capacity.give_back(running.id, root.tree_id, "default"))
+            assert other_worker.wake(child.id, "").status == "busy"
+        return took
+
+    monkeypatch.setattr(svc.capacity, "start", full_then_the_running_turn_ends)
+    outcome = runner.wake(child.id, waiting.id)
+    assert (outcome.status, outcome.job_id) == ("waiting", waiting.id)
+    assert handed == [child.id]
+    assert recorder.wakes == [(child.id, waiting.id)], "the handed slot's wake-up was lost"
+    assert runner.wake(child.id, waiting.id).job_id == waiting.id
+    assert svc.store.get_job(waiting.id).status is chaz.JobStatus.SUCCEEDED
     svc.close()
 
 

@@ -66,7 +66,14 @@ class _Services:
     """What the runner's lane steps call: the lane, the tree's slots, the
     turn-ended signal and the wake-ups, recorded."""
 
-    def __init__(self, store: _Store, *, lane_free: bool = True, tree_full: bool = False) -> None:
+    def __init__(
+        self,
+        store: _Store,
+        *,
+        lane_free: bool = True,
+        tree_full: bool = False,
+        handed_meanwhile: bool = False,
+    ) -> None:
         self.settings = Settings()
         self.store = store
         self.redis = None  # the feeds' client: these scripted turns publish nothing
@@ -75,7 +82,12 @@ class _Services:
         self.released: list[str] = []
         self.wakes: list[tuple[str, Wake, float | None]] = []
         self.lanes = SimpleNamespace(acquire=self._acquire, release=self._release)
-        self.capacity = SimpleNamespace(start=lambda job, limits: not self.tree_full)
+        # handed_meanwhile: a turn of the tree ended between the START that
+        # made the head wait and the lane's release, and handed it the slot.
+        self.capacity = SimpleNamespace(
+            start=lambda job, limits: not self.tree_full,
+            waits=lambda session_id, tree_id, project: not handed_meanwhile,
+        )
         self.signals = SimpleNamespace(ended=self._ended)
         self.dispatcher = SimpleNamespace(send_wake=self._send_wake)
 
@@ -185,6 +197,13 @@ def test_a_head_that_cannot_start_gives_the_lane_back_and_wakes_nothing(
     svc = _Services(_Store(head, _job("j2")), tree_full=tree_full)
     assert _Scripted(svc).wake(SID, "j1") == WakeOutcome(status, "j1")
     assert svc.released == ["tok"] and svc.wakes == []
+
+
+def test_a_head_handed_a_slot_before_its_lane_went_back_is_woken_after_the_release() -> None:
+    svc = _Services(_Store(_job("j1"), _job("j2")), tree_full=True, handed_meanwhile=True)
+    assert _Scripted(svc).wake(SID, "j1") == WakeOutcome("waiting", "j1")
+    # The slot's own wake-up may have found the lane held: this one follows the release.
+    assert svc.released == ["tok"] and svc.wakes == [("j1", Wake.SLOT_FREED, None)]
 
 
 def test_an_idle_session_gives_the_lane_back() -> None:

@@ -121,6 +121,8 @@ class _Lane:
     #: The slot the lane's script took, until the first turn's setup claims
     #: it for its head job or gives it back.
     early: _Early | None = None
+    #: The tree whose waiting set the head job joined (its tree was full).
+    slot_wait: str | None = None
 
     def stop(self, status: str, job_id: str) -> None:
         """End the wake-up on a head job that waits (for capacity, for a
@@ -338,6 +340,7 @@ class TurnRunner:
             # The tree is at its live limit: the job stays queued in the tree's
             # waiting set; a finishing turn wakes it.
             lane.stop("waiting", job.id)
+            lane.slot_wait = job.tree_id
             return False
         return True
 
@@ -396,6 +399,15 @@ class TurnRunner:
         if lane.held:
             with contextlib.suppress(Exception):
                 svc.lanes.release(lane.session_id, lane.token, project=lane.project)
+        if lane.slot_wait is not None and not svc.capacity.waits(
+            lane.session_id, lane.slot_wait, lane.project
+        ):
+            # A turn of the tree ended after the head joined the waiting set
+            # and handed it the slot; that turn's wake-up may have found the
+            # lane still ours and gone. Released first, looked second: the
+            # hand-over pops the session first and wakes it second, so a
+            # wake-up that missed the lane is resent here.
+            lane.then = Wake.SLOT_FREED
         if lane.then is None:
             return
         # Released first, looked second: an admitter commits first and wakes

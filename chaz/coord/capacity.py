@@ -44,6 +44,7 @@ class TreeCapacity:
         self._seed_hash = scripts.register(client, "seed_hash")
         self._start = scripts.register(client, "start")
         self._finish = scripts.register(client, "finish")
+        self._unhand = scripts.register(client, "unhand")
         self._clustered = clustered(client)
 
     def start(self, job: Job, limits: EffectiveLimits) -> bool:
@@ -68,10 +69,12 @@ class TreeCapacity:
         return [keys.live(tree_id, t), keys.waiting(tree_id, t)]
 
     def waits(self, session_id: str, tree_id: str, project: str) -> bool:
-        """Whether the session is still in its tree's waiting set (False once
-        a freed slot was handed to it, or it took one)."""
+        """Whether the session still waits in its tree's waiting set (False
+        once a freed slot was handed to it, or it took one)."""
         waiting = keys.waiting(tree_id, tag_for(self.client, project))
-        return self.client.zscore(waiting, session_id) is not None
+        score = self.client.zscore(waiting, session_id)
+        # A negative score: a slot was handed to it (lua/_hand_off.lua).
+        return score is not None and score > 0
 
     def give_back(self, job_id: str, tree_id: str, project: str) -> str | None:
         """Free a slot the job took but will not run in (``lua/finish.lua``):
@@ -97,13 +100,17 @@ class TreeCapacity:
 
         A worker that dies between finishing a turn and handing its slot on
         leaves the slot taken; without this the tree would lose capacity for
-        good. Returns the sessions to wake (the slots' next takers).
+        good. Returns the sessions to wake (the slots' next takers). Also
+        forgets the sessions handed a slot that have no job waiting any more.
         """
         woken: list[str] = []
         # On a cluster, SCAN visits every master in turn.
         for key in scan_keys(self.client, keys.live_pattern(self._clustered)):
             tree_id = str(key).rsplit(":", 1)[-1]
             t = keys.key_tag(str(key))
+            waiting = keys.waiting(tree_id, t)
+            for sid in self.client.zrangebyscore(waiting, "-inf", "(0"):
+                self._unhand(keys=[waiting, keys.queued(str(sid), t)], args=[str(sid)])
             fields = [str(f) for f in self.client.hkeys(key) if f != SENTINEL]
             if not fields:
                 continue
@@ -111,7 +118,7 @@ class TreeCapacity:
             for job_id in fields:
                 job = jobs.get(job_id)
                 if job is None or job.status.terminal:
-                    nxt = self._finish(keys=[key, keys.waiting(tree_id, t)], args=[job_id])
+                    nxt = self._finish(keys=[key, waiting], args=[job_id])
                     if nxt:
                         woken.append(str(nxt))
         return woken

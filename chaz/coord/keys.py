@@ -32,7 +32,8 @@ key                                     type        meaning
 ``chaz:live:{tree}``                    hash        job id -> session id of turns running in a
                                                     tree, plus a sentinel field ``_``
 ``chaz:wait:{tree}``                    zset        sessions whose head job waits for tree
-                                                    capacity (score: when it started waiting)
+                                                    capacity (score: when it started waiting;
+                                                    negated once a freed slot is handed to it)
 ``chaz:cancel:{job}``                   string      set while cancellation of ``job`` is requested
 ``chaz:rb:{sid}``                       string      rollbacks of ``sid``'s jobs begun plus ended:
                                                     odd while one is under way, expiring a week

@@ -244,3 +244,67 @@ def test_a_fault_before_the_setup_gives_the_slot_and_the_lane_back(
     monkeypatch.undo()
     # The retry's wake-up (no tree) runs it.
     assert TurnRunner(svc, default_registry()).wake(s.id, job.id).ran == (job.id,)
+
+
+# -- the waiting set's order ----------------------------------------------------
+
+
+def _tree_of_one(
+    svc: Services, stack: Stack, members: int
+) -> tuple[chaz.Session, list[chaz.Session]]:
+    """A root session whose tree runs one turn at a time, and ``members`` more sessions in it."""
+    stack.client.agents.put(
+        chaz.AgentSpec(id="one", script=ECHO, limits=Limits(max_live_per_tree=1))
+    )
+    root = svc.store.create_session("one")
+    return root, [svc.store.create_session("one", tree_id=root.tree_id) for _ in range(members)]
+
+
+def test_a_session_handed_a_slot_that_another_takes_first_keeps_its_place(
+    svc: Services, stack: Stack
+) -> None:
+    root, (w1, w2, newcomer) = _tree_of_one(svc, stack, 3)
+    tree, one = root.tree_id, EffectiveLimits(None, None, 1)
+    running = _post(svc, root.id)
+    assert svc.capacity.start(running, one)
+    j1, j2 = _post(svc, w1.id), _post(svc, w2.id)
+    assert not svc.capacity.start(j1, one)
+    assert not svc.capacity.start(j2, one)
+    # The root's turn ends: its slot is handed to w1, which waited longest.
+    assert svc.capacity.give_back(running.id, tree, "default") == w1.id
+    assert not svc.capacity.waits(w1.id, tree, "default")
+    assert svc.capacity.waits(w2.id, tree, "default")
+    # A newcomer's first start takes the free slot before w1's wake-up comes...
+    n = _post(svc, newcomer.id)
+    assert svc.capacity.start(n, one)
+    # ... and w1, finding the tree full, waits again at its place, before w2
+    # (it went to the back until 2026-12-07, and a tree that kept spawning
+    # could starve it).
+    assert not svc.capacity.start(j1, one)
+    assert [str(m) for m in svc.redis.zrange(keys.waiting(tree), 0, -1)] == [w1.id, w2.id]
+    assert svc.capacity.waits(w1.id, tree, "default")
+    assert svc.capacity.give_back(n.id, tree, "default") == w1.id
+    assert svc.capacity.start(j1, one)
+    assert svc.redis.zscore(keys.waiting(tree), w1.id) is None
+    assert set(_live(svc, tree)) == {"_", j1.id}
+
+
+def test_the_reconciler_forgets_a_handed_session_once_nothing_of_it_waits(
+    svc: Services, stack: Stack
+) -> None:
+    root, (gone, still) = _tree_of_one(svc, stack, 2)
+    tree, one = root.tree_id, EffectiveLimits(None, None, 1)
+    first, second = _post(svc, root.id, "a"), _post(svc, root.id, "b")
+    assert svc.capacity.start(first, one)
+    j_gone, j_still = _post(svc, gone.id), _post(svc, still.id)
+    assert not svc.capacity.start(j_gone, one)
+    assert not svc.capacity.start(j_still, one)
+    # Both are handed a slot (the second by a turn that took the first's).
+    assert svc.capacity.give_back(first.id, tree, "default") == gone.id
+    assert svc.capacity.start(second, one)
+    assert svc.capacity.give_back(second.id, tree, "default") == still.id
+    # The first's job is cancelled before its wake-up runs it.
+    stack.client.jobs.cancel(j_gone.id)
+    svc.capacity.prune()
+    assert svc.redis.zscore(keys.waiting(tree), gone.id) is None
+    assert svc.redis.zscore(keys.waiting(tree), still.id) is not None  # its job still waits

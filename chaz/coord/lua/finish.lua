@@ -1,5 +1,5 @@
 -- FINISH: a turn left its tree: free its slot and hand it to the session
--- that has waited longest.
+-- that has waited longest (which stays in the waiting set, marked handed).
 --
 -- KEYS[1]  chaz:live:{tree}
 -- KEYS[2]  chaz:wait:{tree}

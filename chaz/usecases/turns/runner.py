@@ -405,7 +405,7 @@ class TurnRunner:
             # A turn of the tree ended after the head joined the waiting set
             # and handed it the slot; that turn's wake-up may have found the
             # lane still ours and gone. Released first, looked second: the
-            # hand-over pops the session first and wakes it second, so a
+            # hand-over marks the session first and wakes it second, so a
             # wake-up that missed the lane is resent here.
             lane.then = Wake.SLOT_FREED
         if lane.then is None:

@@ -51,6 +51,7 @@ from benchmarks.measure import (
     DoneListener,
     ReplyListener,
     Throughput,
+    join_all,
     producer_app,
 )
 from benchmarks.run import code_version, machine
@@ -307,7 +308,7 @@ def measure_memory(stack: BenchStack, sizes: Sizes, listener: ReplyListener) -> 
     try:
         pid = stack.worker_pids()[0]
         mine = set(sessions)
-        ready: queue.SimpleQueue[str] = queue.SimpleQueue()
+        ready: queue.Queue[str] = queue.Queue()
         lock = threading.Lock()
         state = {"posted": 0, "done": 0, "errors": 0}
         samples: list[tuple[int, float]] = []
@@ -342,13 +343,15 @@ def measure_memory(stack: BenchStack, sizes: Sizes, listener: ReplyListener) -> 
         listener.handler = on_reply
         for sid in sessions:
             ready.put(sid)
-        threads = [threading.Thread(target=send, daemon=True) for _ in range(sizes.senders)]
+        threads = [
+            threading.Thread(target=send, name=f"bench-r-send-{i}", daemon=True)
+            for i in range(sizes.senders)
+        ]
         for t in threads:
             t.start()
         if not finished.wait(timeout=max(120.0, sizes.rss_turns / 10)):
             raise RuntimeError(f"only {state['done']} of {sizes.rss_turns} turns finished")
-        for t in threads:
-            t.join()
+        join_all(threads, "sender threads of (r)")
         listener.handler = None
     finally:
         stack.stop_chaz_workers()

@@ -50,7 +50,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks import noop_app
-from benchmarks.measure import DoneListener, Latency, percentile, producer_app
+from benchmarks.measure import DoneListener, Latency, join_all, percentile, producer_app
 from benchmarks.stacks import AGENT, BenchStack
 from chaz.coord import keys
 from chaz.domain.entries import agent_sender
@@ -220,7 +220,7 @@ class AckListener:
             msg = self._pubsub.get_message(timeout=0.5)
             if msg is not None and msg["type"] == "psubscribe":
                 break
-        self.acks: queue.SimpleQueue[tuple[dict[str, Any], float]] = queue.SimpleQueue()
+        self.acks: queue.Queue[tuple[dict[str, Any], float]] = queue.Queue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-acks", daemon=True)
         self._thread.start()
@@ -237,7 +237,7 @@ class AckListener:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join()
+        join_all([self._thread], "the Ack listener", strict=False)
         self._pubsub.close()
 
 
@@ -301,7 +301,7 @@ def measure(
     stack.redis.delete(noop_app.DONE)
     done = DoneListener(redis.Redis.from_url(stack.settings.effective_redis_url()))
     acks = AckListener(redis.Redis.from_url(stack.settings.effective_redis_url()))
-    bare_seen: queue.SimpleQueue[tuple[str, float, float]] = queue.SimpleQueue()
+    bare_seen: queue.Queue[tuple[str, float, float]] = queue.Queue()
     done.handler = lambda key, started: bare_seen.put((key, started, time.time()))
     client = stack.client
     sessions = [client.sessions.create(AGENT.id).id for _ in range(10)]
@@ -338,7 +338,7 @@ def measure(
     )
 
 
-def _bare_one(app: Any, key: str, seen: queue.SimpleQueue[tuple[str, float, float]]) -> Sample:
+def _bare_one(app: Any, key: str, seen: queue.Queue[tuple[str, float, float]]) -> Sample:
     t0 = time.time()
     app.send_task(noop_app.TASK, args=[key], queue=noop_app.QUEUE)
     s = Sample("bare", key, t0, send_begin=t0, send_end=time.time())

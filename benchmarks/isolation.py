@@ -152,7 +152,7 @@ def _probe(
     client: chaz.Client, listener: ReplyListener, sessions: list[str], sizes: Sizes
 ) -> Latency:
     """B's dispatch latency: one message at a time, Ack - Message as stored."""
-    seen: queue.SimpleQueue[str] = queue.SimpleQueue()
+    seen: queue.Queue[str] = queue.Queue()
     listener.handler = lambda data: seen.put(str(data["job_id"]))
     jobs: set[str] = set()
     for i in range(sizes.samples + sizes.warm):

@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import queue
 import statistics
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +32,66 @@ from chaz.domain.entries import EntryType, NewEntry, agent_sender
 from chaz.settings import broker_url_for
 
 # -- helpers ----------------------------------------------------------------------
+
+#: How long a finished phase waits for its threads to return: a bound for a
+#: thread that hangs, not a pace (a sender's call takes milliseconds).
+JOIN_SECONDS = 60.0
+
+# Every queue here is a queue.Queue, never a queue.SimpleQueue: on CPython
+# before 3.13, SimpleQueue.get(timeout=...) may block past its timeout until
+# the next put. A getter woken by a put that finds the item taken by another
+# getter, and gets the GIL back after its deadline, waits again with a
+# negative timeout, which means forever. On a busy machine it happened to one
+# of the four sender threads of capacity's (r) phase: all 1,000 turns
+# answered, no put came any more, and the benchmark hung in its join (CI,
+# 2026-12-07). Queue.get computes its remaining time in Python and raises
+# Empty once it is spent.
+
+
+class StuckThreads(RuntimeError):
+    """Threads that did not return in time, with the stack each one waits in."""
+
+
+def stacks(threads: list[threading.Thread]) -> str:
+    """Where each of ``threads`` is now: its name and its Python stack."""
+    frames = sys._current_frames()
+    out = []
+    for t in threads:
+        frame = frames.get(t.ident) if t.ident is not None else None
+        where = "".join(traceback.format_stack(frame)) if frame is not None else "  (no frame)\n"
+        out.append(f"thread {t.name} (ident {t.ident}):\n{where}")
+    return "".join(out)
+
+
+def join_all(
+    threads: list[threading.Thread],
+    what: str,
+    timeout: float | None = None,
+    *,
+    strict: bool = True,
+) -> None:
+    """Join ``threads`` within ``timeout`` seconds in all (default
+    :data:`JOIN_SECONDS`). Any still alive then is reported with the stack it
+    waits in, after every other thread's: raised as :class:`StuckThreads`
+    naming ``what``, or (``strict=False``, for a close in a ``finally`` that
+    must not skip the clean-up after it) written to stderr."""
+    timeout = JOIN_SECONDS if timeout is None else timeout
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    stuck = [t for t in threads if t.is_alive()]
+    if not stuck:
+        return
+    others = [t for t in threading.enumerate() if t not in stuck]
+    # The stuck threads last: a report cut to its tail keeps them.
+    report = (
+        f"{len(stuck)} of {len(threads)} {what} still ran {timeout:g} s after they "
+        f"were told to stop.\nThe process's other threads:\n{stacks(others)}"
+        f"The {what} still running:\n{stacks(stuck)}"
+    )
+    if strict:
+        raise StuckThreads(report)
+    print(report, file=sys.stderr, flush=True)
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -89,7 +151,7 @@ class ClosedLoop:
         self.keys = keys
         self.submit = submit
         self.senders = senders
-        self._ready: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._ready: queue.Queue[str] = queue.Queue()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._window = (float("inf"), float("inf"))
@@ -157,8 +219,7 @@ class ClosedLoop:
         if meter is not None:
             cpu = meter.stop()
         self._stopping.set()
-        for t in threads:
-            t.join()
+        join_all(threads, "sender threads")
         with self._lock:
             in_flight = self._in_flight
             self._drained.wait_for(lambda: self._in_flight <= 0, timeout=drain_timeout)
@@ -195,7 +256,7 @@ class DoneListener:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join()
+        join_all([self._thread], "the done listener", strict=False)
 
 
 class ReplyListener:
@@ -233,7 +294,7 @@ class ReplyListener:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join()
+        join_all([self._thread], "the reply listener", strict=False)
         self._pubsub.close()
 
 
@@ -304,7 +365,7 @@ def measure_baseline(stack: BenchStack, sizes: Sizes) -> BaselineResult:
             app.send_task(noop_app.TASK, args=[key], queue=noop_app.QUEUE)
 
         # Latency: one task at a time on the idle worker.
-        got: queue.SimpleQueue[float] = queue.SimpleQueue()
+        got: queue.Queue[float] = queue.Queue()
         listener.handler = lambda key, started: got.put(started)
         lat, rtt = [], []
         for i in range(sizes.latency_samples + 10):
@@ -364,7 +425,7 @@ def measure_dispatch(stack: BenchStack, listener: ReplyListener, sizes: Sizes) -
 
     client = stack.client
     sessions = [client.sessions.create(AGENT.id).id for _ in range(10)]
-    seen: queue.SimpleQueue[str] = queue.SimpleQueue()
+    seen: queue.Queue[str] = queue.Queue()
     listener.handler = lambda data: seen.put(data["job_id"])
     warm = 10
     rtt: list[float] = []

@@ -145,7 +145,7 @@ def boot_chaz(stack: BenchStack, listener: ReplyListener) -> Boot:
     """(i): exec of ``chaz worker`` until its first (queued) turn has replied."""
     client = stack.client
     session = client.sessions.create(AGENT.id).id
-    replied: queue.SimpleQueue[str] = queue.SimpleQueue()
+    replied: queue.Queue[str] = queue.Queue()
     listener.handler = lambda data: replied.put(data["job_id"])
     job = client.sessions.post(session, "boot").job_id
     log = (stack.home / "boot-chaz.log").open("ab")

@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -37,8 +38,10 @@ BENCH_TIMEOUT = 240
 def run_benchmark(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """Run ``python -m ARGS`` from the checkout. If it outlives BENCH_TIMEOUT, it
     is sent SIGABRT first, so that its faulthandler prints where every thread
-    waits (a hang seen twice in CI on 2026-12-07, not reproduced alone), and
-    the test fails with that."""
+    waits, and the test fails with that: the dump's head (faulthandler lists
+    the newest threads first: a phase's senders) and its tail (the main
+    thread), and the path of the whole output, kept in the test's temporary
+    directory (``TMPDIR`` in ``env``)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", *args],
         cwd=ROOT,
@@ -56,11 +59,20 @@ def run_benchmark(args: list[str], env: dict[str, str]) -> subprocess.CompletedP
         except subprocess.TimeoutExpired:
             proc.kill()
             stdout, stderr = proc.communicate()
+        kept = Path(env.get("TMPDIR") or tempfile.mkdtemp()) / f"{args[0]}.hung.txt"
+        kept.write_text(f"$ python -m {' '.join(args)}\n-- stdout\n{stdout}\n-- stderr\n{stderr}")
         pytest.fail(
-            f"{' '.join(args)} still ran after {BENCH_TIMEOUT} s\n"
-            f"{stdout[-3000:]}\n{stderr[-12000:]}"
+            f"{' '.join(args)} still ran after {BENCH_TIMEOUT} s (whole output: {kept})\n"
+            f"{stdout[-3000:]}\n{_head_and_tail(stderr, 9000, 5000)}"
         )
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def _head_and_tail(text: str, head: int, tail: int) -> str:
+    """``text``, or its first ``head`` and last ``tail`` characters if longer."""
+    if len(text) <= head + tail:
+        return text
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters ...]\n{text[-tail:]}"
 
 
 def bench(tmp_path: Path, *args: str, **extra_env: str) -> str:

@@ -41,11 +41,11 @@ JOIN_SECONDS = 60.0
 # before 3.13, SimpleQueue.get(timeout=...) may block past its timeout until
 # the next put. A getter woken by a put that finds the item taken by another
 # getter, and gets the GIL back after its deadline, waits again with a
-# negative timeout, which means forever. On a busy machine it happened to one
-# of the four sender threads of capacity's (r) phase: all 1,000 turns
-# answered, no put came any more, and the benchmark hung in its join (CI,
-# 2026-12-07). Queue.get computes its remaining time in Python and raises
-# Empty once it is spent.
+# negative timeout, which means forever. That fits capacity's (r) hang in CI
+# (2026-12-07): all 1,000 turns answered, so no put came any more, the main
+# thread in its join, and the one sender left waiting in benchmark code (a
+# C-level wait). Queue.get computes its remaining time in Python and raises
+# Empty once it is spent (tests/unit/test_bench_threads.py).
 
 
 class StuckThreads(RuntimeError):

@@ -174,29 +174,12 @@ class Writes:
         with self.db.write() as conn:
             if create is not None:
                 session_id = insert_session(conn, create)["id"]
+            job_id: str | None = None
+            written: tuple[NewEntry, dict[str, Any], dict[str, Any]] | None = None
             if prepared is not None and entry and create is None and not self.db.sqlite:
-                draft, fields = prepared
-                parse_sender(draft.sender)
                 job_id = new_id()
-                try:
-                    row, values, job_row = admit_in_one(conn, session_id, draft, fields, job_id)
-                except IntegrityError as exc:
-                    if draft.idempotency_key is None:
-                        raise
-                    raise KeyTaken(draft.idempotency_key) from exc
-                if row["agent_spec"] is None:
-                    raise AgentNotFound(f"no agent {row['agent_id']!r}", agent_id=row["agent_id"])
-                specs, locked = self.specs, row
-                written = None if values is None or job_row is None else (draft, values, job_row)
-                yield Admitting(
-                    conn,
-                    row,
-                    lambda: specs.parsed(locked["agent_id"], locked["agent_spec"]),
-                    job_id=job_id,
-                    written=written,
-                )
-                return
-            if entry:
+                row, written = _admit_prepared(conn, session_id, prepared, job_id)
+            elif entry:
                 row = bump(conn, session_id, admit=True)
             else:
                 row = conn.execute(st.BUMP_JOB, {"sid": session_id, "now": utcnow()}).mappings()
@@ -207,7 +190,11 @@ class Writes:
                 raise AgentNotFound(f"no agent {row['agent_id']!r}", agent_id=row["agent_id"])
             specs, locked = self.specs, row
             yield Admitting(
-                conn, row, lambda: specs.parsed(locked["agent_id"], locked["agent_spec"])
+                conn,
+                row,
+                lambda: specs.parsed(locked["agent_id"], locked["agent_spec"]),
+                job_id=job_id,
+                written=written,
             )
 
     def append(
@@ -565,6 +552,23 @@ def _start_in_one(
         return None
     started = as_job(row | values | {"starts": done.starts, "attempts": done.attempts})
     return (started, as_entry(done.ack) if done.ack is not None else None), done.context
+
+
+def _admit_prepared(
+    conn: Connection, session_id: str, prepared: tuple[NewEntry, JobFields | None], job_id: str
+) -> tuple[Any, tuple[NewEntry, dict[str, Any], dict[str, Any]] | None]:
+    """The session's update with the admission's entry and job (``st.ADMIT_IN_ONE``):
+    the session row, and the draft with the entry's and the job's columns
+    (None for a room, whose rule writes them)."""
+    draft, fields = prepared
+    parse_sender(draft.sender)
+    try:
+        row, values, job_row = admit_in_one(conn, session_id, draft, fields, job_id)
+    except IntegrityError as exc:
+        if draft.idempotency_key is None:
+            raise
+        raise KeyTaken(draft.idempotency_key) from exc
+    return row, (None if values is None or job_row is None else (draft, values, job_row))
 
 
 def _ack(job_id: str, sender: str, metadata: dict[str, Any] | None) -> NewEntry:

@@ -30,7 +30,13 @@ from benchmarks import noop_app
 from chaz.coord.redis import ensure_embedded, redis_server_binary, stop_embedded
 from chaz.domain.agents import AgentSpec
 from chaz.settings import Settings
-from chaz.stack import WorkerProcess, settings_env, worker_command
+from chaz.stack import (
+    Watchdog,
+    WorkerProcess,
+    embedded_redis_pid,
+    settings_env,
+    worker_command,
+)
 from chaz.store import Store
 from chaz.store.migrate import upgrade
 
@@ -124,9 +130,17 @@ class BenchStack:
             raise ValueError(f"unknown stack {kind!r}")
         self.kind = kind
         self.home = Path(tempfile.mkdtemp(prefix=f"chaz-bench-{kind}-"))
+        #: Stops the workers' process groups and the embedded Redis should this
+        #: process die without stopping them (a benchmark killed at its bound
+        #: by the smoke tests): left running they would take later runs'
+        #: tasks and CPU.
+        self._watchdog = Watchdog()
         if kind == "embedded":
             self.settings = Settings(_env_file=None, home=self.home)
-            ensure_embedded(self.settings)
+            if ensure_embedded(self.settings):
+                redis_pid = embedded_redis_pid(self.settings)
+                if redis_pid is not None:
+                    self._watchdog.guard_pid(redis_pid)
         else:
             self.settings = Settings(
                 _env_file=None,
@@ -176,12 +190,16 @@ class BenchStack:
         ]
         self._noop.extend(started)
         for w in started:
+            self._guard(w.proc.pid if w.proc is not None else None)
+        for w in started:
             w.wait_ready(self.redis)
 
     def stop_noop_workers(self) -> None:
         """Stop the baseline workers."""
         for w in self._noop:
+            pgid = w.proc.pid if w.proc is not None else None
             w.stop()
+            self._forget(pgid)
         self._noop.clear()
 
     def start_chaz_workers(self, n: int, concurrency: int) -> None:
@@ -197,13 +215,27 @@ class BenchStack:
         ]
         self._chaz.extend(started)
         for w in started:
+            self._guard(w.pid)
+        for w in started:
             w.wait_ready(self.client, timeout=60)
 
     def stop_chaz_workers(self) -> None:
         """Stop chaz's workers (warm shutdown)."""
         for w in self._chaz:
+            pgid = w.pid if w.proc is not None else None
             w.stop()
+            self._forget(pgid)
         self._chaz.clear()
+
+    def _guard(self, pgid: int | None) -> None:
+        # Each worker leads a process group of its own (start_new_session).
+        if pgid is not None:
+            self._watchdog.guard_group(pgid)
+
+    def _forget(self, pgid: int | None) -> None:
+        # Stopped here: a later process that reuses the number is left alone.
+        if pgid is not None:
+            self._watchdog.forget_group(pgid)
 
     def worker_pids(self) -> list[int]:
         """Pids of the running chaz workers (for a profiler)."""
@@ -245,6 +277,8 @@ class BenchStack:
             redis.Redis.from_url(REDIS_URL).flushdb()
             with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
                 admin.execute(f'DROP DATABASE IF EXISTS "{PG_DATABASE}" WITH (FORCE)')
+        # Everything it guards is stopped now.
+        self._watchdog.release()
         if os.environ.get("BENCH_KEEP_HOME"):
             print(f"kept {self.home}")
         else:

@@ -29,12 +29,13 @@ from chaz.store import artifacts, entries
 from chaz.store import statements as st
 from chaz.store.admitting import Admitting
 from chaz.store.agents import SpecCache
+from chaz.store.budgets import read_budget
 from chaz.store.context import context_window, read_context, read_setup
 from chaz.store.db import Database
 from chaz.store.ending import Completion, job_ended
 from chaz.store.events import record
 from chaz.store.models import JobRow
-from chaz.store.rows import as_entry, as_job
+from chaz.store.rows import as_entry, as_job, as_session
 from chaz.store.sessions import insert_session
 from chaz.store.types import Appended, Fence, Finish, JobFields, KeyTaken, NewSession, TurnSetup
 from chaz.store.writes import (
@@ -348,6 +349,66 @@ class Writes:
         with self.db.write() as conn:
             setup = read_setup(conn, self.specs, session_id, max_context, context=False)
             yield TurnStart(self.db, conn, setup, max_context)
+
+    def start_head(
+        self,
+        session_id: str,
+        job_id: str,
+        tree_id: str,
+        token: str,
+        *,
+        ack_metadata: dict[str, Any] | None,
+        max_context: int,
+    ) -> tuple[TurnSetup, Job, Entry] | None:
+        """:meth:`turn_start` and its start in one statement with no
+        transaction around it (:data:`chaz.store.oneshot.START_HEAD`), for a
+        wake-up that names its job and whose lane took the job's live slot:
+        the setup as read (its context too), the job as started under
+        ``token``, and its Ack. None, having written nothing, on SQLite and
+        whenever the job is not the session's head in ``tree_id`` or not a
+        plain first start; the caller then takes :meth:`turn_start`.
+
+        Still one transaction for the setup and the start, with no ``BEGIN``
+        or ``COMMIT`` of its own: three round trips fewer between a wake-up and
+        its Ack (docs/performance.md#dispatch). A context longer than the
+        first window, a fork's source and a budget are read after it, each
+        a statement of its own; a plain turn has none of them.
+        """
+        if self.db.sqlite:
+            return None
+        from chaz.store import oneshot  # PostgreSQL's only (see end_turn)
+
+        now = utcnow()
+        window = {"window": st.CONTEXT_WINDOW, "lim": max_context}
+        # The Ack's sender is the session's agent's, which the statement reads.
+        ack = _ack(job_id, "agent:", ack_metadata)
+        with self.db.autocommit() as conn:
+            done = oneshot.start_head(conn, session_id, job_id, tree_id, token, ack, now, window)
+            if done is None:
+                return None
+            row = done.row
+            read = {name: row[label] for label, name in st.SETUP_HEAD_JOB.items()}
+            head = as_job(read)
+            session = as_session(row)
+            agent = self.specs.parsed(row["agent_id"], row["agent_spec"])
+            # Reads that only a budget, a long context or a fork needs, each a
+            # statement of its own (their bounds are what the statement
+            # read, which no later commit moves: the same rows).
+            budget = read_budget(conn, self.specs, head, agent.limits.narrowed(session.limits))
+            setup = TurnSetup(head, session, agent, [], None, budget)
+            setup = read_context(conn, setup, max_context, first=done.context)
+        started = as_job(
+            read
+            | {
+                "status": JobStatus.RUNNING.value,
+                "version": head.version + 1,
+                "lease_token": token,
+                "started_at": now,
+                "starts": row["started_starts"],
+                "attempts": row["started_attempts"],
+            }
+        )
+        return setup, started, as_entry(done.ack)
 
     def start_turn(
         self,

@@ -52,11 +52,12 @@ from sqlalchemy import (
     update,
 )
 
-from chaz.domain.entries import NewEntry
+from chaz.domain.entries import NewEntry, agent_sender
 from chaz.domain.jobs import JobStatus
 from chaz.domain.results import RESULT_CAP
 from chaz.ids import new_id
 from chaz.store import statements as st
+from chaz.store.models import unfinished
 from chaz.store.types import Finish
 from chaz.store.writes import entry_row
 
@@ -73,11 +74,14 @@ def _bump_if(name: str, condition: Any) -> CTE:
     )
 
 
-def _entry_at(seq: CTE) -> Insert:
-    # The entry of the ``e_*`` parameters, at the seq the CTE ``seq`` took.
+def _entry_at(seq: CTE, **given: Any) -> Insert:
+    # The entry of the ``e_*`` parameters, at the seq the CTE ``seq`` took;
+    # ``given``: columns that are SQL expressions instead.
     c = st.ENTRIES.c
     values = [
-        seq.c.last_seq if name == "seq" else bindparam(f"e_{name}", type_=c[name].type)
+        seq.c.last_seq
+        if name == "seq"
+        else given.get(name, bindparam(f"e_{name}", type_=c[name].type))
         for name in st.ENTRY_COLUMNS
     ]
     return insert(st.ENTRIES).from_select(list(st.ENTRY_COLUMNS), select(*values).select_from(seq))
@@ -107,13 +111,13 @@ def _start_with_ack() -> Select[Any]:
 START_WITH_ACK = _start_with_ack()
 
 
-def _context_window() -> ScalarSelect[Any]:
-    # ``st.CONTEXT``'s rows (its parameters: sid, tid, upto, window, lim) as one
-    # JSON array of [id, seq, type, sender, content], newest first; NULL if none.
-    # Read from the statement's snapshot, before its own writes (PostgreSQL
-    # runs a statement's data-modifying CTEs against one snapshot): the Ack
-    # is above the window's top anyway.
-    ctx = st.CONTEXT.subquery("context")
+def _context_window(rows: Select[Any] = st.CONTEXT) -> ScalarSelect[Any]:
+    # ``rows`` (``st.CONTEXT``'s, its parameters: sid, tid, upto, window, lim) as
+    # one JSON array of [id, seq, type, sender, content], newest first; NULL if
+    # none. Read from the statement's snapshot, before its own writes
+    # (PostgreSQL runs a statement's data-modifying CTEs against one
+    # snapshot): the Ack is above the window's top anyway.
+    ctx = rows.subquery("context")
     row = func.json_build_array(ctx.c.id, ctx.c.seq, ctx.c.type, ctx.c.sender, ctx.c.content)
     return select(func.json_agg(row).aggregate_order_by(ctx.c.seq.desc())).scalar_subquery()
 
@@ -122,6 +126,107 @@ def _context_window() -> ScalarSelect[Any]:
 #: in the same round trip: the context read that followed the start in its
 #: transaction cost the Ack one PostgreSQL wait (docs/performance.md#dispatch).
 START_WITH_ACK_AND_CONTEXT = START_WITH_ACK.add_columns(_context_window().label("context"))
+
+
+def _plain_head() -> CTE:
+    # The wake-up's job as read (its columns as ``head_*``), with its session
+    # (as read) and its agent's spec, if it is the session's head, in the
+    # tree the wake-up named, and a plain first start: queued and never
+    # started; no delivery, fire, room member or caller, whose starts need
+    # rows or decisions of their own; admitted by an entry. ``top``: its
+    # context's first window ends at that entry (else at the session's head).
+    j, s = st.JOBS.c, st.SESSIONS.c
+    earlier = st.JOBS.alias("earlier")
+    trigger_seq = select(st.ENTRIES.c.seq).where(st.ENTRIES.c.id == j.trigger_entry_id)
+    return (
+        select(
+            *(c.label(f"head_{c.name}") for c in st.JOBS.c),
+            st.SESSIONS,
+            st.AGENTS.c.spec.label("agent_spec"),
+            func.coalesce(trigger_seq.scalar_subquery(), s.last_seq).label("top"),
+        )
+        .select_from(
+            st.JOBS.join(st.SESSIONS, s.id == j.session_id).join(
+                st.AGENTS, st.AGENTS.c.id == s.agent_id
+            )
+        )
+        .where(
+            j.id == bindparam("jid"),
+            j.session_id == bindparam("sid"),
+            j.tree_id == bindparam("tree"),
+            j.status == JobStatus.QUEUED.value,
+            j.starts == 0,
+            j.delivery_id.is_(None),
+            j.fire_id.is_(None),
+            j.member_agent_id.is_(None),
+            j.parent_job_id.is_(None),
+            j.trigger_entry_id.is_not(None),
+            ~exists(
+                select(literal(1)).where(
+                    earlier.c.session_id == j.session_id,
+                    unfinished(earlier.c.status),
+                    earlier.c.ordinal < j.ordinal,
+                )
+            ),
+        )
+        .cte("head")
+    )
+
+
+def _start_head() -> Select[Any]:
+    j, s = st.JOBS.c, st.SESSIONS.c
+    head = _plain_head()
+    started = (
+        update(st.JOBS)
+        # The version as read: a change since (a cancel) is seen again by
+        # the UPDATE's own check and starts nothing.
+        .where(
+            j.id == head.c.head_id,
+            j.version == head.c.head_version,
+            j.status == JobStatus.QUEUED.value,
+        )
+        .values(
+            status=JobStatus.RUNNING.value,
+            version=j.version + 1,
+            starts=j.starts + 1,
+            attempts=st.COUNTED_ATTEMPTS,
+            lease_token=bindparam("token"),
+            started_at=bindparam("now"),
+        )
+        .returning(j.starts, j.attempts)
+        .cte("started")
+    )
+    seq = (
+        update(st.SESSIONS)
+        .where(s.id == bindparam("sid"), exists(select(literal(1)).select_from(started)))
+        .values(last_seq=s.last_seq + 1)
+        .returning(s.id, s.last_seq, s.agent_id)
+        .cte("ack_seq")
+    )
+    sender = literal("agent:", type_=Text) + seq.c.agent_id
+    ack = _entry_at(seq, sender=sender).returning(st.ENTRIES.c.id).cte("ack")
+    top = select(head.c.top).scalar_subquery()
+    context = _context_window(st.context_rows(top))
+    return (
+        select(
+            head,
+            started.c.starts.label("started_starts"),
+            started.c.attempts.label("started_attempts"),
+            seq.c.last_seq.label("ack_seq"),
+            context.label("context"),
+            literal_column("set_config('synchronous_commit', 'off', true)").label("durable"),
+        )
+        .select_from(head.join(started, true()).join(seq, true()))
+        .add_cte(ack)
+    )
+
+
+#: A turn's setup read and its start in one statement, for a wake-up that
+#: named its job and took its live slot with the lane: the job (as read, its
+#: columns ``head_*``), its session (as read) with its agent's spec, the
+#: start's counts, the Ack's seq and the first window of the context. No
+#: row: not this statement's case (see :func:`start_head`), nothing written.
+START_HEAD = _start_head()
 
 
 def _end_with_reply(target: JobStatus) -> Select[Any]:
@@ -210,6 +315,47 @@ def start(
         values | {"seq": seq} if seq is not None else None,
         None if context is None else (row[4] or []),
     )
+
+
+class StartedHead(NamedTuple):
+    """What :func:`start_head` read and wrote."""
+
+    #: The statement's row: the session's columns, ``agent_spec``, the job as
+    #: read (``head_*``) and ``started_starts``, ``started_attempts``, ``ack_seq``.
+    row: Any
+    #: The Ack's columns.
+    ack: dict[str, Any]
+    #: ``st.CONTEXT``'s rows of the first window.
+    context: list[Any]
+
+
+def start_head(
+    conn: Connection,
+    session_id: str,
+    job_id: str,
+    tree_id: str,
+    token: str,
+    ack: NewEntry,
+    now: datetime,
+    window: dict[str, Any],
+) -> StartedHead | None:
+    """Read the turn's setup and start job ``job_id`` with its Ack in one
+    statement (:data:`START_HEAD`), on ``conn`` with no transaction around it;
+    or None, having written nothing, unless the job is the session's head in
+    ``tree_id`` and a plain first start. ``ack``'s sender is the session's
+    agent's, written by the statement. ``window``: ``st.CONTEXT``'s ``window``
+    and ``lim``."""
+    values, params = _entry_params(session_id, ack, job_id, now)
+    del params["e_sender"]
+    row = conn.execute(
+        START_HEAD,
+        {"jid": job_id, "tree": tree_id, "token": token, "now": now, **window, **params},
+    ).first()
+    if row is None:
+        return None
+    found = row._mapping
+    values |= {"seq": found["ack_seq"], "sender": agent_sender(found["agent_id"])}
+    return StartedHead(found, values, found["context"] or [])
 
 
 def covers_end(finish: Finish, draft: NewEntry | None) -> bool:

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
+    Select,
     Text,
     Update,
     and_,
@@ -126,6 +127,22 @@ def _anchor() -> Any:
     return func.coalesce(trigger_seq, bindparam("upto"))
 
 
+def context_rows(anchor: Any) -> Select[Any]:
+    """:data:`CONTEXT` with its window's top given as the SQL expression ``anchor``."""
+    return (
+        select(*SAID_COLUMNS)
+        .where(
+            ENTRIES.c.session_id == bindparam("sid"),
+            _among(ENTRIES.c.type, CONTEXT_TYPES),
+            ENTRIES.c.seq <= anchor,
+            ENTRIES.c.seq > anchor - bindparam("window"),
+            VISIBLE,
+        )
+        .order_by(ENTRIES.c.seq.desc())
+        .limit(bindparam("lim"))
+    )
+
+
 #: One window of a context: Message, Directive and Summary entries with
 #: ``top - window < seq <= top`` that are not hidden (:data:`VISIBLE`),
 #: where ``top`` is the trigger ``tid``'s seq (it is one of them, so it comes
@@ -133,18 +150,7 @@ def _anchor() -> Any:
 #: newest first, at most ``lim`` of them, and only the columns a context
 #: needs. The store walks the windows back and stops at the newest Summary,
 #: the context's start (chaz.store.context._context).
-CONTEXT = (
-    select(*SAID_COLUMNS)
-    .where(
-        ENTRIES.c.session_id == bindparam("sid"),
-        _among(ENTRIES.c.type, CONTEXT_TYPES),
-        ENTRIES.c.seq <= _anchor(),
-        ENTRIES.c.seq > _anchor() - bindparam("window"),
-        VISIBLE,
-    )
-    .order_by(ENTRIES.c.seq.desc())
-    .limit(bindparam("lim"))
-)
+CONTEXT = context_rows(_anchor())
 #: An entry's seq (the top of a context's next window, below its trigger).
 SEQ_BY_ID = select(ENTRIES.c.seq).where(ENTRIES.c.id == bindparam("tid"))
 #: A context entry with ``covers < seq < below``, if any (compaction's race
@@ -340,6 +346,8 @@ _RESUMES_SAFELY = or_(
         JOBS.c.lease_token.is_(None),
     ),
 )
+#: A start's count of attempts, from the row being updated.
+COUNTED_ATTEMPTS = JOBS.c.attempts + case((_RESUMES_SAFELY, 0), else_=1)
 #: A turn's start, as a compare-and-set on the version the caller read; it
 #: returns the attempts it counted.
 START = (
@@ -349,7 +357,7 @@ START = (
         status=bindparam("v_status"),
         version=bindparam("v_version"),
         starts=JOBS.c.starts + 1,
-        attempts=JOBS.c.attempts + case((_RESUMES_SAFELY, 0), else_=1),
+        attempts=COUNTED_ATTEMPTS,
         lease_token=bindparam("v_lease_token"),
         started_at=bindparam("v_started_at"),
         usage=bindparam("v_usage"),

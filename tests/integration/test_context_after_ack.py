@@ -143,6 +143,89 @@ def test_the_start_reads_the_context_the_setup_would(store: Store, shape: str, l
     assert len(_said(before)[0]) == min(limit, {"windows": 3, "summary": 3, "fork": 2}[shape])
 
 
+def _start_head(store: Store, sid: str, limit: int = 200, **named: str) -> Any:
+    """``Store.start_head`` of the session's head job (or the job and tree ``named``)."""
+    if "job_id" not in named or "tree_id" not in named:
+        head = store.head_job(sid)
+        assert head is not None
+        named = {"job_id": head.id, "tree_id": head.tree_id} | named
+    return store.start_head(
+        sid, named["job_id"], named["tree_id"], "t1", ack_metadata=None, max_context=limit
+    )
+
+
+@pytest.mark.parametrize("shape", ["windows", "summary", "fork"])
+@pytest.mark.parametrize("limit", [200, 2])
+def test_the_start_with_its_setup_reads_what_the_setup_and_start_would(
+    store: Store, shape: str, limit: int
+) -> None:
+    """``Store.start_head`` (PostgreSQL: the setup's read and the start in one
+    statement) gives the setup as read, the context the setup would read,
+    the job as started and its Ack; SQLite has no such statement."""
+    sid = _shaped(store, shape)
+    before = store.turn_setup(sid, max_context=limit)
+    assert before is not None
+    started = _start_head(store, sid, limit)
+    if store.db.sqlite:
+        assert started is None
+        return
+    assert started is not None
+    setup, job, ack = started
+    assert _said(setup) == _said(before)
+    assert (setup.job, setup.session, setup.agent, setup.budget) == (
+        before.job,
+        before.session,
+        before.agent,
+        before.budget,
+    )
+    assert (job.status, job.starts, job.attempts, job.version) == (
+        JobStatus.RUNNING,
+        1,
+        1,
+        before.job.version + 1,
+    )
+    assert store.get_job(job.id) == job
+    assert (ack.type, ack.sender, ack.job_id, ack.seq) == (
+        EntryType.ACK,
+        "agent:bot",
+        job.id,
+        before.session.last_seq + 1,
+    )
+    assert store.get_session(sid).last_seq == ack.seq
+    assert [e.id for e in store.entries(sid, after=before.session.last_seq)] == [ack.id]
+
+
+@pytest.mark.parametrize("case", ["later job", "other tree", "cancelled", "started", "no job"])
+def test_the_start_with_its_setup_writes_nothing_unless_it_is_a_plain_first_start(
+    store: Store, case: str
+) -> None:
+    """Any job but the session's head in the tree the wake-up named, queued and
+    never started, is left to the setup's read: nothing is written."""
+    s = store.create_session("bot")
+    first = _admit(store, s.id, "one")
+    named = {}
+    if case == "later job":
+        named["job_id"] = _admit(store, s.id, "two")
+    elif case == "other tree":
+        named["tree_id"] = "elsewhere"
+    elif case == "cancelled":
+        store.transition(first, JobStatus.CANCELLED, completion=completion.ended)
+        named["job_id"] = first
+    elif case == "started":
+        with store.turn_start(s.id, 200) as tx:
+            tx.start("t0", ack_sender="agent:bot")
+    else:
+        named["job_id"] = "nosuchjob"
+    jobs_before = {j.id: j for j in store.list_jobs(session_id=s.id)}
+    seq_before = store.get_session(s.id).last_seq
+    head = store.head_job(s.id)
+    named.setdefault("tree_id", s.tree_id)
+    named.setdefault("job_id", head.id if head is not None else first)
+    assert _start_head(store, s.id, **named) is None
+    assert {j.id: j for j in store.list_jobs(session_id=s.id)} == jobs_before
+    assert store.get_session(s.id).last_seq == seq_before
+
+
 def _posted(stack: Stack, text: str) -> tuple[str, str]:
     """A new session of AGENT and the job of a message posted to it."""
     stack.client.agents.put(AGENT)
@@ -184,10 +267,12 @@ def test_a_turn_publishes_its_ack_before_it_reads_its_context(stack: Stack) -> N
     assert client.jobs.get(job_id).status is JobStatus.SUCCEEDED
 
 
-def test_a_turn_and_its_admission_are_three_transactions(stack: Stack) -> None:
+@pytest.mark.parametrize("named", [False, True], ids=["wake-up", "named job and tree"])
+def test_a_turn_and_its_admission_are_three_transactions(stack: Stack, named: bool) -> None:
     """Each ``COMMIT`` and each statement run with no transaction around it
     is a transaction (what ``pg_stat_database`` counts): the admission, the
-    start with its context, the end."""
+    start with its context, the end. A wake-up that names its job and tree
+    (a worker's) takes the setup's read and the start in one statement."""
     if stack.kind != "server":
         pytest.skip("the count is PostgreSQL's (docs/capacity.md)")
     client, svc = stack.client, stack.client.services
@@ -205,12 +290,14 @@ def test_a_turn_and_its_admission_are_three_transactions(stack: Stack) -> None:
     def commit(_conn: Any) -> None:
         seen.append("commit")
 
+    # The session's tree, as the admission's wake-up names it.
+    tree = svc.store.get_session(sid).tree_id if named else None
     event.listen(svc.store.engine, "before_cursor_execute", statement)
     event.listen(svc.store.engine, "commit", commit)
     try:
         job_id = client.sessions.post(sid, "hello").job_id
         assert job_id is not None
-        outcome = TurnRunner(svc, client.tools).wake(sid, job_id)
+        outcome = TurnRunner(svc, client.tools).wake(sid, job_id, tree=tree)
     finally:
         event.remove(svc.store.engine, "before_cursor_execute", statement)
         event.remove(svc.store.engine, "commit", commit)
@@ -218,3 +305,6 @@ def test_a_turn_and_its_admission_are_three_transactions(stack: Stack) -> None:
     assert client.jobs.get(job_id).status is JobStatus.SUCCEEDED
     transactions = [x for x in seen if x == "commit" or x.startswith("alone: ")]
     assert len(transactions) == 3, seen
+    # Which start ran: the one statement, or the setup's read in a transaction.
+    assert any(x.startswith("alone: WITH head") for x in seen) is named, seen
+    assert any(x.startswith("in: SELECT sessions.") for x in seen) is not named, seen

@@ -236,6 +236,8 @@ def test_a_fault_before_the_setup_gives_the_slot_and_the_lane_back(
     def down(*_: object, **__: object) -> None:
         raise BackendUnavailable("the database is away")
 
+    # The setup's read either way: with the start (start_head) or alone.
+    monkeypatch.setattr(svc.store, "start_head", down)
     monkeypatch.setattr(svc.store, "turn_start", down)
     outcome = TurnRunner(svc, default_registry()).wake(s.id, job.id, tree=job.tree_id)
     assert outcome.status == "retry"

@@ -17,6 +17,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from chaz import metrics, tracing
 from chaz.coord.feed import Feed
@@ -236,22 +237,28 @@ class TurnRunner:
         still ours for the next one."""
         svc = self.services
         feed = Feed(svc.redis)
-        # The job, its session and agent, and the job's start with its Ack:
-        # one transaction on PostgreSQL (Store.turn_start), which reads the
-        # job's context after its start; on SQLite _run reads it, after the
-        # Ack is out.
-        with svc.store.turn_start(lane.session_id, svc.settings.max_context_entries) as tx:
-            setup = tx.setup
-            slotted = self._claim_early(lane, setup)
-            if setup is None or not self._may_start(lane, setup, slotted):
-                return False
-            archived = archived_delivery(setup.job, setup.session)
-            job = None if archived else self._start(tx, lane.token, feed)
-            # With its context, if the start read it (PostgreSQL).
-            setup = tx.setup if tx.setup is not None else setup
-        if archived:
-            refuse_archived(svc, setup.job, setup.session)
-            return True
+        setup: TurnSetup | None
+        job: Job | None
+        quick = self._start_early(lane, feed)
+        if quick is not None:
+            setup, job = quick
+        else:
+            # The job, its session and agent, and the job's start with its
+            # Ack: one transaction on PostgreSQL (Store.turn_start), which
+            # reads the job's context after its start; on SQLite _run reads
+            # it, after the Ack is out.
+            with svc.store.turn_start(lane.session_id, svc.settings.max_context_entries) as tx:
+                setup = tx.setup
+                slotted = self._claim_early(lane, setup)
+                if setup is None or not self._may_start(lane, setup, slotted):
+                    return False
+                archived = archived_delivery(setup.job, setup.session)
+                job = None if archived else self._start(tx, lane.token, feed)
+                # With its context, if the start read it (PostgreSQL).
+                setup = tx.setup if tx.setup is not None else setup
+            if archived:
+                refuse_archived(svc, setup.job, setup.session)
+                return True
         if tracing.on():
             return self._traced(lane, setup, job, feed)
         ran = self._run(setup, lane.token, job, feed)
@@ -296,6 +303,38 @@ class TurnRunner:
                 }
             )
             return self._end(lane, setup, ran, feed)
+
+    def _start_early(self, lane: _Lane, feed: Feed) -> tuple[TurnSetup, Job] | None:
+        """The wake-up's job started in the live slot the lane took for it,
+        its setup read by the same statement (``Store.start_head``), its Ack
+        held in ``feed``; None when that is not the case (nothing written):
+        the setup read decides then, as for any other wake-up."""
+        early = lane.early
+        if early is None:
+            return None
+        svc = self.services
+        started = svc.store.start_head(
+            lane.session_id,
+            early.job_id,
+            early.tree_id,
+            lane.token,
+            ack_metadata=self._ack_metadata(),
+            max_context=svc.settings.max_context_entries,
+        )
+        if started is None:
+            return None
+        # The head job, in its tree, queued, with no approval or delivery to
+        # wait for (the statement's own conditions): what _claim_early and
+        # _may_start would have found, and the slot is its own.
+        lane.early = None
+        setup, job, ack = started
+        feed.hold(ack)
+        return setup, job
+
+    @staticmethod
+    def _ack_metadata() -> dict[str, Any]:
+        """Which process runs the turn: for operators (and the crash tests)."""
+        return {"host": socket.gethostname(), "pid": os.getpid()}
 
     def _claim_early(self, lane: _Lane, setup: TurnSetup | None) -> bool:
         """Whether the slot the lane's script took is the head job's, which
@@ -429,8 +468,7 @@ class TurnRunner:
             job, ack = tx.start(
                 token,
                 ack_sender=agent_sender(setup.job.member_agent_id or setup.session.agent_id),
-                # Which process runs the turn: for operators (and the crash tests).
-                ack_metadata={"host": socket.gethostname(), "pid": os.getpid()},
+                ack_metadata=self._ack_metadata(),
                 # A spawned turn's reservation from its caller's budget.
                 usage=budgets.reserve(
                     setup.budget,

@@ -244,7 +244,8 @@ def measure(svc: Services, probe: Probe, args: argparse.Namespace) -> Window:
         sid = sessions[i % len(sessions)]
         done = admission.write(svc, sid, EntryType.MESSAGE, "user:u", "hi")
         assert done.job is not None
-        outcome = runner.wake(sid, done.job.id)
+        # With the job's tree, as the admission's wake-up names it to a worker.
+        outcome = runner.wake(sid, done.job.id, tree=done.job.tree_id)
         assert outcome.status == "ran", outcome
 
     for i in range(args.warmup):

@@ -51,7 +51,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.cpu import CpuMeter, process_cpu_seconds
-from benchmarks.measure import Latency
+from benchmarks.measure import Latency, join_all
 from benchmarks.run import machine
 from benchmarks.stacks import AGENT, ROOT, BenchStack, scrub_environment
 from chaz.domain.principals import ALL_GRANTS
@@ -303,6 +303,8 @@ def sdk_side(
 #: benchmark process there: it does what the server does over HTTP).
 OWN_HTTP = ("server", "workers", "database", "redis")
 OWN_INPROCESS = ("benchmark", "workers", "database", "redis")
+#: How long an in-process run waits for its reply.
+REPLY_SECONDS = 60
 
 
 # -- the loads, in-process ----------------------------------------------------------
@@ -320,7 +322,7 @@ def _inprocess_load(stack: BenchStack, threads: int, runs: int, warm: int, meter
         t0 = time.perf_counter()
         try:
             entry = client.sessions.post(sid, "hi")
-            reply = client.sessions.wait_for_reply(sid, after=entry.seq, timeout=60)
+            reply = client.sessions.wait_for_reply(sid, after=entry.seq, timeout=REPLY_SECONDS)
         except Exception:
             with lock:
                 errors[0] += 1
@@ -345,8 +347,9 @@ def _inprocess_load(stack: BenchStack, threads: int, runs: int, warm: int, meter
         errors[0] = 0  # only the counted runs' errors
     meter.start()
     t0 = time.perf_counter()
-    for t in workers:
-        t.join()
+    # Each run waits at most REPLY_SECONDS for its reply: a producer still
+    # running past all of its runs' is stuck, and its stack says where.
+    join_all(workers, "producer threads", (runs + 1) * REPLY_SECONDS)
     seconds = time.perf_counter() - t0
     cpu = meter.stop()
     return Load(len(latencies), seconds, Latency.of(latencies), errors[0], cpu)

@@ -28,7 +28,7 @@ from rich.table import Table
 
 import chaz
 from benchmarks.cpu import _cpu_seconds, _machine_busy
-from benchmarks.measure import ClosedLoop, Throughput
+from benchmarks.measure import ClosedLoop, Throughput, join_all
 from benchmarks.stacks import AGENT, BenchStack
 from chaz.coord import keys
 from chaz.domain.entries import agent_sender
@@ -123,7 +123,7 @@ class ShardedReplies:
     def close(self) -> None:
         """Stop listening."""
         self._stop.set()
-        self._thread.join()
+        join_all([self._thread], "the reply listener", strict=False)
         self._pubsub.close()
 
 

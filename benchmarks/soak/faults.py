@@ -35,6 +35,7 @@ from typing import Any
 
 import psycopg
 
+from benchmarks.measure import join_all
 from benchmarks.soak.stack import Database, RedisServer, Supervisor
 from chaz.plumbing.dispatch import Dispatcher, Wake
 from tests.support.redis_cluster import Cluster, Node
@@ -257,7 +258,7 @@ class Monitor:
     def stop(self) -> None:
         """Stop refreshing and close the connection."""
         self._stop.set()
-        self._thread.join()
+        join_all([self._thread], "the monitor", strict=False)
         with self._lock:
             if self._conn is not None:
                 self._conn.close()

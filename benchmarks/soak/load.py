@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import chaz
+from benchmarks.measure import join_all
 from chaz.domain.agents import AgentSpec
 
 #: The soak's agent: a tool call, a pause, a slow tool and a reply, so that a
@@ -107,8 +108,7 @@ class Producers:
     def stop(self) -> None:
         """Stop posting; a post being retried is given up (and counted)."""
         self._stop.set()
-        for th in self._workers:
-            th.join()
+        join_all(self._workers, "soak producers")
 
     def _run(self, mine: list[str]) -> None:
         interval = self.threads / self.rate

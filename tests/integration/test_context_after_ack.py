@@ -143,15 +143,15 @@ def test_the_start_reads_the_context_the_setup_would(store: Store, shape: str, l
     assert len(_said(before)[0]) == min(limit, {"windows": 3, "summary": 3, "fork": 2}[shape])
 
 
-def _start_head(store: Store, sid: str, limit: int = 200, **named: str) -> Any:
-    """``Store.start_head`` of the session's head job (or the job and tree ``named``)."""
-    if "job_id" not in named or "tree_id" not in named:
+def _start_head(
+    store: Store, sid: str, limit: int = 200, *, job_id: str = "", tree_id: str = ""
+) -> Any:
+    """``Store.start_head`` of the session's head job (or of ``job_id`` in ``tree_id``)."""
+    if not job_id or not tree_id:
         head = store.head_job(sid)
         assert head is not None
-        named = {"job_id": head.id, "tree_id": head.tree_id} | named
-    return store.start_head(
-        sid, named["job_id"], named["tree_id"], "t1", ack_metadata=None, max_context=limit
-    )
+        job_id, tree_id = job_id or head.id, tree_id or head.tree_id
+    return store.start_head(sid, job_id, tree_id, "t1", ack_metadata=None, max_context=limit)
 
 
 @pytest.mark.parametrize("shape", ["windows", "summary", "fork"])
@@ -203,7 +203,7 @@ def test_the_start_with_its_setup_writes_nothing_unless_it_is_a_plain_first_star
     never started, is left to the setup's read: nothing is written."""
     s = store.create_session("bot")
     first = _admit(store, s.id, "one")
-    named = {}
+    named: dict[str, str] = {}
     if case == "later job":
         named["job_id"] = _admit(store, s.id, "two")
     elif case == "other tree":
@@ -221,7 +221,7 @@ def test_the_start_with_its_setup_writes_nothing_unless_it_is_a_plain_first_star
     head = store.head_job(s.id)
     named.setdefault("tree_id", s.tree_id)
     named.setdefault("job_id", head.id if head is not None else first)
-    assert _start_head(store, s.id, **named) is None
+    assert _start_head(store, s.id, job_id=named["job_id"], tree_id=named["tree_id"]) is None
     assert {j.id: j for j in store.list_jobs(session_id=s.id)} == jobs_before
     assert store.get_session(s.id).last_seq == seq_before
 

@@ -137,6 +137,14 @@ def read_setup(
     row = conn.execute(st.SETUP_HEAD, {"sid": session_id}).mappings().first()
     if row is None or row["head_id"] is None:
         return None
+    setup = setup_of(conn, specs, row)
+    return read_context(conn, setup, max_context) if context else setup
+
+
+def setup_of(conn: Connection, specs: SpecCache, row: Any) -> TurnSetup:
+    """The setup (without its context) of a row shaped as ``st.SETUP_HEAD``'s:
+    the session's columns, ``agent_spec`` and the head job's as ``head_*``;
+    a room member's spec and a budget's sums are read in ``conn``."""
     job = as_job({name: row[label] for label, name in st.SETUP_HEAD_JOB.items()})
     agent = specs.parsed(row["agent_id"], row["agent_spec"])
     if job.member_agent_id not in (None, row["agent_id"]):
@@ -144,8 +152,7 @@ def read_setup(
         agent = specs.load(conn, job.member_agent_id)
     session = as_session(row)
     budget = read_budget(conn, specs, job, agent.limits.narrowed(session.limits))
-    setup = TurnSetup(job, session, agent, [], None, budget)
-    return read_context(conn, setup, max_context) if context else setup
+    return TurnSetup(job, session, agent, [], None, budget)
 
 
 def context_window(setup: TurnSetup, max_context: int) -> dict[str, Any] | None:

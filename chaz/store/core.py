@@ -29,13 +29,12 @@ from chaz.store import artifacts, entries
 from chaz.store import statements as st
 from chaz.store.admitting import Admitting
 from chaz.store.agents import SpecCache
-from chaz.store.budgets import read_budget
-from chaz.store.context import context_window, read_context, read_setup
+from chaz.store.context import context_window, read_context, read_setup, setup_of
 from chaz.store.db import Database
 from chaz.store.ending import Completion, job_ended
 from chaz.store.events import record
 from chaz.store.models import JobRow
-from chaz.store.rows import as_entry, as_job, as_session
+from chaz.store.rows import as_entry, as_job
 from chaz.store.sessions import insert_session
 from chaz.store.types import Appended, Fence, Finish, JobFields, KeyTaken, NewSession, TurnSetup
 from chaz.store.writes import (
@@ -386,28 +385,14 @@ class Writes:
             done = oneshot.start_head(conn, session_id, job_id, tree_id, token, ack, now, window)
             if done is None:
                 return None
-            row = done.row
-            read = {name: row[label] for label, name in st.SETUP_HEAD_JOB.items()}
-            head = as_job(read)
-            session = as_session(row)
-            agent = self.specs.parsed(row["agent_id"], row["agent_spec"])
             # Reads that only a budget, a long context or a fork needs, each a
             # statement of its own (their bounds are what the statement
             # read, which no later commit moves: the same rows).
-            budget = read_budget(conn, self.specs, head, agent.limits.narrowed(session.limits))
-            setup = TurnSetup(head, session, agent, [], None, budget)
+            setup = setup_of(conn, self.specs, done.row)
             setup = read_context(conn, setup, max_context, first=done.context)
-        started = as_job(
-            read
-            | {
-                "status": JobStatus.RUNNING.value,
-                "version": head.version + 1,
-                "lease_token": token,
-                "started_at": now,
-                "starts": row["started_starts"],
-                "attempts": row["started_attempts"],
-            }
-        )
+        row = _row_of(setup.job)
+        counted = {"starts": done.row["started_starts"], "attempts": done.row["started_attempts"]}
+        started = as_job(row | _start_values(row, token, None, now) | counted)
         return setup, started, as_entry(done.ack)
 
     def start_turn(
@@ -505,11 +490,19 @@ def _start_turn(
     return as_job(row), ack
 
 
-def _start_values(row: dict[str, Any], token: str, usage: Usage | None) -> dict[str, Any]:
-    """The columns a turn's start sets: queued becomes running; a running (or
-    stopping) job whose worker died is taken over as it is, for a resume.
-    Its usage is kept unless ``usage`` replaces it. (``starts`` and
-    ``attempts`` the statement counts from the row itself.)"""
+def _row_of(job: Job) -> dict[str, Any]:
+    """``job``'s columns as its row holds them (its status as the string)."""
+    return job.model_dump() | {"status": job.status.value}
+
+
+def _start_values(
+    row: dict[str, Any], token: str, usage: Usage | None, now: datetime | None = None
+) -> dict[str, Any]:
+    """The columns a turn's start sets: queued becomes running (at ``now``,
+    default the clock's); a running (or stopping) job whose worker died is
+    taken over as it is, for a resume. Its usage is kept unless ``usage``
+    replaces it. (``starts`` and ``attempts`` the statement counts from the
+    row itself.)"""
     status = JobStatus(row["status"])
     values: dict[str, Any] = {
         "status": row["status"],
@@ -520,7 +513,7 @@ def _start_values(row: dict[str, Any], token: str, usage: Usage | None) -> dict[
     }
     if status is JobStatus.QUEUED:
         check_transition(status, JobStatus.RUNNING)
-        values |= {"status": JobStatus.RUNNING.value, "started_at": utcnow()}
+        values |= {"status": JobStatus.RUNNING.value, "started_at": now or utcnow()}
     elif status not in (JobStatus.RUNNING, JobStatus.STOPPING):
         check_transition(status, JobStatus.RUNNING)
     return values
@@ -532,8 +525,7 @@ def _start_params(values: dict[str, Any]) -> dict[str, Any]:
 
 def _started(conn: Connection, seen: Job, token: str, usage: Usage | None) -> dict[str, Any] | None:
     """Start the job as ``seen``, if it has not changed since; None if it has."""
-    row = seen.model_dump()
-    row["status"] = seen.status.value
+    row = _row_of(seen)
     values = _start_values(row, token, usage)
     counted = conn.execute(
         st.START, {"jid": seen.id, "seen_version": seen.version, **_start_params(values)}
@@ -594,8 +586,7 @@ def _start_in_one(
     to write."""
     if ack_sender is None:
         return None
-    row = job.model_dump()
-    row["status"] = job.status.value
+    row = _row_of(job)
     values = _start_values(row, token, usage)
     from chaz.store import oneshot  # PostgreSQL's only (see end_turn)
 

@@ -4,7 +4,6 @@ that does not is reported with its stack instead of hanging the run."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -74,9 +73,9 @@ def test_the_senders_stop_on_time_when_the_gil_is_contended(
             loop.complete(key)  # answered at once: the keys circulate
 
         loop = measure.ClosedLoop([f"k{i}" for i in range(3)], submit, senders=4)
-        started = time.monotonic()
+        # A sender that misses the stop fails the run (StuckThreads), within
+        # JOIN_SECONDS: that bound, not the clock here, is the check.
         result = loop.run(warmup=0.0, duration=1.5, drain_timeout=1.0)
     finally:
         busy.set()
     assert result.count > 0
-    assert time.monotonic() - started < 1.5 + 5.0 + 1.0
